@@ -1,0 +1,73 @@
+"""Loading shared by train_brorl.py, eval.py and the benchmarks: task files and policies.
+
+Task files are jsonl, one record per line with string fields `prompt`, `answer` and `task` (the
+verifier reward.py uses: "arith", "math", ...); extra fields are kept. A policy is anything
+`transformers.AutoModelForCausalLM.from_pretrained` loads: a local `save_pretrained` directory (our
+checkpoints, the embedded tiny model) or a Hugging Face hub name.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import torch
+import transformers
+
+REQUIRED_TASK_FIELDS = ("prompt", "answer", "task")
+transformers.utils.logging.disable_progress_bar()  # per-call "Loading weights" bars drown the training log
+HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
+
+
+class InputError(ValueError):
+    """Bad user input (a config value, a data line, a model path); main() prints it as one line."""
+
+
+def load_tasks(path: str | os.PathLike) -> list[dict]:
+    """Read a jsonl task file; a malformed row raises InputError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"data file not found: {path}")
+    tasks = []
+    with open(path) as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+            if not isinstance(row, dict):
+                raise InputError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+            for field in REQUIRED_TASK_FIELDS:
+                if not isinstance(row.get(field), str):
+                    raise InputError(f"{path}:{line_no}: field '{field}' must be a string")
+            tasks.append(row)
+    if not tasks:
+        raise InputError(f"{path}: no task records")
+    return tasks
+
+
+def check_model_path(name_or_path: str) -> None:
+    """Fail early, in one line, on a model path that can't be loaded (before any work starts)."""
+    if os.path.isdir(name_or_path):
+        if not os.path.isfile(os.path.join(name_or_path, "config.json")):
+            raise InputError(f"model directory has no config.json: {name_or_path}")
+        return
+    if not HUB_NAME.match(name_or_path) or name_or_path.startswith((".", "/")):
+        raise InputError(f"model path does not exist: {name_or_path}")
+
+
+def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu", revision: str | None = None):
+    """(model, tokenizer) from a local directory or a hub name; the one loading path for every model."""
+    check_model_path(name_or_path)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            name_or_path, revision=revision, dtype=getattr(torch, dtype)
+        )
+    except OSError as e:
+        raise InputError(f"could not load model '{name_or_path}': {str(e).splitlines()[0]}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device), tokenizer

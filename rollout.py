@@ -1,0 +1,191 @@
+"""Sample N completions per prompt, with the per-token log-probs the policy gradient needs.
+
+BroRL's whole point is a large N (hundreds of rollouts per prompt), so the sampler is built around
+sharing: each prompt is prefilled once and its KV cache is fanned out to its N samples, and
+sequences that have finished are dropped from the batch as decoding goes on. This is the
+transformers backend, the default on CPU; a vLLM backend (GPU) takes the same inputs and returns the
+same `Rollouts`.
+
+Log-probs are those of the temperature-scaled policy softmax(logits / T), before top-p truncation,
+so they equal what update.py recomputes with teacher forcing (the quantity the PPO ratio needs).
+
+    python rollout.py --model PATH --prompt "12+7=" -n 8
+"""
+
+import argparse
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    n: int = 16
+    """rollouts per prompt (the paper's N)"""
+    temperature: float = 1.0
+    """sampling temperature T"""
+    top_p: float = 1.0
+    """nucleus sampling mass"""
+    max_new_tokens: int = 16
+    """response length limit; longer responses are cut and flagged truncated"""
+    max_batch_seqs: int = 1024
+    """most sequences decoded at once (prompts are packed into batches up to this many samples)"""
+
+
+@dataclass
+class Rollouts:
+    """S = (number of prompts) x N samples, grouped by prompt (sample s belongs to prompt group[s])."""
+
+    prompt_ids: torch.Tensor  # [S, P] left-padded
+    prompt_mask: torch.Tensor  # [S, P] 1 on prompt tokens
+    response_ids: torch.Tensor  # [S, R] right-padded, EOS included when produced
+    response_mask: torch.Tensor  # [S, R] 1 on response tokens
+    logprobs: torch.Tensor  # [S, R] sampling log-probs, 0 on padding
+    truncated: torch.Tensor  # [S] bool: hit max_new_tokens without EOS
+    group: torch.Tensor  # [S] prompt index
+    texts: list[str]  # decoded responses, special tokens removed
+
+
+def encode_prompts(tokenizer, prompts: list[str], chat_template: bool) -> list[list[int]]:
+    """Token ids per prompt; with `chat_template`, wrap as one user turn (instruct models need it)."""
+    if chat_template and tokenizer.chat_template:
+        return [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
+            for p in prompts
+        ]
+    return [tokenizer.encode(p) for p in prompts]
+
+
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(map(len, rows))
+    ids = torch.tensor([[pad_id] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask
+
+
+def right_pad(rows: list[list], pad, dtype=None) -> torch.Tensor:
+    width = max(1, max(map(len, rows)))
+    return torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows], dtype=dtype)
+
+
+def sample_tokens(logprobs: torch.Tensor, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from exp(logprobs), restricted to the top-p nucleus when top_p < 1."""
+    probs = logprobs.exp()
+    if top_p < 1.0:
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # keep the smallest set reaching top_p
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs.masked_fill(outside, 0.0))
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def plan_batches(n_prompts: int, n: int, max_batch_seqs: int) -> list[list[tuple[int, int]]]:
+    """Pack (prompt, samples) units into batches of at most max_batch_seqs sequences, prompt order kept."""
+    batches, current, size = [], [], 0
+    for prompt in range(n_prompts):
+        left = n
+        while left:
+            take = min(left, max_batch_seqs - size)
+            current.append((prompt, take))
+            size += take
+            left -= take
+            if size == max_batch_seqs:
+                batches.append(current)
+                current, size = [], 0
+    if current:
+        batches.append(current)
+    return batches
+
+
+@torch.inference_mode()
+def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, pad_id, generator):
+    """Prefill unique prompts once, fan the cache out to their samples, decode until all stop."""
+    device = model.device
+    ids, mask = left_pad(prompt_rows, pad_id)
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    fan_out = torch.repeat_interleave(torch.arange(len(prompt_rows), device=device), torch.tensor(counts, device=device))
+    cache = out.past_key_values
+    cache.batch_select_indices(fan_out)
+    logits, mask, next_pos = out.logits[fan_out, -1], mask[fan_out], positions[fan_out, -1] + 1
+    total = len(fan_out)
+    tokens = torch.full((total, params.max_new_tokens), pad_id, dtype=torch.long)
+    token_logprobs = torch.zeros(total, params.max_new_tokens)
+    lengths = torch.full((total,), params.max_new_tokens, dtype=torch.long)
+    active = torch.arange(total, device=device)  # rows of the output that are still in the batch
+    stop = torch.tensor(sorted(stop_ids), device=device)
+    for t in range(params.max_new_tokens):
+        logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)
+        next_tokens = sample_tokens(logp, params.top_p, generator)
+        rows = active.cpu()
+        tokens[rows, t] = next_tokens.cpu()
+        token_logprobs[rows, t] = logp.gather(-1, next_tokens[:, None]).squeeze(-1).cpu()
+        finished = torch.isin(next_tokens, stop)
+        lengths[rows[finished.cpu()]] = t + 1
+        if t + 1 == params.max_new_tokens or bool(finished.all()):
+            break
+        if bool(finished.any()):  # drop finished sequences so decoding cost follows the live batch
+            keep = (~finished).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            active, next_tokens, mask, next_pos = active[keep], next_tokens[keep], mask[keep], next_pos[keep]
+        mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=-1)
+        out = model(input_ids=next_tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                    past_key_values=cache, use_cache=True)
+        logits, next_pos = out.logits[:, -1], next_pos + 1
+    return tokens, token_logprobs, lengths
+
+
+def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
+             generator: torch.Generator | None = None) -> Rollouts:
+    """N samples for each prompt (token ids), grouped by prompt, as padded tensors."""
+    pad_id = tokenizer.pad_token_id
+    stop_ids = {tokenizer.eos_token_id}
+    eos_config = getattr(model.generation_config, "eos_token_id", None)
+    stop_ids.update(eos_config if isinstance(eos_config, list) else [eos_config] if eos_config is not None else [])
+    responses, logprobs, group, truncated = [], [], [], []
+    for batch in plan_batches(len(prompt_ids), params.n, params.max_batch_seqs):
+        tokens, token_logprobs, lengths = decode_batch(
+            model, [prompt_ids[p] for p, _ in batch], [c for _, c in batch], params, stop_ids, pad_id, generator
+        )
+        for row, prompt in enumerate(p for p, c in batch for _ in range(c)):
+            length = int(lengths[row])
+            responses.append(tokens[row, :length].tolist())
+            logprobs.append(token_logprobs[row, :length].tolist())
+            truncated.append(responses[-1][-1] not in stop_ids)
+            group.append(prompt)
+    prompt_tensor, prompt_mask = left_pad([prompt_ids[g] for g in group], pad_id)
+    response_ids = right_pad(responses, pad_id)
+    return Rollouts(
+        prompt_ids=prompt_tensor,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=right_pad([[1] * len(r) for r in responses], 0),
+        logprobs=right_pad(logprobs, 0.0, dtype=torch.float32),
+        truncated=torch.tensor(truncated),
+        group=torch.tensor(group),
+        texts=tokenizer.batch_decode(responses, skip_special_tokens=True),
+    )
+
+
+def main() -> None:
+    from common import load_policy
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="local model directory or hub name")
+    parser.add_argument("--prompt", action="append", required=True, help="prompt text (repeatable)")
+    parser.add_argument("-n", type=int, default=8, help="samples per prompt")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--max-new-tokens", type=int, default=16, help="response length limit")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    args = parser.parse_args()
+    model, tokenizer = load_policy(args.model)
+    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
+    rollouts = generate(model, tokenizer, encode_prompts(tokenizer, args.prompt, chat_template=True), params,
+                        torch.Generator().manual_seed(args.seed))
+    for g, text, lp, trunc in zip(rollouts.group, rollouts.texts, rollouts.logprobs.sum(-1), rollouts.truncated):
+        print(f"[{int(g)}] logp={float(lp):8.3f}{' (truncated)' if trunc else ''}  {text!r}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+"""Shared fixtures: a small untrained model built locally (no hub), and a way to run the scripts."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def untrained_model_dir(tmp_path_factory) -> Path:
+    """The tiny Qwen2 architecture without warm-up: fast to build, same loading path as any model."""
+    return tiny_model.build(tmp_path_factory.mktemp("models") / "tiny", tiny_model.TinySpec(warmup_steps=0))
+
+
+@pytest.fixture(scope="session")
+def untrained_policy(untrained_model_dir):
+    from common import load_policy
+
+    return load_policy(str(untrained_model_dir))
+
+
+def run_script(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run one of the project's scripts as a user would, from the repository root."""
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result

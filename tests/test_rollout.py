@@ -1,0 +1,58 @@
+"""rollout.py: N samples per prompt, masks, sampling log-probs, truncation, batching."""
+
+import torch
+
+import rollout
+import update
+
+
+def test_generate_returns_n_grouped_samples_with_consistent_masks(untrained_policy):
+    model, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, ["1+2=", "33+44="], chat_template=True)
+    params = rollout.SamplingParams(n=5, max_new_tokens=6, max_batch_seqs=4)  # forces split batches
+    out = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(0))
+    assert out.group.tolist() == [0] * 5 + [1] * 5
+    assert out.response_ids.shape == out.response_mask.shape == out.logprobs.shape
+    assert out.response_ids.shape[1] <= 6 and len(out.texts) == 10
+    lengths = out.response_mask.sum(-1)
+    for row in range(10):
+        length = int(lengths[row])
+        assert out.response_mask[row, :length].all() and not out.response_mask[row, length:].any()
+        assert (out.logprobs[row, :length] <= 0).all() and (out.logprobs[row, length:] == 0).all()
+        ends_with_eos = int(out.response_ids[row, length - 1]) == tokenizer.eos_token_id
+        assert bool(out.truncated[row]) == (not ends_with_eos)
+        assert bool(out.truncated[row]) == (length == 6) or ends_with_eos
+    assert (out.prompt_mask.sum(-1) == torch.tensor([4] * 5 + [6] * 5)).all()
+
+
+def test_sampling_logprobs_equal_the_trainers_teacher_forced_logprobs(untrained_policy):
+    model, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, ["7+8=", "123+4=", "5="], chat_template=False)
+    params = rollout.SamplingParams(n=8, temperature=0.8, max_new_tokens=8)
+    out = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(1))
+    batch = update.TrainBatch(out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask,
+                              torch.zeros(len(out.texts)))
+    recomputed = update.batch_logprobs(model, batch, update.UpdateConfig(temperature=0.8, micro_batch_tokens=40))
+    assert torch.allclose(recomputed, out.logprobs, atol=1e-4)
+
+
+def test_every_prompt_gets_its_samples_whatever_the_batch_plan():
+    assert rollout.plan_batches(3, 4, max_batch_seqs=5) == [[(0, 4), (1, 1)], [(1, 3), (2, 2)], [(2, 2)]]
+    assert rollout.plan_batches(1, 512, max_batch_seqs=256) == [[(0, 256)], [(0, 256)]]
+
+
+def test_top_p_samples_only_from_the_nucleus():
+    logprobs = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).expand(2000, 4)
+    tokens = rollout.sample_tokens(logprobs, top_p=0.7, generator=torch.Generator().manual_seed(0))
+    assert set(tokens.tolist()) == {0, 1}  # 0.5 + 0.3 reaches 0.7
+    tokens = rollout.sample_tokens(logprobs, top_p=1.0, generator=torch.Generator().manual_seed(0))
+    assert set(tokens.tolist()) == {0, 1, 2, 3}
+
+
+def test_same_seed_same_samples(untrained_policy):
+    model, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, ["9+9="], chat_template=False)
+    params = rollout.SamplingParams(n=6, max_new_tokens=5)
+    a = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(3))
+    b = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(3))
+    assert a.texts == b.texts and torch.equal(a.logprobs, b.logprobs)

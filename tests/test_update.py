@@ -1,0 +1,141 @@
+"""update.py: advantages, the clipped loss and its gradient, log-probs, micro-batching, the monitor."""
+
+import copy
+
+import pytest
+import torch
+
+import rollout
+import update
+
+
+def test_grpo_advantages_match_hand_computed_values():
+    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    # group 0: mean 0.25, unbiased std sqrt(0.25) = 0.5; group 1: mean 0.5, std sqrt(1/3)
+    expected = torch.tensor([[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -0.5, -0.5]])
+    expected[1] /= (1 / 3) ** 0.5
+    assert torch.allclose(update.grpo_advantages(rewards, eps=0.0), expected)
+    assert torch.allclose(update.grpo_advantages(rewards, normalize_std=False),
+                          torch.tensor([[0.75, -0.25, -0.25, -0.25], [0.5, 0.5, -0.5, -0.5]]))
+
+
+def test_reinforce_pp_baseline_centres_per_group_then_whitens_over_the_batch():
+    rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    centered = torch.tensor([[0.5, -0.5], [0.0, 0.0]])  # batch mean 0, unbiased std sqrt(1/6)
+    assert torch.allclose(update.reinforce_pp_baseline_advantages(rewards, eps=0.0), centered / (1 / 6) ** 0.5)
+
+
+def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip():
+    eps_low, eps_high = 0.2, 0.28
+    old = torch.zeros(1, 4)
+    # ratios 1.5 (A>0: clipped at 1.28), 1.1 (A>0: inside), 0.5 (A<0: clipped at 0.8), 0.9 (A<0: inside)
+    ratios = torch.tensor([[1.5, 1.1, 0.5, 0.9]])
+    logprobs = ratios.log().requires_grad_(True)
+    adv_per_token = torch.tensor([2.0, 2.0, -1.0, -1.0])
+    losses, grads, clipped_flags = [], [], []
+    for t in range(4):  # one token per rollout so each token gets its own advantage
+        lp = logprobs[:, t : t + 1]
+        loss, clipped = update.clipped_policy_loss(lp, old[:, t : t + 1], adv_per_token[t : t + 1], torch.ones(1, 1),
+                                                   eps_low, eps_high)
+        losses.append(float(loss.detach()))
+        clipped_flags.append(bool(clipped))
+        grads.append(torch.autograd.grad(loss.sum(), logprobs)[0][0, t].item())
+    assert losses == pytest.approx([-1.28 * 2, -1.1 * 2, 0.8 * 1, 0.9 * 1])
+    assert clipped_flags == [True, False, True, False]
+    # d/dlogp of -r*A is -r*A where unclipped, 0 where the clipped branch is the active minimum
+    assert grads == pytest.approx([0.0, -1.1 * 2, 0.0, 0.9 * 1])
+
+
+def test_kl_estimators_match_their_formulas():
+    logprobs, ref = torch.tensor([-1.0]), torch.tensor([-1.5])
+    l = 0.5
+    assert float(update.kl_penalty(logprobs, ref, "k1")) == pytest.approx(l)
+    assert float(update.kl_penalty(logprobs, ref, "k2")) == pytest.approx(l**2 / 2)
+    assert float(update.kl_penalty(logprobs, ref, "k3")) == pytest.approx(torch.exp(torch.tensor(-l)).item() - 1 + l)
+    with pytest.raises(ValueError, match="unknown KL estimator"):
+        update.kl_penalty(logprobs, ref, "k4")
+
+
+def make_batch(tokenizer, n_rows=6, seed=0) -> update.TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+               for _ in range(n_rows)]
+    responses = [torch.randint(3, 90, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
+                 for _ in range(n_rows)]
+    prompt_ids, prompt_mask = rollout.left_pad(prompts, tokenizer.pad_token_id)
+    return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad(responses, tokenizer.pad_token_id),
+                             rollout.right_pad([[1] * len(r) for r in responses], 0), torch.randn(n_rows, generator=g))
+
+
+def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer)
+    input_ids, attention_mask, r = update.slice_rows(batch, list(range(6)))
+    naive = update.naive_token_logprobs(model, input_ids, attention_mask, r, temperature=0.7)
+    naive_grad = torch.autograd.grad(naive.sum(), model.lm_head.weight)[0]
+    chunked, entropy = update.token_logprobs(model, input_ids, attention_mask, r, temperature=0.7, chunk_tokens=3)
+    chunked_grad = torch.autograd.grad(chunked.sum(), model.lm_head.weight)[0]
+    assert torch.allclose(chunked, naive, atol=1e-5)
+    assert torch.allclose(chunked_grad, naive_grad, atol=1e-5)
+    assert (entropy[batch.response_mask[:, :r] == 1] > 0).all() and (entropy[batch.response_mask[:, :r] == 0] == 0).all()
+
+
+def test_micro_batches_fit_the_token_budget_and_cover_every_row():
+    lengths = torch.tensor([5, 9, 3, 9, 2, 7])
+    batches = update.micro_batches(list(range(6)), lengths, max_tokens=18)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(len(b) * max(int(lengths[i]) for i in b) <= 18 for b in batches)
+    assert update.micro_batches([0], torch.tensor([50]), max_tokens=18) == [[0]]  # too long: alone
+
+
+def run_update(model, batch, **cfg_overrides):
+    model = copy.deepcopy(model)
+    cfg = update.UpdateConfig(**cfg_overrides)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # SGD: Adam would amplify float noise in ~0 gradients
+    old = update.batch_logprobs(model, batch, cfg)
+    stats = update.ppo_update(model, optimizer, batch, old, cfg, generator=torch.Generator().manual_seed(0))
+    return model, stats
+
+
+def test_gradient_accumulation_over_micro_batches_matches_one_big_batch(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer)
+    big, _ = run_update(model, batch, micro_batch_tokens=10_000)
+    small, _ = run_update(model, batch, micro_batch_tokens=12)
+    for a, b in zip(big.parameters(), small.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_merged_duplicates_give_the_same_update_as_the_repeated_rows(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer, n_rows=3)
+    repeated_rows = [0, 0, 0, 1, 2, 2]
+    repeated = update.TrainBatch(batch.prompt_ids[repeated_rows], batch.prompt_mask[repeated_rows],
+                                 batch.response_ids[repeated_rows], batch.response_mask[repeated_rows],
+                                 batch.advantages[repeated_rows])
+    merged = update.merge_duplicates(repeated)
+    assert merged.weights.tolist() == [3.0, 1.0, 2.0]
+    plain, plain_stats = run_update(model, repeated)
+    weighted, weighted_stats = run_update(model, merged)
+    for a, b in zip(plain.parameters(), weighted.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert weighted_stats["entropy"] == pytest.approx(plain_stats["entropy"], rel=1e-5)
+
+
+def test_update_raises_the_probability_of_positive_advantage_responses(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer)
+    before = update.batch_logprobs(model, batch, update.UpdateConfig()).sum(-1)
+    updated, stats = run_update(model, batch, kl_coef=0.0)
+    after = update.batch_logprobs(updated, batch, update.UpdateConfig()).sum(-1)
+    best, worst = int(batch.advantages.argmax()), int(batch.advantages.argmin())
+    assert after[best] > before[best] and after[worst] < before[worst]
+    assert stats["grad_norm"] > 0 and 0 <= stats["clip_frac"] <= 1
+
+
+def test_shrinkage_monitor_on_a_constructed_case():
+    before = torch.tensor([-1.0, -2.0, -3.0, -4.0])
+    after = torch.tensor([-0.5, -2.25, -3.0, -5.0])  # two fell: by 0.25 and by 1.0
+    assert update.shrinkage(before, after) == (0.5, -1.0)
+    assert update.shrinkage(before, before + 1) == (0.0, 0.0)
+    assert update.shrinkage(torch.zeros(0), torch.zeros(0)) == (0.0, 0.0)

@@ -1,0 +1,444 @@
+"""BroRL: RL with verifiable rewards, scaled by broadening exploration (many rollouts per prompt).
+
+Hu et al., "BroRL: Scaling Reinforcement Learning via Broadened Exploration", arXiv 2510.01180.
+One step, top to bottom in `train()` below:
+
+    prompts -> N rollouts each (rollout.py) -> rewards (reward.py) -> dynamic sampling (drop groups
+    whose N rewards are all equal) -> group-relative advantages -> clipped policy-gradient update
+    (update.py) -> knowledge-shrinkage monitor -> log -> periodic eval (eval.py) -> checkpoint
+
+The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
+up on 2-digit addition until it solves about a quarter of held-out problems at T=1 (built once and
+cached, see tiny_model.py), trained with N=512 rollouts per prompt on a 2-core CPU in minutes.
+
+    python train_brorl.py                                   # the CPU demo
+    python train_brorl.py --preset smoke --output-dir /tmp/smoke
+    python train_brorl.py --output-dir runs/demo --resume   # continue a killed run
+    tensorboard --logdir runs
+"""
+
+import argparse
+import copy
+import dataclasses
+import json
+import math
+import os
+import random
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+import eval as evaluation
+import reward
+import rollout
+import update
+from common import InputError, check_model_path, load_policy, load_tasks
+from tiny_model import ensure_tiny_model
+
+DATA_DIR = Path(__file__).parent / "data"
+
+
+@dataclass
+class Config:
+    # ---- run ----
+    preset: str = "cpu-demo"
+    """named set of overrides applied before the other flags: cpu-demo, smoke"""
+    output_dir: str | None = None
+    """where logs and checkpoints go (default: runs/<preset>__<seed>__<unix time>)"""
+    resume: bool = False
+    """continue from the latest checkpoint in --output-dir"""
+    seed: int = 0
+    """seed for data order, sampling and mini-batch splits"""
+    device: str = "auto"
+    """torch device: auto (cuda if available), cpu, cuda, cuda:1, ..."""
+    threads: int = 0
+    """torch CPU threads (0: torch's default)"""
+    # ---- model and data ----
+    model: str = "tiny"
+    """policy: a local save_pretrained directory, a hub name, or 'tiny' (the embedded warmed-up toy model)"""
+    model_revision: str | None = None
+    """hub revision (branch, tag or commit) when --model is a hub name"""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """parameter dtype of the policy"""
+    train_data: str = str(DATA_DIR / "arith_train.jsonl")
+    """training tasks (jsonl with prompt, answer, task)"""
+    test_data: str = str(DATA_DIR / "arith_test.jsonl")
+    """held-out tasks for the periodic evaluation"""
+    chat_template: bool = True
+    """wrap prompts in the tokenizer's chat template when it has one"""
+    # ---- rollouts (paper Sec. 3: BroRL N=512 x 128 prompts, ProRL N=16 x 512) ----
+    n_rollouts: int = 512
+    """N, rollouts per prompt: BroRL scales this to hundreds"""
+    prompts_per_step: int = 4
+    """prompts sampled per step"""
+    temperature: float = 1.0
+    """rollout sampling temperature"""
+    top_p: float = 1.0
+    """rollout nucleus sampling mass"""
+    max_new_tokens: int = 8
+    """response length limit (tokens)"""
+    gen_batch_seqs: int = 2048
+    """most sequences decoded at once"""
+    # ---- advantages and update ----
+    advantage: Literal["grpo", "reinforce_pp_baseline"] = "grpo"
+    """grpo: group mean/std; reinforce_pp_baseline: group mean, batch whitening (ProRLv2/BroRL)"""
+    normalize_std: bool = True
+    """grpo only: divide by the group std (off: Dr. GRPO)"""
+    dynamic_sampling: bool = True
+    """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
+    lr: float = 2e-4
+    """AdamW learning rate"""
+    weight_decay: float = 0.0
+    """AdamW weight decay"""
+    eps_low: float = 0.2
+    """lower clip range ε_low of the PPO ratio"""
+    eps_high: float = 0.28
+    """upper clip range ε_high (clip-higher, DAPO)"""
+    kl_coef: float = 0.0
+    """β, weight of the KL penalty to the reference policy (0: no reference model)"""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator: k1 log-ratio, k2 half squared log-ratio (ProRLv2), k3 low-variance"""
+    ref_reset_every: int = 0
+    """reset the reference policy to the current one every this many steps (ProRL; 0: never)"""
+    minibatches: int = 2
+    """PPO mini-batches (optimizer steps) per step; the paper keeps this fixed as N grows"""
+    micro_batch_tokens: int = 16384
+    """token budget of a forward/backward micro-batch (gradient accumulation fills the mini-batch)"""
+    logprob_chunk_tokens: int = 4096
+    """response tokens per output-layer chunk when computing log-probs"""
+    max_grad_norm: float = 1.0
+    """gradient clipping norm"""
+    # ---- loop, eval, checkpoints ----
+    total_steps: int = 40
+    """RL steps"""
+    eval_every: int = 10
+    """evaluate every this many steps (and always at step 0 and at the end)"""
+    eval_samples: int = 4
+    """samples per test problem; eval_pass1 is their mean reward"""
+    eval_temperature: float = 1.0
+    """evaluation sampling temperature"""
+    eval_top_p: float = 1.0
+    """evaluation nucleus sampling mass"""
+    eval_max_problems: int = 0
+    """evaluate on the first M test problems (0: all)"""
+    save_every: int = 1
+    """checkpoint every this many steps (1: a killed run loses at most the current step)"""
+    keep_checkpoints: int = 2
+    """number of most recent checkpoints kept"""
+    shrink_monitor_samples: int = 256
+    """distinct correct responses re-scored after each update by the shrinkage monitor (0: off)"""
+
+
+PRESETS: dict[str, dict] = {
+    "cpu-demo": {},
+    "smoke": dict(n_rollouts=16, prompts_per_step=4, total_steps=2, eval_every=2, eval_samples=2,
+                  eval_max_problems=32, shrink_monitor_samples=32),
+}
+
+
+def validate(cfg: Config) -> None:
+    """One clear line per bad value, before any work starts."""
+    checks = [
+        (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
+        (cfg.n_rollouts >= 2, f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
+        (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
+        (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
+        ((cfg.n_rollouts * cfg.prompts_per_step) % cfg.minibatches == 0,
+         f"batch of {cfg.prompts_per_step} prompts x {cfg.n_rollouts} rollouts is not divisible into "
+         f"{cfg.minibatches} mini-batches"),
+        (0 <= cfg.eps_low < 1, f"eps_low must be in [0, 1), got {cfg.eps_low}"),
+        (cfg.eps_high >= 0, f"eps_high must be >= 0, got {cfg.eps_high}"),
+        (cfg.temperature > 0 and cfg.eval_temperature > 0, "temperatures must be > 0"),
+        (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
+        (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (cfg.kl_coef >= 0, f"kl_coef must be >= 0, got {cfg.kl_coef}"),
+        (min(cfg.max_new_tokens, cfg.gen_batch_seqs, cfg.micro_batch_tokens, cfg.logprob_chunk_tokens) >= 1,
+         "max_new_tokens, gen_batch_seqs, micro_batch_tokens and logprob_chunk_tokens must be >= 1"),
+        (cfg.total_steps >= 0 and cfg.eval_every >= 1 and cfg.save_every >= 1 and cfg.keep_checkpoints >= 1,
+         "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
+        (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
+        (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InputError(message)
+    if cfg.model != "tiny":
+        check_model_path(cfg.model)
+    for path in (cfg.train_data, cfg.test_data):
+        if not Path(path).is_file():
+            raise InputError(f"data file not found: {path}")
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    """`--preset NAME` picks the defaults; every other flag overrides them."""
+    argv = sys.argv[1:] if argv is None else argv
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default=Config.preset)
+    preset = pre.parse_known_args(argv)[0].preset
+    if preset not in PRESETS:
+        raise InputError(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
+    defaults = dataclasses.replace(Config(preset=preset), **PRESETS[preset])
+    cfg = tyro.cli(Config, default=defaults, args=argv, description=__doc__)
+    validate(cfg)
+    return cfg
+
+
+# ---- checkpoints: atomic (temp dir, fsync, rename), a save_pretrained model inside -------------------
+
+CHECKPOINT = re.compile(r"^step_(\d{6})$")
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    for item in path.rglob("*"):
+        if item.is_file():
+            with open(item, "rb") as f:
+                os.fsync(f.fileno())
+        else:
+            fsync_dir(item)
+    fsync_dir(path)
+
+
+def latest_checkpoint(output_dir: Path) -> Path | None:
+    root = output_dir / "checkpoints"
+    found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
+    return found[-1] if found else None
+
+
+def save_checkpoint(output_dir: Path, step: int, model, tokenizer, optimizer, ref_model, state: dict, keep: int) -> Path:
+    root = output_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final, tmp = root / f"step_{step:06d}", root / f".step_{step:06d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model")
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save({
+        **state,
+        "optimizer": optimizer.state_dict(),
+        "ref_model": ref_model.state_dict() if ref_model is not None else None,
+        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+    }, tmp / "trainer_state.pt")
+    fsync_tree(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    fsync_dir(root)
+    for old in sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name))[:-keep]:
+        shutil.rmtree(old)
+    return final
+
+
+# ---- metrics: one JSON object per row in metrics.jsonl, the same scalars in tensorboard ------------
+
+
+class MetricsLog:
+    def __init__(self, output_dir: Path, resume_step: int | None):
+        self.path = output_dir / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():  # drop rows of the step(s) the kill lost
+            rows = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(row + "\n" for row in rows))
+            os.replace(tmp, self.path)
+        self.writer = SummaryWriter(str(output_dir), purge_step=None if resume_step is None else resume_step + 1)
+        self.file = open(self.path, "a")
+
+    def log(self, step: int, scalars: dict, prefix: str) -> None:
+        self.file.write(json.dumps({"step": step, **scalars}) + "\n")
+        self.file.flush()
+        for key, value in scalars.items():
+            self.writer.add_scalar(f"{prefix}/{key}", value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        self.writer.close()
+
+
+def run_eval(model, tokenizer, tasks, cfg: Config, step: int, metrics: MetricsLog) -> float:
+    result = evaluation.evaluate(model, tokenizer, tasks, cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p,
+                                 cfg.max_new_tokens, cfg.seed, cfg.chat_template, cfg.gen_batch_seqs)
+    metrics.log(step, {"eval_pass1": result["pass1"],
+                       **{f"eval_pass@{k}": v for k, v in result["pass_at_k"].items()}}, prefix="eval")
+    return result["pass1"]
+
+
+def step_generator(cfg: Config, step: int, stream: int) -> torch.Generator:
+    """A fresh generator per (step, purpose): a resumed run draws exactly what an uninterrupted one would."""
+    return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 17 + stream)
+
+
+def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> list[dict]:
+    """Tasks `position .. position + count` of an endless stream of seeded per-epoch shuffles."""
+    batch = []
+    for p in range(position, position + count):
+        epoch, index = divmod(p, len(tasks))
+        order = torch.randperm(len(tasks), generator=torch.Generator().manual_seed(seed + epoch))
+        batch.append(tasks[int(order[index])])
+    return batch
+
+
+def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Tensor) -> update.TrainBatch:
+    return update.TrainBatch(rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.response_ids[rows],
+                             rollouts.response_mask[rows], advantages)
+
+
+def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) -> list[int]:
+    """Up to `limit` distinct correct responses (one row per distinct (prompt, response)), evenly spread."""
+    seen, rows = set(), []
+    for row in (rewards.flatten() == 1.0).nonzero().squeeze(-1).tolist():
+        key = (int(rollouts.group[row]), rollouts.texts[row])
+        if key not in seen:
+            seen.add(key)
+            rows.append(row)
+    if len(rows) > limit:
+        rows = [rows[i * len(rows) // limit] for i in range(limit)]
+    return rows
+
+
+def train(cfg: Config) -> Path:
+    """Run (or resume) training; returns the output directory."""
+    # ---- setup ----
+    output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
+    checkpoint = latest_checkpoint(output_dir)
+    if checkpoint and not cfg.resume:
+        raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or another --output-dir")
+    if cfg.resume and checkpoint is None:
+        print(f"--resume: no checkpoint in {output_dir} yet, starting from scratch")
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    train_tasks, test_tasks = load_tasks(cfg.train_data), load_tasks(cfg.test_data)
+    test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
+    for task in train_tasks + test_tasks:
+        if task["task"] not in reward.CHECKERS:
+            raise InputError(f"task '{task['task']}' has no verifier in reward.py (known: {', '.join(reward.CHECKERS)})")
+    model_path = str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model
+    model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else model_path, cfg.dtype, device,
+                                   None if checkpoint else cfg.model_revision)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    ref_model = copy.deepcopy(model).requires_grad_(False) if cfg.kl_coef > 0 else None
+    step, data_position = 0, 0
+    random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+    if checkpoint:
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        optimizer.load_state_dict(state["optimizer"])
+        if ref_model is not None:
+            ref_model.load_state_dict(state["ref_model"])
+        torch.set_rng_state(state["rng"]["torch"]), np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+        step, data_position = state["step"], state["data_position"]
+        print(f"resumed from {checkpoint} at step {step}")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    metrics = MetricsLog(output_dir, resume_step=step if checkpoint else None)
+    metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
+    sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)
+    update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
+                                     cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens)
+    if step == 0:
+        start_pass1 = run_eval(model, tokenizer, test_tasks, cfg, 0, metrics)
+        print(f"step 0: eval_pass1 {start_pass1:.3f}")
+
+    progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps)
+    for step in progress:
+        step_start = time.time()
+        # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds)
+        tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)
+        data_position += cfg.prompts_per_step
+        prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], cfg.chat_template)
+        rollouts = rollout.generate(model, tokenizer, prompt_ids, sampling, step_generator(cfg, step, 0))
+        gen_time = time.time() - step_start
+
+        # ALGO LOGIC: verifiable rewards, [G prompts, N rollouts]
+        rewards = torch.tensor([reward.score(tasks[g]["task"], text, tasks[g]["answer"])
+                                for g, text in zip(rollouts.group.tolist(), rollouts.texts)]).view(len(tasks), -1)
+
+        # ALGO LOGIC: dynamic sampling keeps groups with 0 < #correct < N (all-equal groups carry no signal)
+        informative = rewards.max(dim=1).values > rewards.min(dim=1).values
+        kept = informative if cfg.dynamic_sampling else torch.ones_like(informative)
+        if cfg.advantage == "grpo":
+            advantages = update.grpo_advantages(rewards[kept], cfg.normalize_std)
+        else:
+            advantages = update.reinforce_pp_baseline_advantages(rewards[kept])
+        kept_rows = (kept[:, None].expand_as(rewards)).flatten().nonzero().squeeze(-1).tolist()
+        batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()))
+
+        # the knowledge-shrinkage monitor, part 1: correct responses' sequence log-probs before the update
+        watch = monitor_rows(rollouts, rewards, cfg.shrink_monitor_samples) if cfg.shrink_monitor_samples else []
+        watch_batch = rows_batch(rollouts, watch, torch.zeros(len(watch)))
+        before = update.batch_logprobs(model, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
+
+        # ALGO LOGIC: the clipped policy-gradient step against π_old (and π_ref if β > 0)
+        stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+        if kept_rows:
+            old_logprobs = update.batch_logprobs(model, batch, update_cfg)
+            ref_logprobs = update.batch_logprobs(ref_model, batch, update_cfg) if ref_model is not None else None
+            stats = update.ppo_update(model, optimizer, batch, old_logprobs, update_cfg, ref_logprobs,
+                                      step_generator(cfg, step, 1))
+        if ref_model is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
+            ref_model.load_state_dict(model.state_dict())  # ProRL's reference reset; optimizer state kept
+
+        # the knowledge-shrinkage monitor, part 2: did any correct response lose probability?
+        after = update.batch_logprobs(model, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
+        shrink_frac, shrink_worst = update.shrinkage(before, after)
+
+        # TRY NOT TO MODIFY: logging, evaluation, checkpoint
+        step_time = time.time() - step_start
+        lengths = rollouts.response_mask.sum(-1).float()
+        scalars = {
+            "reward_mean": float(rewards.mean()),
+            "pass_rate": float(informative.float().mean()),
+            "solve_all_frac": float((rewards.min(dim=1).values == 1).float().mean()),
+            "solve_none_frac": float((rewards.max(dim=1).values == 0).float().mean()),
+            "samples_per_s": rewards.numel() / step_time,
+            "gen_samples_per_s": rewards.numel() / gen_time,
+            "response_len": float(lengths.mean()),
+            "truncated_frac": float(rollouts.truncated.float().mean()),
+            "shrink_frac": shrink_frac,
+            "shrink_worst": shrink_worst,
+            "shrink_watched": len(watch),
+            "distinct_frac": len(batch.advantages) / max(len(kept_rows), 1),
+            "step_time": step_time,
+            **stats,
+        }
+        metrics.log(step, scalars, prefix="train")
+        progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
+        if step % cfg.eval_every == 0 or step == cfg.total_steps:
+            pass1 = run_eval(model, tokenizer, test_tasks, cfg, step, metrics)
+            progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
+        if step % cfg.save_every == 0 or step == cfg.total_steps:
+            save_checkpoint(output_dir, step, model, tokenizer, optimizer, ref_model,
+                            {"step": step, "data_position": data_position, "config": dataclasses.asdict(cfg)},
+                            cfg.keep_checkpoints)
+    metrics.close()
+    return output_dir
+
+
+def main() -> None:
+    try:
+        cfg = parse_config()
+        output_dir = train(cfg)
+    except InputError as e:
+        sys.exit(f"error: {e}")
+    print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "
+          f"curves: tensorboard --logdir {output_dir}")
+
+
+if __name__ == "__main__":
+    main()

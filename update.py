@@ -1,0 +1,287 @@
+"""The policy-gradient step: group-relative advantages, the clipped surrogate with KL, and log-probs
+computed without ever holding a [batch, seq, vocab] float32 tensor.
+
+Per step the trainer hands over S = G groups x N rollouts with binary rewards. The loss is the
+token-level PPO-clip objective of ProRL/BroRL (paper Sec. 3, from DAPO, arXiv 2503.14476, eq. 8):
+
+    L(θ) = -(1/T) Σ_tokens min(r_t·A, clip(r_t, 1 - ε_low, 1 + ε_high)·A) + β·KL_t,
+    r_t = π_θ(y_t | x, y_<t) / π_old(y_t | x, y_<t),
+
+with T the number of response tokens in the mini-batch (token-mean aggregation, so long responses
+are not down-weighted), asymmetric "clip-higher" ε_high > ε_low, and an optional KL penalty to a
+frozen reference policy that the trainer resets to the current policy every few hundred steps
+(ProRL, arXiv 2505.24864, Sec. 3.2).
+"""
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+# ALGO LOGIC: advantages ----------------------------------------------------------------------------
+
+
+def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3): A_i = (R_i - mean(R_group)) / std(R_group).
+
+    rewards: [G, N] (G prompts, N rollouts each). The std is the unbiased group std, as in TRL and
+    DeepSeekMath; `normalize_std=False` gives Dr. GRPO's mean-only baseline.
+
+    >>> grpo_advantages(torch.tensor([[1., 0., 0., 0.]]), normalize_std=False)
+    tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
+    """
+    centered = rewards - rewards.mean(dim=1, keepdim=True)
+    if not normalize_std:
+        return centered
+    return centered / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def reinforce_pp_baseline_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, paper Sec. 3):
+    A_i = R_i - mean(R_group), then whitened with the mean and std of the whole batch.
+
+    rewards: [G, N]. verl whitens over tokens; we whiten over samples (each rollout counts once),
+    which differs only when response lengths differ within the batch.
+    """
+    centered = rewards - rewards.mean(dim=1, keepdim=True)
+    return (centered - centered.mean()) / (centered.std() + eps)
+
+
+# ALGO LOGIC: log-probs -----------------------------------------------------------------------------
+
+
+def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets: torch.Tensor, temperature: float):
+    logits = (hidden @ lm_head_weight.T).float() / temperature  # [chunk, V]: the only vocab-sized tensor
+    logsumexp = logits.logsumexp(dim=-1)
+    logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - logsumexp
+    with torch.no_grad():
+        entropy = logsumexp - (logits.softmax(-1) * logits).sum(-1)
+    return logprobs, entropy
+
+
+def token_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0,
+                   chunk_tokens: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropies of the last `response_len` tokens of each row under π_T = softmax(z/T).
+
+    input_ids, attention_mask: [B, P + R] (left-padded prompt, right-padded response).
+    Returns two [B, R] float32 tensors (0 where the response is padding).
+
+    Memory: the transformer body runs once; the output layer and log-softmax run over chunks of at
+    most `chunk_tokens` response tokens (padding skipped), each under activation checkpointing, so
+    the peak vocab-sized tensor is [chunk_tokens, V] in forward and backward alike.
+    """
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
+    hidden = hidden[:, -response_len - 1 : -1]  # [B, R, H]: the states that predict the response tokens
+    targets = input_ids[:, -response_len:]
+    live = attention_mask[:, -response_len:].bool()
+    weight = model.get_output_embeddings().weight
+    flat_hidden, flat_targets = hidden[live], targets[live]
+    pieces = []
+    for start in range(0, len(flat_targets), chunk_tokens):
+        args = (flat_hidden[start : start + chunk_tokens], weight, flat_targets[start : start + chunk_tokens], temperature)
+        pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled()
+                      else _chunk_logprobs(*args))
+    logprobs = hidden.new_zeros(live.shape, dtype=torch.float32)
+    entropy = torch.zeros_like(logprobs)
+    if pieces:
+        logprobs = logprobs.masked_scatter(live, torch.cat([p[0] for p in pieces]))
+        entropy = entropy.masked_scatter(live, torch.cat([p[1] for p in pieces]))
+    return logprobs, entropy
+
+
+def naive_token_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0) -> torch.Tensor:
+    """Reference implementation: full [B, P+R, V] float32 logits. For tests and bench/ only."""
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits.float()
+    logprobs = torch.log_softmax(logits[:, -response_len - 1 : -1] / temperature, dim=-1)
+    logprobs = logprobs.gather(-1, input_ids[:, -response_len:, None]).squeeze(-1)
+    return logprobs * attention_mask[:, -response_len:]
+
+
+# ALGO LOGIC: loss ----------------------------------------------------------------------------------
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(π_θ || π_ref) from samples of π_θ (Schulman, "Approximating KL").
+
+    With log-ratio l = log π_θ - log π_ref, clamped to [-10, 10] as in ProRLv2:
+    k1 = l, k2 = l²/2 (ProRLv2's choice), k3 = exp(-l) - 1 + l (low variance, unbiased; GRPO's).
+    """
+    log_ratio = (logprobs - ref_logprobs).clamp(-10.0, 10.0)
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio**2
+    if estimator == "k3":
+        return torch.exp(-log_ratio) - 1.0 + log_ratio
+    raise ValueError(f"unknown KL estimator '{estimator}' (k1, k2 or k3)")
+
+
+def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
+    """Token-level PPO-clip with clip-higher (DAPO eq. 8). Returns the per-token loss [B, R] and the
+    per-token clipped indicator (where the clipped branch is the active minimum).
+
+    advantages: [B] (one per rollout, broadcast over its tokens).
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    adv = advantages[:, None]
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
+    loss = -torch.minimum(unclipped, clipped) * mask
+    was_clipped = (clipped < unclipped) & mask.bool()
+    return loss, was_clipped
+
+
+# ALGO LOGIC: the update ----------------------------------------------------------------------------
+
+
+@dataclass
+class UpdateConfig:
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    minibatches: int = 1
+    micro_batch_tokens: int = 16384
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0
+    logprob_chunk_tokens: int = 4096
+
+
+@dataclass
+class TrainBatch:
+    """The rollouts kept for the update, as plain tensors (B rollouts)."""
+
+    prompt_ids: torch.Tensor  # [B, P] left-padded
+    prompt_mask: torch.Tensor  # [B, P]
+    response_ids: torch.Tensor  # [B, R] right-padded
+    response_mask: torch.Tensor  # [B, R]
+    advantages: torch.Tensor  # [B]
+    weights: torch.Tensor | None = None  # [B] multiplicity of each row (see merge_duplicates); None: all 1
+
+
+def merge_duplicates(batch: TrainBatch) -> TrainBatch:
+    """Keep one row per distinct (prompt, response, advantage), weighted by how often it occurred.
+
+    Exact: identical rows have identical log-probs and advantages, so k copies contribute k times
+    one copy's gradient. With hundreds of rollouts per prompt and short answers many responses
+    repeat, and the update then costs what the distinct responses cost.
+    """
+    first: dict[tuple, int] = {}
+    counts: list[float] = []
+    rows: list[int] = []
+    for i in range(len(batch.advantages)):
+        prompt = batch.prompt_ids[i][batch.prompt_mask[i].bool()]
+        response = batch.response_ids[i][batch.response_mask[i].bool()]
+        key = (tuple(prompt.tolist()), tuple(response.tolist()), float(batch.advantages[i]))
+        weight = 1.0 if batch.weights is None else float(batch.weights[i])
+        if key in first:
+            counts[first[key]] += weight
+        else:
+            first[key] = len(rows)
+            rows.append(i)
+            counts.append(weight)
+    return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
+                      batch.response_mask[rows], batch.advantages[rows], torch.tensor(counts))
+
+
+def micro_batches(indices: list[int], lengths: torch.Tensor, max_tokens: int) -> list[list[int]]:
+    """Split `indices` into micro-batches whose padded size (rows x longest row) fits `max_tokens`;
+    rows are sorted by length first so little padding is computed. A longer row goes alone."""
+    order = sorted(indices, key=lambda i: int(lengths[i]), reverse=True)
+    batches, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * int(lengths[current[0]]) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + [current] if current else batches
+
+
+def slice_rows(batch: TrainBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """input_ids and attention_mask [b, p + r] for some rows, with all-padding columns trimmed."""
+    prompt_ids, prompt_mask = batch.prompt_ids[rows], batch.prompt_mask[rows]
+    response_ids, response_mask = batch.response_ids[rows], batch.response_mask[rows]
+    p = int(prompt_mask.sum(-1).max())
+    r = int(response_mask.sum(-1).max())
+    input_ids = torch.cat([prompt_ids[:, -p:], response_ids[:, :r]], dim=-1)
+    attention_mask = torch.cat([prompt_mask[:, -p:], response_mask[:, :r]], dim=-1)
+    return input_ids, attention_mask, r
+
+
+def batch_logprobs(model, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None) -> torch.Tensor:
+    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like the update."""
+    rows = list(range(len(batch.advantages))) if rows is None else rows
+    out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
+    lengths = batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for mb in micro_batches(rows, lengths, cfg.micro_batch_tokens):
+            input_ids, attention_mask, r = slice_rows(batch, mb)
+            logprobs, _ = token_logprobs(model, input_ids.to(device), attention_mask.to(device), r,
+                                         cfg.temperature, cfg.logprob_chunk_tokens)
+            out[mb, :r] = logprobs.cpu()
+    return out
+
+
+def ppo_update(model, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor, cfg: UpdateConfig,
+               ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None) -> dict:
+    """One BroRL step: `cfg.minibatches` optimizer steps over a random split of the batch (the paper
+    keeps the number of mini-batches per step fixed when N grows). Rows of weight w count w times
+    (in the token mean and the statistics alike); a mini-batch holds about 1/minibatches of the
+    total weight. Returns token-mean statistics and the mean gradient norm."""
+    device = next(model.parameters()).device
+    n_rows = len(batch.advantages)
+    weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
+    lengths = batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
+    perm = torch.randperm(n_rows, generator=generator)
+    share = torch.floor(weights[perm].cumsum(0) * cfg.minibatches / weights.sum() - 1e-9).clamp(max=cfg.minibatches - 1)
+    stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+    tokens_seen = 0.0
+    model.train()
+    for k in range(cfg.minibatches):
+        minibatch = perm[share == k].tolist()
+        if not minibatch:
+            continue
+        n_tokens = float((batch.response_mask[minibatch].sum(-1) * weights[minibatch]).sum())
+        optimizer.zero_grad(set_to_none=True)
+        for mb in micro_batches(minibatch, lengths, cfg.micro_batch_tokens):
+            input_ids, attention_mask, r = slice_rows(batch, mb)
+            mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
+            logprobs, entropy = token_logprobs(model, input_ids.to(device), attention_mask.to(device), r,
+                                               cfg.temperature, cfg.logprob_chunk_tokens)
+            loss_tok, was_clipped = clipped_policy_loss(logprobs, old_logprobs[mb, :r].to(device),
+                                                        batch.advantages[mb].to(device), mask, cfg.eps_low, cfg.eps_high)
+            if ref_logprobs is not None and cfg.kl_coef > 0:
+                kl = kl_penalty(logprobs, ref_logprobs[mb, :r].to(device), cfg.kl_estimator) * mask
+                loss_tok = loss_tok + cfg.kl_coef * kl
+                stats["kl"] += float(kl.sum())
+            (loss_tok.sum() / n_tokens).backward()  # token-mean over the whole mini-batch
+            stats["loss"] += float(loss_tok.detach().sum())
+            stats["clip_frac"] += float((was_clipped * mask).sum())
+            stats["entropy"] += float((entropy * mask).sum())
+        stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) / cfg.minibatches
+        optimizer.step()
+        tokens_seen += n_tokens
+    model.eval()
+    for key in ("loss", "clip_frac", "kl", "entropy"):
+        stats[key] /= max(tokens_seen, 1)
+    return stats
+
+
+# The knowledge-shrinkage monitor (paper Fig. 3 (ii)/(iii), at LLM scale) ----------------------------
+
+
+def shrinkage(before: torch.Tensor, after: torch.Tensor, tol: float = 1e-6) -> tuple[float, float]:
+    """Fraction of correct responses whose sequence log-prob fell by more than `tol` nats across
+    the update, and the worst change (most negative after - before; 0 if none fell).
+
+    >>> shrinkage(torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-0.5, -2.5, -3.0]))
+    (0.3333333333333333, -0.5)
+    """
+    if before.numel() == 0:
+        return 0.0, 0.0
+    change = after - before
+    return int((change < -tol).sum()) / change.numel(), min(0.0, float(change.min()))
