@@ -9,7 +9,7 @@ One step, top to bottom in `train()` below:
 
 The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
 up on 2-digit addition until it solves about a quarter of held-out problems at T=1 (built once and
-cached, see tiny_model.py), trained with N=512 rollouts per prompt on a 2-core CPU in minutes.
+cached, see tiny_model.py), trained with N=256 rollouts per prompt on a 2-core CPU in minutes.
 
     python train_brorl.py                                   # the CPU demo
     python train_brorl.py --preset smoke --output-dir /tmp/smoke
@@ -77,9 +77,9 @@ class Config:
     chat_template: bool = True
     """wrap prompts in the tokenizer's chat template when it has one"""
     # ---- rollouts (paper Sec. 3: BroRL N=512 x 128 prompts, ProRL N=16 x 512) ----
-    n_rollouts: int = 512
+    n_rollouts: int = 256
     """N, rollouts per prompt: BroRL scales this to hundreds"""
-    prompts_per_step: int = 4
+    prompts_per_step: int = 32
     """prompts sampled per step"""
     temperature: float = 1.0
     """rollout sampling temperature"""
@@ -96,7 +96,7 @@ class Config:
     """grpo only: divide by the group std (off: Dr. GRPO)"""
     dynamic_sampling: bool = True
     """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
-    lr: float = 2e-4
+    lr: float = 1e-4
     """AdamW learning rate"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
@@ -119,9 +119,9 @@ class Config:
     max_grad_norm: float = 1.0
     """gradient clipping norm"""
     # ---- loop, eval, checkpoints ----
-    total_steps: int = 40
+    total_steps: int = 120
     """RL steps"""
-    eval_every: int = 10
+    eval_every: int = 20
     """evaluate every this many steps (and always at step 0 and at the end)"""
     eval_samples: int = 4
     """samples per test problem; eval_pass1 is their mean reward"""

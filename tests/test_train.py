@@ -99,3 +99,15 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     steps = [json.loads(line)["step"] for line in (crashed / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 3, 4, 5, 6, 6]  # no step logged twice, none missing
+
+
+@pytest.mark.slow
+def test_default_run_raises_held_out_pass1_by_20_points(tmp_path):
+    """The README's claim: `python train_brorl.py` (no flags) learns, within 10 minutes on 2 cores."""
+    start = time.time()
+    run_script("train_brorl.py", "--output-dir", str(tmp_path / "demo"))
+    evals = [json.loads(line) for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in evals if "eval_pass1" in r]
+    assert evals[0]["step"] == 0 and evals[-1]["step"] == train_brorl.Config.total_steps
+    assert evals[-1]["eval_pass1"] - evals[0]["eval_pass1"] >= 0.20
+    assert time.time() - start < 600

@@ -1,0 +1,78 @@
+"""Peak memory and time of the log-prob + loss step (forward and backward), chunked vs naive.
+
+The naive path materialises [batch, seq, vocab] float32 logits and their log-softmax; update.py's
+chunked path holds at most [chunk_tokens, vocab] at once. The gap grows with the vocabulary, so the
+tiny model's body is paired with a realistic vocabulary (32K, like Llama/Mistral; Qwen's is 152K).
+Each mode runs in a fresh subprocess and reports its peak resident memory above the baseline
+after the model and batch were built.
+
+    python bench/update_memory.py                      # N=512 responses of 256 tokens, vocab 32768
+    python bench/update_memory.py --n 64 --response-len 128 --vocab 8192
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import update  # noqa: E402
+from tiny_model import TinySpec, build_model, build_tokenizer  # noqa: E402
+
+
+def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, chunk: int) -> dict:
+    tokenizer = build_tokenizer()
+    model = build_model(TinySpec(max_positions=prompt_len + response_len + 8), tokenizer)
+    model.resize_token_embeddings(vocab)
+    g = torch.Generator().manual_seed(0)
+    input_ids = torch.randint(0, vocab, (n, prompt_len + response_len), generator=g)
+    attention_mask = torch.ones_like(input_ids)
+    old = torch.zeros(n, response_len) - 5.0
+    advantages = torch.randn(n, generator=g)
+    base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.time()
+    if mode == "naive":
+        logprobs = update.naive_token_logprobs(model, input_ids, attention_mask, response_len)
+    else:
+        logprobs, _ = update.token_logprobs(model, input_ids, attention_mask, response_len, chunk_tokens=chunk)
+    mask = torch.ones(n, response_len)
+    loss, _ = update.clipped_policy_loss(logprobs, old, advantages, mask, 0.2, 0.28)
+    (loss.sum() / mask.sum()).backward()
+    seconds = time.time() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"mode": mode, "peak_mib": (peak_kib - base_kib) / 1024, "seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=512, help="rollouts in the batch (N)")
+    parser.add_argument("--response-len", type=int, default=256, help="response tokens per rollout")
+    parser.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per rollout")
+    parser.add_argument("--vocab", type=int, default=32768, help="vocabulary size")
+    parser.add_argument("--chunk-tokens", type=int, default=4096, help="chunk size of the chunked path")
+    parser.add_argument("--mode", choices=["naive", "chunked"], help=argparse.SUPPRESS)  # one subprocess run
+    args = parser.parse_args()
+    if args.mode:
+        print(json.dumps(measure(args.mode, args.n, args.response_len, args.prompt_len, args.vocab, args.chunk_tokens)))
+        return
+    results = {}
+    for mode in ("naive", "chunked"):
+        cmd = [sys.executable, __file__, "--mode", mode] + [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+                                                           if k != "mode"]
+        results[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    print(f"log-prob + loss step, forward + backward: N={args.n}, response {args.response_len} tokens, "
+          f"vocab {args.vocab}, tiny Qwen2 body, fp32, CPU")
+    print(f"| path | peak memory (MiB) | time (s) |\n| --- | --- | --- |")
+    for mode in ("naive", "chunked"):
+        print(f"| {mode} | {results[mode]['peak_mib']:.0f} | {results[mode]['seconds']:.2f} |")
+    print(f"chunked / naive peak memory: {results['chunked']['peak_mib'] / results['naive']['peak_mib']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
