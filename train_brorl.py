@@ -116,6 +116,8 @@ class Config:
     """token budget of a forward/backward micro-batch (gradient accumulation fills the mini-batch)"""
     logprob_chunk_tokens: int = 4096
     """response tokens per output-layer chunk when computing log-probs"""
+    gradient_checkpointing: bool = False
+    """recompute the transformer's activations in backward (much less memory for long responses)"""
     max_grad_norm: float = 1.0
     """gradient clipping norm"""
     # ---- loop, eval, checkpoints ----
@@ -331,6 +333,8 @@ def train(cfg: Config) -> Path:
     model_path = str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model
     model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else model_path, cfg.dtype, device,
                                    None if checkpoint else cfg.model_revision)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ref_model = copy.deepcopy(model).requires_grad_(False) if cfg.kl_coef > 0 else None
     step, data_position = 0, 0

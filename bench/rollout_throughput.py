@@ -6,6 +6,7 @@ runs the same comparison with rollout.py's transformers backend on this machine,
 embedded tiny model and the toy task's prompts.
 
     python bench/rollout_throughput.py
+    python bench/rollout_throughput.py --few-shot 16     # long prompts: 16 solved examples first
     python bench/rollout_throughput.py --model PATH --total 2048 --max-new-tokens 64
 """
 
@@ -31,13 +32,16 @@ def main() -> None:
     parser.add_argument("--ns", type=int, nargs="+", default=[16, 512], help="rollouts per prompt to compare")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="response length limit")
     parser.add_argument("--max-batch-seqs", type=int, default=2048, help="most sequences decoded at once")
+    parser.add_argument("--few-shot", type=int, default=0,
+                        help="prepend this many solved training problems to every prompt (longer prompts)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (best is reported)")
     args = parser.parse_args()
     model, tokenizer = load_policy(str(ensure_tiny_model()) if args.model == "tiny" else args.model)
     tasks = load_tasks(args.data)
+    prefix = "".join(f"{t['prompt']}\\boxed{{{t['answer']}}}\n" for t in tasks[-args.few_shot:]) if args.few_shot else ""
     rows = []
     for n in args.ns:
-        prompts = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks[: args.total // n]], True)
+        prompts = rollout.encode_prompts(tokenizer, [prefix + t["prompt"] for t in tasks[: args.total // n]], True)
         params = rollout.SamplingParams(n=n, max_new_tokens=args.max_new_tokens, max_batch_seqs=args.max_batch_seqs)
         rollout.generate(model, tokenizer, prompts[:1], params, torch.Generator().manual_seed(0))  # warm-up
         best = min(
@@ -45,8 +49,8 @@ def main() -> None:
             for r in range(args.repeats)
         )
         rows.append((n, len(prompts), len(prompts) * n / best))
-    print(f"generation, transformers backend, {args.total} samples, max {args.max_new_tokens} new tokens, "
-          f"{torch.get_num_threads()} threads")
+    print(f"generation, transformers backend, {args.total} samples, prompts of ~{len(prompts[0])} tokens, "
+          f"max {args.max_new_tokens} new tokens, {torch.get_num_threads()} threads")
     print("| N per prompt | prompts | samples/s |\n| --- | --- | --- |")
     for n, prompts, rate in rows:
         print(f"| {n} | {prompts} | {rate:.0f} |")

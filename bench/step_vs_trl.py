@@ -1,7 +1,8 @@
 """A whole RL step (generate + score + update) at N=512, brorl vs TRL's GRPOTrainer, side by side.
 
 Same model (the embedded tiny model), same prompts, same response length limit, same number of
-samples per step, same temperature, no KL, one optimizer step per RL step, CPU. brorl's step time
+samples per step, same temperature, no KL, one optimizer step per RL step, no activation
+checkpointing, CPU. brorl's step time
 is read from its own `metrics.jsonl` (`step_time`: generation, scoring, the update and the
 shrinkage monitor); TRL's is the time between its `on_step_end` callbacks. The first step of each
 is a warm-up and is dropped; the median of the rest is reported.
@@ -68,6 +69,7 @@ def trl_step_times(args, workdir: Path) -> list[float]:
         max_steps=args.steps, num_generations=args.n, per_device_train_batch_size=args.n * args.prompts,
         steps_per_generation=1, gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens,
         temperature=1.0, top_p=1.0, learning_rate=1e-4, beta=0.0, shuffle_dataset=False, seed=0,
+        gradient_checkpointing=False,  # TRL turns it on by default; brorl's default is off
     )
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=arith_reward, args=config,
                           train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(path),

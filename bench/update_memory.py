@@ -2,11 +2,15 @@
 
 The naive path materialises [batch, seq, vocab] float32 logits and their log-softmax; update.py's
 chunked path holds at most [chunk_tokens, vocab] at once. The gap grows with the vocabulary, so the
-tiny model's body is paired with a realistic vocabulary (32K, like Llama/Mistral; Qwen's is 152K).
+tiny model's body is paired with a larger vocabulary (8K; the vocab/hidden ratio of 64 is below
+Qwen2.5-1.5B's 99, so real models gain more). The naive path at a 32K vocabulary would need
+~18 GiB for the logits alone and does not fit this 24 GiB machine.
 Each mode runs in a fresh subprocess and reports its peak resident memory above the baseline
-after the model and batch were built.
+after the model and batch were built. Both paths are measured with and without activation
+checkpointing of the transformer body (`--gradient-checkpointing` in train_brorl.py): without it,
+the body's saved activations dominate the chunked path at this size.
 
-    python bench/update_memory.py                      # N=512 responses of 256 tokens, vocab 32768
+    python bench/update_memory.py                      # N=512 responses of 192 tokens, vocab 8192
     python bench/update_memory.py --n 64 --response-len 128 --vocab 8192
 """
 
@@ -26,10 +30,16 @@ import update  # noqa: E402
 from tiny_model import TinySpec, build_model, build_tokenizer  # noqa: E402
 
 
+MODES = ["naive", "chunked", "naive+ckpt", "chunked+ckpt"]
+
+
 def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, chunk: int) -> dict:
     tokenizer = build_tokenizer()
     model = build_model(TinySpec(max_positions=prompt_len + response_len + 8), tokenizer)
     model.resize_token_embeddings(vocab)
+    model.train()
+    if mode.endswith("+ckpt"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     g = torch.Generator().manual_seed(0)
     input_ids = torch.randint(0, vocab, (n, prompt_len + response_len), generator=g)
     attention_mask = torch.ones_like(input_ids)
@@ -37,7 +47,7 @@ def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, c
     advantages = torch.randn(n, generator=g)
     base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.time()
-    if mode == "naive":
+    if mode.startswith("naive"):
         logprobs = update.naive_token_logprobs(model, input_ids, attention_mask, response_len)
     else:
         logprobs, _ = update.token_logprobs(model, input_ids, attention_mask, response_len, chunk_tokens=chunk)
@@ -52,26 +62,29 @@ def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, c
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=512, help="rollouts in the batch (N)")
-    parser.add_argument("--response-len", type=int, default=256, help="response tokens per rollout")
+    parser.add_argument("--response-len", type=int, default=192, help="response tokens per rollout")
     parser.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per rollout")
-    parser.add_argument("--vocab", type=int, default=32768, help="vocabulary size")
+    parser.add_argument("--vocab", type=int, default=8192, help="vocabulary size")
     parser.add_argument("--chunk-tokens", type=int, default=4096, help="chunk size of the chunked path")
-    parser.add_argument("--mode", choices=["naive", "chunked"], help=argparse.SUPPRESS)  # one subprocess run
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one subprocess run
     args = parser.parse_args()
     if args.mode:
         print(json.dumps(measure(args.mode, args.n, args.response_len, args.prompt_len, args.vocab, args.chunk_tokens)))
         return
     results = {}
-    for mode in ("naive", "chunked"):
+    for mode in MODES:
         cmd = [sys.executable, __file__, "--mode", mode] + [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
                                                            if k != "mode"]
         results[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     print(f"log-prob + loss step, forward + backward: N={args.n}, response {args.response_len} tokens, "
           f"vocab {args.vocab}, tiny Qwen2 body, fp32, CPU")
-    print(f"| path | peak memory (MiB) | time (s) |\n| --- | --- | --- |")
-    for mode in ("naive", "chunked"):
-        print(f"| {mode} | {results[mode]['peak_mib']:.0f} | {results[mode]['seconds']:.2f} |")
-    print(f"chunked / naive peak memory: {results['chunked']['peak_mib'] / results['naive']['peak_mib']:.3f}")
+    print("| path | body checkpointing | peak memory (MiB) | time (s) |\n| --- | --- | --- | --- |")
+    for mode in MODES:
+        print(f"| {mode.removesuffix('+ckpt')} | {'yes' if mode.endswith('+ckpt') else 'no'} | "
+              f"{results[mode]['peak_mib']:.0f} | {results[mode]['seconds']:.2f} |")
+    for suffix, label in (("", "without"), ("+ckpt", "with")):
+        ratio = results["chunked" + suffix]["peak_mib"] / results["naive" + suffix]["peak_mib"]
+        print(f"chunked / naive peak memory, {label} body checkpointing: {ratio:.3f}")
 
 
 if __name__ == "__main__":
