@@ -1,0 +1,102 @@
+"""simulate.py: Theorem 1 against autograd, Lemma 2 by Monte Carlo, the Fig. 3 simulator and its files."""
+
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+import simulate
+from conftest import run_script
+
+
+def fixed_instance(vocab=50, n=20, peak=2.0, seed=0, r_c=1.0, r_w=-1.0):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(vocab, generator=g, dtype=torch.float64) * peak
+    correct = torch.arange(vocab) < vocab // 3
+    draws = torch.multinomial(torch.softmax(z, -1), n, replacement=True, generator=g)
+    sampled = torch.zeros(vocab, dtype=torch.bool)
+    sampled[draws] = True
+    return z, correct, sampled & correct, sampled & ~correct, r_c, r_w, 0.5, n
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(peak=0.0), dict(peak=6.0, n=3), dict(vocab=500, n=400, r_c=0.3, r_w=-2.0)])
+def test_theorem1_closed_form_equals_the_autograd_first_order_change(kwargs):
+    instance = fixed_instance(**kwargs)
+    *terms, total = simulate.theorem1_terms(*instance)
+    assert float(total) == pytest.approx(float(sum(terms)))
+    size = float(sum(abs(t) for t in terms))  # relative to the terms' sizes, as --check-theorem reports
+    assert abs(float(total) - float(simulate.first_order_delta_q_pos(*instance))) <= 1e-6 * size  # the issue's bound; float64 cancellation leaves ~1e-8
+
+
+def test_sampled_terms_are_never_negative_and_only_the_unsampled_term_can_be():
+    signs = set()
+    for seed in range(200):
+        sampled_pos, sampled_neg, unsampled, _ = simulate.theorem1_terms(*fixed_instance(seed=seed, peak=3.0, n=5))
+        assert sampled_pos >= 0 and sampled_neg >= 0
+        signs.add(bool(unsampled < 0))
+    assert signs == {True, False}  # the coupling term really takes both signs
+
+
+def test_lemma2_unsampled_second_moment_matches_its_expectation():
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(100, generator=g, dtype=torch.float64) * 2, -1)
+    for n in (2, 32, 256):
+        mean, se = simulate.unsampled_second_moment_mc(p, n, 5000, g)
+        assert abs(mean - float((p**2 * (1 - p) ** n).sum())) <= 4 * se
+
+
+@pytest.mark.parametrize("n", [64, 20_000])  # torch.multinomial path and the sorted-uniforms path
+def test_sampled_token_frequencies_follow_p(n):
+    p = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]])
+    g = torch.Generator().manual_seed(0)
+    sample_tokens = simulate.TokenSampler(2, 4, n, g)
+    counts = sum(torch.zeros_like(p).scatter_add_(1, sample_tokens(p), torch.ones(2, n)) for _ in range(1000))
+    assert torch.allclose(counts / (1000 * n), p, atol=0.01)  # 0.01 is > 4 standard errors here
+
+
+def test_seeded_start_is_the_papers_correct_mass():
+    cfg = simulate.SimConfig()
+    z, correct = simulate.initial_state(cfg)
+    p = simulate.softmax_(z, torch.empty_like(z))
+    assert float(p.sum()) == pytest.approx(1.0, abs=1e-6)
+    expected = 10_000 * math.exp(3) / (10_000 * math.exp(3) + math.exp(5) + 117_999)
+    assert float(p[correct].sum()) == pytest.approx(expected) and expected == pytest.approx(0.6296, abs=1e-4)
+
+
+SMALL = simulate.SimConfig(vocab=3000, n_correct=200, steps=30, ns=[4, 2000], seeds=3)
+
+
+def test_simulator_shapes_ranges_and_determinism():
+    first, again = simulate.simulate(SMALL), simulate.simulate(SMALL)
+    for n in SMALL.ns:
+        for name, values in first[n].items():
+            assert values.shape == (SMALL.steps + 1, SMALL.seeds)
+            assert torch.equal(values, again[n][name])
+        assert ((first[n]["correct_mass"] > 0) & (first[n]["correct_mass"] < 1)).all()
+        assert (first[n]["frac_increased"][0] == 0).all() and (first[n]["worst_change"][0] == 0).all()
+    other = simulate.simulate(simulate.SimConfig(**{**SMALL.__dict__, "seed": 1}))
+    assert not torch.equal(other[4]["correct_mass"], first[4]["correct_mass"])
+
+
+def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
+    simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200", "--steps", "20",
+                   "--ns", "4", "2000", "--seeds", "2"])
+    assert (tmp_path / "fig3.png").stat().st_size > 10_000
+    with open(tmp_path / "curves.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert set(rows[0]) == {"n", "step", "metric", "mean", "std", "min", "max"}
+    assert len(rows) == 2 * 21 * 3
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert set(summary) == {"4", "2000"}
+    for values in summary.values():
+        assert set(values) == {"correct_mass", "frac_increased", "worst_change", "shrink_seed_frac"}
+        assert 0 <= values["shrink_seed_frac"] <= 1
+
+
+def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
+    result = run_script("simulate.py", "--check-theorem", "--instances", "200")
+    assert "PASS" in result.stdout and "worst relative error" in result.stdout
+    bad = run_script("simulate.py", "--n-correct", "0", check=False)
+    assert bad.returncode == 2 and "--n-correct must be in [1, vocab - 1]" in bad.stderr
