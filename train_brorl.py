@@ -221,6 +221,7 @@ def fsync_tree(path: Path) -> None:
 def latest_checkpoint(output_dir: Path) -> Path | None:
     root = output_dir / "checkpoints"
     found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
+    found = [p for p in found if (p / "trainer_state.pt").is_file()]
     return found[-1] if found else None
 
 
@@ -242,7 +243,10 @@ def save_checkpoint(output_dir: Path, step: int, model, tokenizer, optimizer, re
     os.replace(tmp, final)
     fsync_dir(root)
     for old in sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name))[:-keep]:
-        shutil.rmtree(old)
+        doomed = root / f".{old.name}.deleting"  # renamed first, so a kill never leaves half a checkpoint
+        shutil.rmtree(doomed, ignore_errors=True)
+        os.replace(old, doomed)
+        shutil.rmtree(doomed)
     return final
 
 
@@ -253,12 +257,20 @@ class MetricsLog:
     def __init__(self, output_dir: Path, resume_step: int | None):
         self.path = output_dir / "metrics.jsonl"
         if resume_step is not None and self.path.exists():  # drop rows of the step(s) the kill lost
-            rows = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+            rows = [line for line in self.path.read_text().splitlines() if self.row_step(line) <= resume_step]
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(row + "\n" for row in rows))
             os.replace(tmp, self.path)
         self.writer = SummaryWriter(str(output_dir), purge_step=None if resume_step is None else resume_step + 1)
         self.file = open(self.path, "a")
+
+    @staticmethod
+    def row_step(line: str) -> float:
+        """The row's step; a line torn by a kill counts as lost."""
+        try:
+            return json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return float("inf")
 
     def log(self, step: int, scalars: dict, prefix: str) -> None:
         self.file.write(json.dumps({"step": step, **scalars}) + "\n")
@@ -287,11 +299,13 @@ def step_generator(cfg: Config, step: int, stream: int) -> torch.Generator:
 
 def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> list[dict]:
     """Tasks `position .. position + count` of an endless stream of seeded per-epoch shuffles."""
+    orders: dict[int, torch.Tensor] = {}
     batch = []
     for p in range(position, position + count):
         epoch, index = divmod(p, len(tasks))
-        order = torch.randperm(len(tasks), generator=torch.Generator().manual_seed(seed + epoch))
-        batch.append(tasks[int(order[index])])
+        if epoch not in orders:
+            orders[epoch] = torch.randperm(len(tasks), generator=torch.Generator().manual_seed(seed + epoch))
+        batch.append(tasks[int(orders[epoch][index])])
     return batch
 
 
@@ -338,13 +352,16 @@ def train(cfg: Config) -> Path:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     ref_model = copy.deepcopy(model).requires_grad_(False) if cfg.kl_coef > 0 else None
     step, data_position = 0, 0
-    random.seed(cfg.seed), np.random.seed(cfg.seed), torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
     if checkpoint:
         state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
         optimizer.load_state_dict(state["optimizer"])
         if ref_model is not None:
             ref_model.load_state_dict(state["ref_model"])
-        torch.set_rng_state(state["rng"]["torch"]), np.random.set_state(state["rng"]["numpy"])
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
         step, data_position = state["step"], state["data_position"]
         print(f"resumed from {checkpoint} at step {step}")

@@ -111,3 +111,15 @@ def test_default_run_raises_held_out_pass1_by_20_points(tmp_path):
     assert evals[0]["step"] == 0 and evals[-1]["step"] == train_brorl.Config.total_steps
     assert evals[-1]["eval_pass1"] - evals[0]["eval_pass1"] >= 0.20
     assert time.time() - start < 600
+
+
+def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(tmp_path):
+    out = tmp_path / "run"
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--eval-every", "100")
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "reward_me')  # killed mid-write
+    (out / "checkpoints" / "step_000003" / "model").mkdir(parents=True)  # killed before trainer_state.pt
+    assert train_brorl.latest_checkpoint(out).name == "step_000002"
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 2, 3, 3]
