@@ -167,24 +167,22 @@ def merge_duplicates(batch: TrainBatch) -> TrainBatch:
 
     Exact: identical rows have identical log-probs and advantages, so k copies contribute k times
     one copy's gradient. With hundreds of rollouts per prompt and short answers many responses
-    repeat, and the update then costs what the distinct responses cost.
+    repeat, and the update then costs what the distinct responses cost. Rows keep the order of
+    their first occurrence.
     """
-    first: dict[tuple, int] = {}
-    counts: list[float] = []
-    rows: list[int] = []
-    for i in range(len(batch.advantages)):
-        prompt = batch.prompt_ids[i][batch.prompt_mask[i].bool()]
-        response = batch.response_ids[i][batch.response_mask[i].bool()]
-        key = (tuple(prompt.tolist()), tuple(response.tolist()), float(batch.advantages[i]))
-        weight = 1.0 if batch.weights is None else float(batch.weights[i])
-        if key in first:
-            counts[first[key]] += weight
-        else:
-            first[key] = len(rows)
-            rows.append(i)
-            counts.append(weight)
+    n_rows = len(batch.advantages)
+    key = torch.cat([batch.prompt_ids, batch.response_ids, batch.prompt_mask.sum(-1, keepdim=True),
+                     batch.response_mask.sum(-1, keepdim=True),
+                     batch.advantages.float().view(torch.int32).long()[:, None]], dim=-1)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    n_unique = int(inverse.max()) + 1
+    first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows), "amin")
+    weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
+    counts = torch.zeros(n_unique).scatter_add_(0, inverse, weights)
+    order = first.argsort()
+    rows = first[order]
     return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
-                      batch.response_mask[rows], batch.advantages[rows], torch.tensor(counts))
+                      batch.response_mask[rows], batch.advantages[rows], counts[order])
 
 
 def micro_batches(indices: list[int], lengths: torch.Tensor, max_tokens: int) -> list[list[int]]:
