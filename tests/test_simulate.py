@@ -78,11 +78,13 @@ def test_simulator_shapes_ranges_and_determinism():
         assert (first[n]["frac_increased"][0] == 0).all() and (first[n]["worst_change"][0] == 0).all()
     other = simulate.simulate(simulate.SimConfig(**{**SMALL.__dict__, "seed": 1}))
     assert not torch.equal(other[4]["correct_mass"], first[4]["correct_mass"])
+    parallel = simulate.simulate(SMALL, workers=2)  # same numbers whatever the number of processes
+    assert all(torch.equal(parallel[n][k], first[n][k]) for n in SMALL.ns for k in first[n])
 
 
 def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
     simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200", "--steps", "20",
-                   "--ns", "4", "2000", "--seeds", "2"])
+                   "--ns", "4", "2000", "--seeds", "2", "--workers", "1"])
     assert (tmp_path / "fig3.png").stat().st_size > 10_000
     with open(tmp_path / "curves.csv") as f:
         rows = list(csv.DictReader(f))
