@@ -174,8 +174,8 @@ def merge_duplicates(batch: TrainBatch) -> TrainBatch:
     key = torch.cat([batch.prompt_ids, batch.response_ids, batch.prompt_mask.sum(-1, keepdim=True),
                      batch.response_mask.sum(-1, keepdim=True),
                      batch.advantages.float().view(torch.int32).long()[:, None]], dim=-1)
-    _, inverse = torch.unique(key, dim=0, return_inverse=True)
-    n_unique = int(inverse.max()) + 1
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    n_unique = len(unique)  # 0 when dynamic sampling kept no group
     first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows), "amin")
     weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
     counts = torch.zeros(n_unique).scatter_add_(0, inverse, weights)

@@ -122,6 +122,15 @@ def test_merged_duplicates_give_the_same_update_as_the_repeated_rows(untrained_p
     assert weighted_stats["entropy"] == pytest.approx(plain_stats["entropy"], rel=1e-5)
 
 
+def test_merging_an_empty_batch_gives_an_empty_batch(untrained_policy):
+    _, tokenizer = untrained_policy
+    batch = make_batch(tokenizer, n_rows=2)
+    empty = update.TrainBatch(batch.prompt_ids[:0], batch.prompt_mask[:0], batch.response_ids[:0],
+                              batch.response_mask[:0], batch.advantages[:0])  # every group dropped this step
+    merged = update.merge_duplicates(empty)
+    assert len(merged.advantages) == 0 and merged.weights.shape == (0,)
+
+
 def test_update_raises_the_probability_of_positive_advantage_responses(untrained_policy):
     model, tokenizer = untrained_policy
     batch = make_batch(tokenizer)
