@@ -157,10 +157,13 @@ class SimConfig:
     seed: int = 0
 
 
-def softmax_(z: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Row softmax into `out`, rows summing to 1 in float32 (torch.softmax's CPU kernel loses ~4e-4 of
-    the mass over 128,000 entries, more than the per-token changes the simulator tracks)."""
-    torch.sub(z, z.amax(-1, keepdim=True), out=out).exp_()
+def softmax_(z: torch.Tensor, out: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Row softmax of z / T into `out`, rows summing to 1 in float32 (torch.softmax's CPU kernel loses
+    ~4e-4 of the mass over 128,000 entries, more than the per-token changes the simulator tracks)."""
+    torch.sub(z, z.amax(-1, keepdim=True), out=out)
+    if temperature != 1.0:
+        out.div_(temperature)
+    out.exp_()
     return out.div_(out.sum(-1, keepdim=True))
 
 
@@ -216,7 +219,7 @@ def simulate_n(cfg: SimConfig, n: int, g: torch.Generator) -> dict[str, torch.Te
     sample_tokens = TokenSampler(cfg.seeds, cfg.vocab, n, g)
     p, w, centred, grad = (torch.empty_like(z, requires_grad=False) for _ in range(4))
     ones = torch.ones(cfg.seeds, n)
-    p0 = softmax_(z0 / cfg.temperature, torch.empty_like(z0))[correct]
+    p0 = softmax_(z0, torch.empty_like(z0), cfg.temperature)[correct]
     history = {"correct_mass": [], "frac_increased": [], "worst_change": []}
 
     def record(p):
@@ -227,7 +230,7 @@ def simulate_n(cfg: SimConfig, n: int, g: torch.Generator) -> dict[str, torch.Te
         history["worst_change"].append(change.min(-1).values)
 
     with torch.no_grad():
-        record(softmax_(z / cfg.temperature, p))
+        record(softmax_(z, p, cfg.temperature))
         for _ in range(cfg.steps):
             w.zero_().scatter_add_(1, sample_tokens(p), ones)  # counts c_i of the N draws
             baseline = torch.mv(w, rewards).unsqueeze(-1) / n  # b = (1/N) Σ_draws R_j
@@ -244,7 +247,7 @@ def simulate_n(cfg: SimConfig, n: int, g: torch.Generator) -> dict[str, torch.Te
             optimizer.step()
             if not cfg.train_anchor:
                 z[:, -1] = cfg.anchor_logit  # held fixed (AdamW's weight decay would move it)
-            record(softmax_(z / cfg.temperature if cfg.temperature != 1.0 else z, p))
+            record(softmax_(z, p, cfg.temperature))
     return {name: torch.stack(values) for name, values in history.items()}
 
 
