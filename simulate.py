@@ -178,7 +178,8 @@ def initial_state(cfg: SimConfig):
 
 
 class TokenSampler:
-    """Token ids [S, n] of n i.i.d. draws from each row of p, without a per-sample Python loop.
+    """Token ids [S, n]: n i.i.d. draws from each row of p, row r drawn with its own generator (so a
+    seed's trajectory is the same whichever rows it is batched with), without a per-sample Python loop.
 
     Small n: torch.multinomial. Large n: inverse-CDF sampling with the n uniforms generated already
     sorted (normalised cumulative sums of n + 1 exponential spacings are distributed as sorted
@@ -189,36 +190,45 @@ class TokenSampler:
 
     MULTINOMIAL_MAX = 4096  # above this, inverse-CDF sampling is faster
 
-    def __init__(self, rows: int, vocab: int, n: int, g: torch.Generator):
-        self.n, self.g = n, g
+    def __init__(self, vocab: int, n: int, generators: list[torch.Generator]):
+        self.n, self.generators = n, generators
+        rows = len(generators)
+        self.tokens = torch.empty(rows, n, dtype=torch.long)
         if n > self.MULTINOMIAL_MAX:
             self.cdf = torch.empty(rows, vocab, dtype=torch.float64)
             self.points = torch.empty(rows, n + 1, dtype=torch.float64)
             self.uniforms = torch.empty(rows, n, dtype=torch.float64)
-            self.tokens = torch.empty(rows, n, dtype=torch.long)
 
     def __call__(self, p: torch.Tensor) -> torch.Tensor:
         if self.n <= self.MULTINOMIAL_MAX:
-            return torch.multinomial(p, self.n, replacement=True, generator=self.g)
+            for row, g in enumerate(self.generators):
+                torch.multinomial(p[row], self.n, replacement=True, generator=g, out=self.tokens[row])
+            return self.tokens
         torch.cumsum(p, -1, dtype=torch.float64, out=self.cdf)
-        self.points.uniform_(generator=self.g).log_().neg_().cumsum_(-1)
+        for row, g in enumerate(self.generators):
+            self.points[row].uniform_(generator=g)
+        self.points.log_().neg_().cumsum_(-1)
         torch.div(self.points[:, : self.n], self.points[:, self.n :], out=self.uniforms).mul_(self.cdf[:, -1:])
         return torch.searchsorted(self.cdf, self.uniforms, out=self.tokens).clamp_(max=p.shape[1] - 1)
 
 
-def simulate_n(cfg: SimConfig, n: int, g: torch.Generator) -> dict[str, torch.Tensor]:
-    """All seeds at one N, one row of logits per seed: {metric: [steps + 1, seeds]}.
+def seed_generator(cfg: SimConfig, n: int, seed_index: int) -> torch.Generator:
+    """The random stream of one (N, seed) run, fixed by cfg.seed alone."""
+    return torch.Generator().manual_seed((cfg.seed * 1_000_003 + n) * 1_009 + seed_index)
+
+
+def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, torch.Tensor]:
+    """The given seeds at one N, one row of logits per seed: {metric: [steps + 1, len(seed_indices)]}.
 
     One N at a time keeps the [seeds, V] working set in cache (stacking all N was slower), and every
     [seeds, V] buffer is allocated once.
     """
     z0, correct = initial_state(cfg)
     rewards = torch.where(correct, 1.0, -1.0)
-    z = z0.expand(cfg.seeds, -1).clone().requires_grad_(True)  # [S, V]
+    z = z0.expand(len(seed_indices), -1).clone().requires_grad_(True)  # [S, V]
     optimizer = torch.optim.AdamW([z], lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
-    sample_tokens = TokenSampler(cfg.seeds, cfg.vocab, n, g)
-    p, w, centred, grad = (torch.empty_like(z, requires_grad=False) for _ in range(4))
-    ones = torch.ones(cfg.seeds, n)
+    sample_tokens = TokenSampler(cfg.vocab, n, [seed_generator(cfg, n, s) for s in seed_indices])
+    p, grad = torch.empty_like(z, requires_grad=False), torch.empty_like(z, requires_grad=False)
     p0 = softmax_(z0, torch.empty_like(z0), cfg.temperature)[correct]
     history = {"correct_mass": [], "frac_increased": [], "worst_change": []}
 
@@ -232,13 +242,14 @@ def simulate_n(cfg: SimConfig, n: int, g: torch.Generator) -> dict[str, torch.Te
     with torch.no_grad():
         record(softmax_(z, p, cfg.temperature))
         for _ in range(cfg.steps):
-            w.zero_().scatter_add_(1, sample_tokens(p), ones)  # counts c_i of the N draws
-            baseline = torch.mv(w, rewards).unsqueeze(-1) / n  # b = (1/N) Σ_draws R_j
-            # surrogate -(1/N) Σ_draws (R_j - b)·p_{token j} = -Σ_i w_i p_i with w_i = c_i (R_i - b) / N;
-            # its gradient is p_i (Σ_k w_k p_k - w_i) / T (the softmax Jacobian; no autograd needed)
-            w.mul_(torch.sub(rewards, baseline, out=centred)).div_(n)
-            mood = torch.bmm(w.unsqueeze(1), p.unsqueeze(2)).squeeze(-1)  # Σ_k w_k p_k per row (BLAS, no temp)
-            torch.sub(mood, w, out=grad).mul_(p)
+            tokens = sample_tokens(p)  # [S, N]
+            drawn_rewards = rewards[tokens]
+            # surrogate -(1/N) Σ_j r̃_j·p_{token j}, r̃_j = R_j - mean(R) (rewards centred on the batch);
+            # its gradient is p_i·(Σ_j c_j·p_{token j} - Σ_{j: token j = i} c_j) / T with c_j = r̃_j / N
+            # (the softmax Jacobian, no autograd): a dense term plus a scatter over the N draws only
+            coef = drawn_rewards.sub_(drawn_rewards.mean(-1, keepdim=True)).div_(n)
+            drawn = coef.mul_(p.gather(1, tokens))  # c_j·p_{token j}
+            torch.mul(p, drawn.sum(-1, keepdim=True), out=grad).scatter_add_(1, tokens, drawn.neg_())
             if cfg.temperature != 1.0:
                 grad.div_(cfg.temperature)
             if not cfg.train_anchor:
@@ -251,25 +262,29 @@ def simulate_n(cfg: SimConfig, n: int, g: torch.Generator) -> dict[str, torch.Te
     return {name: torch.stack(values) for name, values in history.items()}
 
 
-def _simulate_one(cfg: SimConfig, n: int, threads: int) -> dict[str, torch.Tensor]:
+def _simulate_one(cfg: SimConfig, n: int, seed_indices: list[int], threads: int) -> dict[str, torch.Tensor]:
     if threads:
         torch.set_num_threads(threads)
-    return simulate_n(cfg, n, torch.Generator().manual_seed(cfg.seed * 1_000_003 + n))
+    return simulate_n(cfg, n, seed_indices)
 
 
 def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tensor]]:
-    """The sweep over N: {N: {metric: [steps + 1, seeds]}}, deterministic under cfg.seed whatever
-    `workers` is (each N has its own generator). With workers > 1 the values of N run in parallel
-    processes of one thread each, largest N first: the small-N steps are too small to gain from
-    intra-op threads, so on 2 cores two single-threaded sweeps finish sooner than one 2-threaded one.
+    """The sweep over N: {N: {metric: [steps + 1, seeds]}}, the same numbers whatever `workers` is
+    (every (N, seed) run has its own generator). With workers > 1 the seeds of each N are split into
+    `workers` slices that run in parallel processes of one thread each, largest N first: the steps are
+    too small to gain from intra-op threads, and slicing the seeds keeps the processes evenly loaded
+    (N=51,200 alone takes as long as all the other N together).
     """
     if workers <= 1:
-        return {n: _simulate_one(cfg, n, threads=0) for n in cfg.ns}
+        return {n: _simulate_one(cfg, n, list(range(cfg.seeds)), threads=0) for n in cfg.ns}
     from concurrent.futures import ProcessPoolExecutor
 
+    slices = [part.tolist() for part in torch.arange(cfg.seeds).tensor_split(min(workers, cfg.seeds))]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {n: pool.submit(_simulate_one, cfg, n, 1) for n in sorted(cfg.ns, reverse=True)}
-        return {n: futures[n].result() for n in cfg.ns}
+        futures = {n: [pool.submit(_simulate_one, cfg, n, part, 1) for part in slices]
+                   for n in sorted(cfg.ns, reverse=True)}
+        parts = {n: [f.result() for f in futures[n]] for n in cfg.ns}
+    return {n: {name: torch.cat([part[name] for part in parts[n]], dim=1) for name in parts[n][0]} for n in cfg.ns}
 
 
 def summarize(results: dict[int, dict[str, torch.Tensor]]) -> dict[str, dict[str, float]]:
@@ -348,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=d.seeds, help="independent runs per N (vectorised)")
     parser.add_argument("--seed", type=int, default=d.seed, help="base random seed")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                        help="parallel processes, one per value of N at a time (1: in this process)")
+                        help="parallel processes, each running a slice of the seeds of one N at a time (1: in this process)")
     args = parser.parse_args(argv)
     if args.check_theorem:
         sys.exit(0 if check_theorem(args.instances, args.seed) else 1)

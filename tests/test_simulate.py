@@ -51,7 +51,7 @@ def test_lemma2_unsampled_second_moment_matches_its_expectation():
 def test_sampled_token_frequencies_follow_p(n):
     p = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]])
     g = torch.Generator().manual_seed(0)
-    sample_tokens = simulate.TokenSampler(2, 4, n, g)
+    sample_tokens = simulate.TokenSampler(4, n, [g, g])
     counts = sum(torch.zeros_like(p).scatter_add_(1, sample_tokens(p), torch.ones(2, n)) for _ in range(1000))
     assert torch.allclose(counts / (1000 * n), p, atol=0.01)  # 0.01 is > 4 standard errors here
 
