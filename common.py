@@ -1,7 +1,8 @@
 """Loading shared by train_brorl.py, eval.py and the benchmarks: task files and policies.
 
-Task files are jsonl, one record per line with string fields `prompt`, `answer` and `task` (the
-verifier reward.py uses: "arith", "math", ...); extra fields are kept. A policy is anything
+Task files are jsonl, one record per line with string fields `prompt` and `task` (the verifier
+reward.py uses: "arith", "math", "code", "reasoning_gym") and an `answer`: a string, or a JSON
+object for code test specs and Reasoning Gym entries; extra fields are kept. A policy is anything
 `transformers.AutoModelForCausalLM.from_pretrained` loads: a local `save_pretrained` directory (our
 checkpoints, the embedded tiny model) or a Hugging Face hub name.
 """
@@ -14,7 +15,6 @@ from pathlib import Path
 import torch
 import transformers
 
-REQUIRED_TASK_FIELDS = ("prompt", "answer", "task")
 transformers.utils.logging.disable_progress_bar()  # per-call "Loading weights" bars drown the training log
 HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 
@@ -39,9 +39,11 @@ def load_tasks(path: str | os.PathLike) -> list[dict]:
                 raise InputError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise InputError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            for field in REQUIRED_TASK_FIELDS:
+            for field in ("prompt", "task"):
                 if not isinstance(row.get(field), str):
                     raise InputError(f"{path}:{line_no}: field '{field}' must be a string")
+            if not isinstance(row.get("answer"), (str, dict)):
+                raise InputError(f"{path}:{line_no}: field 'answer' must be a string or a JSON object")
             tasks.append(row)
     if not tasks:
         raise InputError(f"{path}: no task records")

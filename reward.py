@@ -1,26 +1,122 @@
-"""Verifiers: turn a model response into a reward, 1.0 for a correct final answer and 0.0 otherwise.
+"""Verifiers: turn model responses into rewards, 1.0 for a correct final answer and 0.0 otherwise.
 
 Self-contained (copy this file into another trainer): it imports nothing from this project.
 
-    score(task, response, answer) -> float
+    score(task, response, answer) -> float                      one response
+    score_batch(items, workers=2, config=None, stats=None)     a whole step: [(task, response, answer)]
 
 `task` names the verifier:
 - "arith": the toy task; the final answer must be the integer `answer`.
-- "math": the final answer is compared with `answer` by math-verify (sympy-backed, so `\\frac{1}{2}`,
-  `0.5` and `1/2` are the same answer).
+- "math": the content of the last `\\boxed{...}` (nested braces allowed; a missing or empty box
+  scores 0) is compared with `answer` by math-verify (sympy-backed: `\\frac{1}{2}`, `0.5` and `1/2`
+  are the same answer, so are `x=3` and `3`, intervals, sets, `30^\\circ` and `30`).
+- "code": `answer` is an APPS/TACO test spec, a dict or its JSON string: {"inputs": [...],
+  "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based tests (inputs are
+  argument lists, outputs return values). The program is the response's last fenced Python block;
+  reward 1 if every test passes (the fraction passed goes to the stats).
+- "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry}; the answer is
+  the last `<answer>...</answer>` of the response and the package's own `score_answer` grades it.
+  The RL reward is binary: 1 only at full score (partial "format" credit that some tasks give to
+  wrong answers is counted in the stats, never rewarded).
 
-The final answer is the content of the last `\\boxed{...}` (nested braces allowed: the paper's models
-answer this way), or failing that the last explicit answer line ("Answer: ...", "final answer is
-..."). A response with neither scores 0.
+How a batch is scored (BroRL samples N=512 responses per prompt, and most of them share a handful
+of final answers):
+1. Extraction and a normalised exact-match fast path run in this process (microseconds).
+2. Every distinct (answer, ground truth) pair is verified once per batch (the group cache).
+3. Math and Reasoning Gym checks run in `workers` verifier processes (`python reward.py --serve`)
+   under a hard wall-clock limit per distinct answer (`VerifyConfig.timeout`, default 5 s) and an
+   address-space limit. A worker that overruns or dies is killed and replaced; that answer scores
+   0 and is counted in the stats, never raised into the trainer. This works from any thread (math-
+   verify's own timeouts use SIGALRM, main thread only, so they are switched off in the workers).
+4. Programs run in a fresh sandbox each (below), `workers` at a time.
+Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
+
+The code sandbox, with bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
+install it) — each program gets: new user, PID, network, IPC, UTS and mount namespaces; the host
+file system read-only, with a private size-limited tmpfs as its working directory, /tmp (nothing
+it writes reaches the host); a non-root uid when the trainer is root (65000 + worker slot, so
+RLIMIT_NPROC binds: it does not bind root); rlimits on CPU time, address space, file size, open
+files, processes and core dumps; a clean environment; stdin from the test; killed with its whole
+PID namespace on timeout (no grandchild survives). What it can still do: read world-readable files.
+Without a working bwrap the sandbox falls back, with a loud warning, to rlimits + non-root uid +
+its own session killed on timeout (and, as root, every process of the sandbox uid killed): no
+network isolation, and writes to world-writable directories are possible. `python reward.py
+--sandbox-info` says which mode this machine gets.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
 """
 
 import argparse
+import atexit
+import functools
+import json
+import math
+import os
+import queue
 import re
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
 INTEGER = re.compile(r"^[+-]?\d+$")
+RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
+CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass
+class VerifyConfig:
+    timeout: float = 5.0  # hard wall-clock limit per distinct math / Reasoning Gym answer, seconds
+    worker_memory_mb: int = 2048  # address-space limit of each verifier process
+    max_answer_chars: int = 1000  # longer final answers score 0 unchecked (no real answer is this long)
+    test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
+    code_memory_mb: int = 1024  # address-space limit of a program
+    code_max_procs: int = 64  # processes (and threads) a program may have
+    code_file_mb: int = 16  # largest file a program may write
+    code_output_kb: int = 1024  # stdout kept per test (the rest is cut, so a longer output fails)
+    code_tmpfs_mb: int = 64  # size of the program's private writable directory
+
+
+@dataclass
+class VerifyStats:
+    """What one or more score_batch calls did; the trainer logs `as_log()` every step."""
+
+    items: int = 0
+    answered: int = 0  # items with an extractable final answer / program
+    fast_path: int = 0  # decided by the normalised exact match, no sympy
+    cache_hits: int = 0  # answered items that reused a check already made in their batch
+    checks: int = 0  # distinct checks run (verifier process or sandbox)
+    timeouts: int = 0
+    errors: int = 0  # verifier crash, memory limit, scorer exception
+    partial_credit: int = 0  # Reasoning Gym answers with 0 < score < 1 (rewarded 0)
+    code_tests_passed: int = 0
+    code_tests_total: int = 0
+    seconds: float = 0.0
+
+    def as_log(self) -> dict[str, float]:
+        return {
+            "verify/seconds": self.seconds,
+            "verify/timeouts": self.timeouts,
+            "verify/errors": self.errors,
+            "verify/cache_hit_rate": self.cache_hits / max(self.answered - self.fast_path, 1),
+            "verify/fast_path_rate": self.fast_path / max(self.answered, 1),
+            "verify/partial_credit": self.partial_credit,
+            "verify/code_test_pass_frac": self.code_tests_passed / max(self.code_tests_total, 1),
+        }
+
+
+# ---- extraction --------------------------------------------------------------------------------------
 
 
 def last_boxed(text: str) -> str | None:
@@ -42,7 +138,7 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(response: str) -> str | None:
-    """The final answer: the last box, else the last explicit answer line, else None."""
+    """The toy task's final answer: the last box, else the last explicit answer line, else None."""
     boxed = last_boxed(response)
     if boxed is not None:
         return boxed.strip()
@@ -50,36 +146,560 @@ def extract_answer(response: str) -> str | None:
     return lines[-1].strip().rstrip(".") if lines else None
 
 
+def last_code_block(response: str) -> str | None:
+    """The last fenced ```python (or untagged) block, None if there is none."""
+    blocks = CODE_BLOCK.findall(response)
+    return blocks[-1] if blocks else None
+
+
+def last_answer_tag(response: str) -> str | None:
+    """Content of the last <answer>...</answer>, stripped (the format Reasoning Gym prompts ask for)."""
+    tags = ANSWER_TAG.findall(response)
+    return tags[-1].strip() if tags else None
+
+
+# ---- arith and math ----------------------------------------------------------------------------------
+
+
 def check_arith(pred: str, answer: str) -> bool:
     pred = pred.replace(" ", "").replace(",", "")
     return bool(INTEGER.match(pred)) and int(pred) == int(answer)
 
 
-def check_math(pred: str, answer: str) -> bool:
+def normalize_math(s: str) -> str:
+    """Spelling-only normalisation before comparing answers: sizing and spacing macros, `$`,
+    \\dfrac/\\tfrac, a trailing period, and spaces that do not separate two letters (`\\cdot x` keeps its)."""
+    s = re.sub(r"\\left\b|\\right\b|\\[!,;:]|\\ |\$", " ", s)
+    s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
+    s = re.sub(r"\s+", " ", s).strip().rstrip(".")
+    return re.sub(r"(?<=[^a-zA-Z]) | (?=[^a-zA-Z])", "", s)
+
+
+def math_fast_path(pred: str, gold: str) -> bool | None:
+    """Decide normalised answers without sympy where that is safe, else None: equal strings or equal
+    plain numbers (`0.5` and `1/2`) are correct; two different short integers are wrong. Unequal
+    decimals are left to math-verify, which compares them with a tolerance."""
+    if pred == gold:
+        return True
+    if RATIONAL.match(pred) and RATIONAL.match(gold) and max(len(pred), len(gold)) <= 30:
+        if Fraction(pred) == Fraction(gold):
+            return True
+        if INTEGER.match(pred) and INTEGER.match(gold) and max(len(pred), len(gold)) <= 15:
+            return False
+    return None
+
+
+def check_math(pred: str, gold: str) -> bool:
+    """math-verify on a final answer (the box content) against the ground truth, no time limit: call it
+    through score_batch, which runs it in a worker process under a hard one."""
     from math_verify import parse, verify  # imported lazily: sympy is slow to import
 
-    gold = parse(f"${answer}$")
-    return bool(gold) and verify(gold, parse(f"${pred}$"))
+    gold_parsed = parse(f"${gold}$", parsing_timeout=None)
+    return bool(gold_parsed) and verify(gold_parsed, parse(f"\\boxed{{{pred}}}", parsing_timeout=None),
+                                        timeout_seconds=None)
 
 
-CHECKERS = {"arith": check_arith, "math": check_math}
+# ---- Reasoning Gym -----------------------------------------------------------------------------------
 
 
-def score(task: str, response: str, answer: str) -> float:
+def _halting_exact(answer: str | None, entry: dict) -> float:
+    return float(answer is not None and answer.strip().lower() == str(entry["answer"]).strip().lower())
+
+
+# Scorers of reasoning-gym 0.1.25 that are wrong: game_of_life_halting returns 1.0 for ANY non-empty
+# answer (it compares bool(answer) with bool(gold)); an exact match of "True"/"False" replaces it.
+RG_SCORER_OVERRIDES = {"game_of_life_halting": _halting_exact}
+
+
+def rg_raw_score(dataset: str, answer: str, entry: dict) -> float:
+    """The package's own score in [0, 1] for one answer (no guard: score_batch guards and times it)."""
+    if dataset in RG_SCORER_OVERRIDES:
+        return RG_SCORER_OVERRIDES[dataset](answer, entry)
+    return float(_rg_scorer(dataset)(answer, entry))
+
+
+@functools.cache
+def _rg_scorer(dataset: str):
+    from reasoning_gym import get_score_answer_fn  # imported lazily: 1.3 s, only in the workers
+
+    return get_score_answer_fn(dataset)
+
+
+# ---- verifier worker processes -----------------------------------------------------------------------
+
+
+def serve(memory_mb: int) -> None:
+    """Worker loop (`python reward.py --serve`): one JSON request per stdin line, one JSON reply per
+    stdout line. Runs math-verify and Reasoning Gym scorers; the parent enforces the time limit."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    replies = os.fdopen(os.dup(1), "w")  # the protocol channel; libraries that print go to stderr
+    os.dup2(2, 1)
+    import logging
+
+    import math_verify  # noqa: F401  (imported before "ready": start-up must not eat the first answer's time)
+
+    logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
+    replies.write("ready\n")
+    replies.flush()
+    for line in sys.stdin:
+        kind, args = json.loads(line)
+        try:
+            value = float(check_math(*args)) if kind == "math" else rg_raw_score(*args)
+            reply = {"value": value}
+        except MemoryError:
+            replies.write(json.dumps({"error": "memory limit"}) + "\n")
+            replies.flush()
+            os._exit(3)  # sympy's state after a MemoryError is not worth trusting: be replaced
+        except BaseException as e:  # a scorer bug on odd input is a wrong answer, not a dead worker
+            reply = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
+class VerifierPool:
+    """`workers` verifier processes, each started lazily and replaced when it overruns or dies."""
+
+    def __init__(self, workers: int, memory_mb: int):
+        self.memory_mb = memory_mb
+        self.procs: list[subprocess.Popen | None] = [None] * workers
+
+    def _start(self, slot: int) -> subprocess.Popen:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--memory-mb",
+                                 str(self.memory_mb)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
+        if proc.stdout.readline() != "ready\n":
+            proc.kill()
+            raise RuntimeError("reward.py: a verifier worker failed to start (is math-verify installed? "
+                               f"run: {sys.executable} -c 'import math_verify')")
+        self.procs[slot] = proc
+        return proc
+
+    def _kill(self, slot: int) -> None:
+        proc, self.procs[slot] = self.procs[slot], None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            proc.stdin.close()
+            proc.stdout.close()
+
+    def run(self, jobs: list[tuple[str, list]], timeout: float) -> list[tuple[float, str]]:
+        """[(value, status)] per job, status "ok", "timeout" or "error"; value 0.0 unless ok."""
+        results: list[tuple[float, str]] = [(0.0, "error")] * len(jobs)
+        pending = list(range(len(jobs)))[::-1]
+        busy: dict[int, tuple[int, float]] = {}  # slot -> (job index, deadline)
+        while pending or busy:
+            for slot in range(len(self.procs)):
+                if pending and slot not in busy:
+                    job = pending.pop()
+                    proc = self.procs[slot]
+                    if proc is None or proc.poll() is not None:  # never started, or died while idle
+                        self._kill(slot)
+                        proc = self._start(slot)
+                    proc.stdin.write(json.dumps(jobs[job]) + "\n")
+                    proc.stdin.flush()
+                    busy[slot] = (job, time.monotonic() + timeout)
+            wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
+            ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
+            for slot in list(busy):
+                job, deadline = busy[slot]
+                if self.procs[slot].stdout in ready:
+                    line = self.procs[slot].stdout.readline()
+                    reply = json.loads(line) if line else {"error": "worker died"}
+                    results[job] = (reply["value"], "ok") if "value" in reply else (0.0, "error")
+                    if not line or reply.get("error") == "memory limit":
+                        self._kill(slot)
+                elif time.monotonic() >= deadline:
+                    results[job] = (0.0, "timeout")
+                    self._kill(slot)
+                else:
+                    continue
+                del busy[slot]
+        return results
+
+    def close(self) -> None:
+        for slot in range(len(self.procs)):
+            self._kill(slot)
+
+
+_POOLS: dict[tuple[int, int], VerifierPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def verifier_pool(workers: int, memory_mb: int) -> VerifierPool:
+    """The process's pool for these settings, kept across calls (starting a worker costs ~1 s)."""
+    with _POOLS_LOCK:
+        key = (workers, memory_mb)
+        if key not in _POOLS:
+            _POOLS[key] = VerifierPool(workers, memory_mb)
+        return _POOLS[key]
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
+
+
+# ---- code: the sandbox -------------------------------------------------------------------------------
+
+# Runs inside the sandbox: reads {"program", "inputs", "fn_name", "timeout", "max_output"} from stdin
+# and writes one JSON line per test (status, captured stdout, return value) to a private copy of
+# fd 1. It never sees the expected outputs: the comparison happens outside, so a program that
+# tampers with the harness can only hurt itself.
+HARNESS = r'''
+import builtins, io, json, os, signal, sys
+spec = json.loads(sys.stdin.read())
+report = os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_WRONLY)
+os.dup2(null, 1)
+os.dup2(null, 2)
+class Timeout(BaseException):
+    pass
+def on_alarm(*_):
+    raise Timeout
+class Capture(io.BytesIO):
+    def close(self):
+        pass
+signal.signal(signal.SIGALRM, on_alarm)
+try:
+    code = compile(spec["program"], "program.py", "exec")
+except BaseException as e:
+    report.write(json.dumps({"status": "error: " + type(e).__name__}) + "\n")
+    sys.exit(0)
+for test_input in spec["inputs"]:
+    captured, result, status = Capture(), None, "ok"
+    sys.stdin = io.TextIOWrapper(io.BytesIO((test_input if isinstance(test_input, str) else "").encode()))
+    sys.stdout = io.TextIOWrapper(captured, write_through=True)
+    signal.setitimer(signal.ITIMER_REAL, spec["timeout"])
+    try:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+        exec(code, scope)
+        if spec["fn_name"]:
+            fn = scope.get(spec["fn_name"]) or getattr(scope["Solution"](), spec["fn_name"])
+            result = fn(*test_input)
+    except SystemExit:
+        pass
+    except Timeout:
+        status = "timeout"
+    except BaseException as e:
+        status = "error: " + type(e).__name__
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        sys.stdin, sys.stdout = sys.__stdin__, sys.__stdout__
+    try:
+        result = json.loads(json.dumps(result))
+    except BaseException:
+        result, status = None, "error: unserialisable return value"
+    output = captured.getvalue()[: spec["max_output"]].decode(errors="replace")
+    report.write(json.dumps({"status": status, "stdout": output, "result": result}) + "\n")
+    report.flush()
+    if status == "timeout":
+        break
+'''
+
+SANDBOX_UID = 65000  # + worker slot, when the trainer runs as root
+CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass
+class Sandbox:
+    mode: str  # "bwrap" or "rlimits"
+    python: str  # interpreter the sandbox uid can run
+    note: str = ""
+
+
+def _bwrap_command(python: str, tmpfs_bytes: int) -> list[str]:
+    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            "--setenv", "PATH", CLEAN_PATH, "--setenv", "HOME", "/tmp", "--", python, "-I", "-c", HARNESS]
+
+
+def _as_sandbox_user(slot: int) -> dict:
+    """subprocess options that drop root to the slot's uid (nothing to drop otherwise)."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": SANDBOX_UID + slot, "group": SANDBOX_UID + slot, "extra_groups": []}
+
+
+@functools.cache
+def sandbox() -> Sandbox:
+    """Probe once which sandbox this machine allows and which interpreter the sandbox uid can run."""
+    candidates = [sys.executable, shutil.which("python3", path=CLEAN_PATH) or "/usr/bin/python3"]
+    probe = "import sys; sys.stdout.write(sys.stdin.read())"
+    for python in dict.fromkeys(p for p in candidates if p):
+        if shutil.which("bwrap"):
+            command = _bwrap_command(python, 1 << 20)
+            command[-1] = probe
+            try:
+                done = subprocess.run(command, input="ok", capture_output=True, text=True, timeout=20,
+                                      **_as_sandbox_user(0))
+                if done.stdout == "ok":
+                    return Sandbox("bwrap", python)
+            except (OSError, subprocess.SubprocessError):
+                pass
+        try:
+            done = subprocess.run([python, "-I", "-c", probe], input="ok", capture_output=True, text=True,
+                                  timeout=20, cwd="/", env={"PATH": CLEAN_PATH}, **_as_sandbox_user(0))
+            if done.stdout == "ok":
+                note = ("bubblewrap not installed" if not shutil.which("bwrap") else
+                        "bwrap could not create its namespaces here")
+                warnings.warn(f"reward.py: {note}; code runs with rlimits and a non-root uid only: NO "
+                              "network isolation, and it can write world-writable directories "
+                              "(install bubblewrap: apt-get install bubblewrap)", RuntimeWarning, stacklevel=2)
+                return Sandbox("rlimits", python, note)
+        except (OSError, subprocess.SubprocessError):
+            continue
+    raise RuntimeError("reward.py: no Python interpreter the code sandbox can run "
+                       f"(tried {', '.join(candidates)})")
+
+
+def _tasks_of_uid(uid: int) -> int:
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
+    return count
+
+
+def _kill_uid(uid: int) -> None:
+    """Fallback sandbox, as root: kill every process of the sandbox uid (daemons leave the session)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+
+
+@dataclass
+class CodeResult:
+    passed: int
+    total: int
+    status: str  # "ok", "timeout", "error: ..." (first failing test's), "crashed"
+
+
+def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0) -> CodeResult:
+    """Run `program` on every test of `spec` in one fresh sandbox; compare outputs outside it."""
+    config = config or VerifyConfig()
+    inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
+    if fn_name is None:
+        inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
+    else:
+        inputs = [x if isinstance(x, list) else [x] for x in inputs]
+    box = sandbox()
+    budget = config.test_timeout * len(inputs)
+    limits = [(resource.RLIMIT_CPU, math.ceil(budget) + 1), (resource.RLIMIT_AS, config.code_memory_mb << 20),
+              (resource.RLIMIT_FSIZE, config.code_file_mb << 20), (resource.RLIMIT_NOFILE, 64),
+              (resource.RLIMIT_CORE, 0)]
+    user = _as_sandbox_user(slot)
+    base_tasks = 0 if user else _tasks_of_uid(os.getuid())  # NPROC counts all of this uid's tasks
+    limits.append((resource.RLIMIT_NPROC, base_tasks + config.code_max_procs))
+
+    def set_limits():
+        for which, value in limits:
+            resource.setrlimit(which, (value, value))
+
+    request = json.dumps({"program": program, "inputs": inputs, "fn_name": fn_name,
+                          "timeout": config.test_timeout,
+                          "max_output": min(config.code_output_kb << 10, (config.code_file_mb << 20) // (len(inputs) + 1))})
+    with tempfile.TemporaryDirectory(prefix="brorl-code-") as workdir:
+        if box.mode == "bwrap":
+            command, cwd = _bwrap_command(box.python, config.code_tmpfs_mb << 20), "/"
+        else:
+            command, cwd = [box.python, "-I", "-c", HARNESS], os.path.join(workdir, "sandbox")
+            os.mkdir(cwd)
+            if user:
+                os.chown(cwd, user["user"], user["group"])
+        with open(os.path.join(workdir, "report.jsonl"), "w+") as report:
+            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=report, stderr=subprocess.DEVNULL,
+                                    cwd=cwd, env={"PATH": CLEAN_PATH}, start_new_session=True,
+                                    preexec_fn=set_limits, **user)
+            try:
+                proc.communicate(request.encode(), timeout=budget + 5.0)  # + interpreter start-up
+                crashed = False
+            except subprocess.TimeoutExpired:
+                crashed = True
+            finally:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap's session: its PID namespace dies with it
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                if box.mode != "bwrap" and user:
+                    _kill_uid(user["user"])
+            report.seek(0)
+            lines = report.read(2 * (config.code_file_mb << 20)).splitlines()
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            break  # the program wrote into the report: what follows can't be trusted
+    passed = sum(r.get("status") == "ok" and _test_passed(r, expected, fn_name)
+                 for r, expected in zip(records, outputs))
+    failed = next((r["status"] for r in records if r.get("status", "ok") != "ok"), None)
+    status = failed or ("crashed" if crashed or len(records) < len(inputs) else "ok")
+    return CodeResult(passed, len(inputs), status)
+
+
+def _lines(text) -> list[str]:
+    text = "\n".join(map(str, text)) if isinstance(text, list) else str(text)
+    lines = [line.rstrip() for line in text.strip().splitlines()]
+    return lines
+
+
+def _test_passed(record: dict, expected, fn_name: str | None) -> bool:
+    """APPS conventions: stdout compared line by line ignoring trailing spaces, or token by token;
+    a call's return value equals the expected value, or the expected value is the 1-list of it."""
+    if fn_name is not None:
+        result = record.get("result")
+        return result == expected or [result] == expected
+    got = record.get("stdout", "")
+    return _lines(got) == _lines(expected) or " ".join(_lines(got)).split() == " ".join(_lines(expected)).split()
+
+
+def parse_code_spec(answer) -> dict:
+    """A task's test spec (dict or JSON string) checked for shape; ValueError naming the problem."""
+    spec = json.loads(answer) if isinstance(answer, str) else answer
+    if not isinstance(spec, dict) or not isinstance(spec.get("inputs"), list) or \
+            not isinstance(spec.get("outputs"), list):
+        raise ValueError("code answer must be {'inputs': [...], 'outputs': [...]} (optionally 'fn_name')")
+    if len(spec["inputs"]) != len(spec["outputs"]) or not spec["inputs"]:
+        raise ValueError(f"code test spec has {len(spec['inputs'])} inputs and {len(spec['outputs'])} outputs")
+    return spec
+
+
+# ---- scoring -----------------------------------------------------------------------------------------
+
+TASKS = ("arith", "math", "code", "reasoning_gym")
+
+
+def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
+                stats: VerifyStats | None = None) -> list[float]:
+    """Rewards of [(task, response, answer), ...] in order. Distinct checks run once each, math and
+    Reasoning Gym ones in `workers` verifier processes, programs `workers` at a time. Never raises for
+    a response (timeouts and crashes score 0 and are counted in `stats`); raises ValueError for an
+    unknown task or a malformed answer (the data's fault, not the model's)."""
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    config = config or VerifyConfig()
+    stats = stats if stats is not None else VerifyStats()
+    start = time.perf_counter()
+    rewards = [0.0] * len(items)
+    checks: dict[tuple, list[int]] = {}  # check key -> indices of the items it decides
+    spec_keys: dict[int, tuple[str, dict]] = {}  # id(answer) -> (canonical JSON, spec): parse once per prompt
+    for i, (task, response, answer) in enumerate(items):
+        if task == "arith":
+            pred = extract_answer(response)
+            rewards[i] = float(bool(pred) and check_arith(pred, answer))
+            continue
+        if task == "math":
+            pred = last_boxed(response)
+            if pred is None or not pred.strip() or len(pred) > config.max_answer_chars:
+                continue
+            pred, gold = normalize_math(pred), normalize_math(answer)
+            stats.answered += 1
+            fast = math_fast_path(pred, gold)
+            if fast is not None:
+                stats.fast_path += 1
+                rewards[i] = float(fast)
+                continue
+            key = ("math", pred, gold)
+        elif task == "code":
+            program = last_code_block(response)
+            if id(answer) not in spec_keys:
+                spec = parse_code_spec(answer)
+                spec_keys[id(answer)] = (json.dumps(spec, sort_keys=True), spec)
+            if program is None:
+                continue
+            stats.answered += 1
+            key = ("code", program, spec_keys[id(answer)][0])
+        elif task == "reasoning_gym":
+            pred = last_answer_tag(response)
+            if id(answer) not in spec_keys:
+                if not (isinstance(answer, dict) and isinstance(answer.get("dataset"), str)
+                        and isinstance(answer.get("entry"), dict)):
+                    raise ValueError("reasoning_gym answer must be {'dataset': name, 'entry': {...}}")
+                spec_keys[id(answer)] = (json.dumps(answer, sort_keys=True), answer)
+            if pred is None or len(pred) > config.max_answer_chars:
+                continue
+            stats.answered += 1
+            key = ("reasoning_gym", pred, spec_keys[id(answer)][0])
+        else:
+            raise ValueError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
+        if key in checks:
+            stats.cache_hits += 1
+        checks.setdefault(key, []).append(i)
+    stats.items += len(items)
+    stats.checks += len(checks)
+
+    keys = [k for k in checks if k[0] != "code"]
+    jobs = [("math", [k[1], k[2]]) if k[0] == "math" else
+            ("rg", [json.loads(k[2])["dataset"], k[1], json.loads(k[2])["entry"]]) for k in keys]
+    outcomes = verifier_pool(workers, config.worker_memory_mb).run(jobs, config.timeout) if jobs else []
+    for key, (value, status) in zip(keys, outcomes):
+        stats.timeouts += status == "timeout"
+        stats.errors += status == "error"
+        if key[0] == "reasoning_gym" and 0 < value < 1:
+            stats.partial_credit += len(checks[key])
+        for i in checks[key]:
+            rewards[i] = float(value >= 1.0 - 1e-9)
+
+    code_keys = [k for k in checks if k[0] == "code"]
+    if code_keys:
+        slots = queue.Queue()
+        for slot in range(workers):
+            slots.put(slot)
+
+        def run(key):
+            slot = slots.get()
+            try:
+                return run_program(key[1], json.loads(key[2]), config, slot)
+            finally:
+                slots.put(slot)
+
+        with ThreadPoolExecutor(workers) as pool:
+            for key, result in zip(code_keys, pool.map(run, code_keys)):
+                stats.timeouts += result.status == "timeout"
+                stats.errors += result.status == "crashed"
+                stats.code_tests_passed += result.passed * len(checks[key])
+                stats.code_tests_total += result.total * len(checks[key])
+                for i in checks[key]:
+                    rewards[i] = float(result.passed == result.total)
+    stats.seconds += time.perf_counter() - start
+    return rewards
+
+
+def score(task: str, response: str, answer, config: VerifyConfig | None = None) -> float:
     """Reward of one response: 1.0 if its final answer is correct for `task`, else 0.0."""
-    if task not in CHECKERS:
-        raise ValueError(f"unknown task '{task}' (known: {', '.join(sorted(CHECKERS))})")
-    pred = extract_answer(response)
-    return float(pred is not None and pred != "" and CHECKERS[task](pred, answer))
+    return score_batch([(task, response, answer)], workers=1, config=config)[0]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", required=True, choices=sorted(CHECKERS), help="verifier to use")
-    parser.add_argument("--response", required=True, help="model response text")
-    parser.add_argument("--answer", required=True, help="ground-truth answer")
+    parser.add_argument("--task", choices=TASKS, help="verifier to use")
+    parser.add_argument("--response", help="model response text")
+    parser.add_argument("--answer", help="ground truth: an answer string, or JSON for code / reasoning_gym")
+    parser.add_argument("--timeout", type=float, default=VerifyConfig.timeout, help="hard limit per answer, s")
+    parser.add_argument("--sandbox-info", action="store_true", help="print which code sandbox this machine gets")
+    parser.add_argument("--serve", action="store_true", help="internal: run as a verifier worker process")
+    parser.add_argument("--memory-mb", type=int, default=VerifyConfig.worker_memory_mb,
+                        help="internal: the worker's address-space limit")
     args = parser.parse_args()
-    print(f"extracted: {extract_answer(args.response)!r}  reward: {score(args.task, args.response, args.answer)}")
+    if args.serve:
+        return serve(args.memory_mb)
+    if args.sandbox_info:
+        box = sandbox()
+        return print(f"code sandbox: {box.mode} ({box.note or 'namespaces + rlimits'}), python {box.python}")
+    if None in (args.task, args.response, args.answer):
+        parser.error("--task, --response and --answer are required")
+    answer = args.answer if args.task in ("arith", "math") else json.loads(args.answer)
+    reward = score(args.task, args.response, answer, VerifyConfig(timeout=args.timeout))
+    print(f"reward: {reward}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,15 @@
 """reward.py: answer extraction and checking, as the training loop calls it."""
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
+import reward
+from common import load_tasks
+from conftest import ROOT
+from data import make_reasoning_gym
 from reward import extract_answer, score
 
 
@@ -51,3 +59,144 @@ def test_math_rewards_use_math_verify_equivalence(response, answer, reward):
 def test_unknown_task_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown task 'chess'"):
         score("chess", "\\boxed{1}", "1")
+
+
+# ---- math: equivalences, fast path, group cache, hard timeouts -----------------------------------------
+
+@pytest.mark.parametrize("pred, gold", [
+    ("\\frac{1}{2}", "0.5"), ("1/2", "\\frac{1}{2}"), ("\\dfrac{1}{2}", "\\frac12"),
+    ("\\sqrt{3}/2", "\\frac{\\sqrt 3}{2}"), ("(1, 2]", "(1,2]"), ("[0,\\infty)", "[0, \\infty)"),
+    ("\\{2,1\\}", "\\{1,2\\}"), ("x=3", "3"), ("x = 3", "3"), ("30^\\circ", "30"), ("5\\text{ cm}", "5"),
+    ("x(x+2)", "x^2+2x"), ("\\left(1,2\\right)", "(1,2)"), ("42.", "42"), ("\\sqrt{4}", "2"),
+])
+def test_equivalent_math_answers_are_correct(pred, gold):
+    assert score("math", f"so the answer is \\boxed{{{pred}}}", gold) == 1.0
+
+
+@pytest.mark.parametrize("pred, gold", [("0.6", "\\frac{1}{2}"), ("(1,2)", "(1,2]"), ("x^2+x", "x(x+2)"),
+                                        ("3", "-3"), ("\\{1,2,3\\}", "\\{1,2\\}")])
+def test_different_math_answers_are_wrong(pred, gold):
+    assert score("math", f"\\boxed{{{pred}}}", gold) == 0.0
+
+
+def test_math_needs_a_box_and_the_last_box_wins():
+    assert score("math", "The final answer is 3", "3") == 0.0
+    assert score("math", "\\boxed{2} no wait \\boxed{3}", "3") == 1.0
+    assert score("math", "\\boxed{3} no wait \\boxed{2}", "3") == 0.0
+
+
+def test_fast_path_decides_plain_numbers_without_sympy():
+    assert reward.math_fast_path("0.5", "1/2") is True
+    assert reward.math_fast_path("7", "8") is False
+    assert reward.math_fast_path("0.333333", "1/3") is None  # math-verify's tolerance decides that one
+    assert reward.normalize_math("\\left( \\dfrac{1}{2} , 3 \\right) .") == "(\\frac{1}{2},3)"
+    assert reward.normalize_math("2 \\cdot x") == "2\\cdot x"  # a space that separates a macro survives
+
+
+def group_of(answers_and_counts, gold):
+    return [("math", f"Reasoning... \\boxed{{{a}}}", gold) for a, count in answers_and_counts for _ in range(count)]
+
+
+def test_a_group_verifies_each_distinct_answer_once_and_workers_do_not_change_rewards():
+    items = group_of([("x(x+5)", 300), ("x^2+5x", 100), ("x^2+5", 80), ("5x+x^2", 32)], "x^2+5x")
+    stats = reward.VerifyStats()
+    rewards = reward.score_batch(items, workers=2, stats=stats)
+    assert rewards == [1.0] * 400 + [0.0] * 80 + [1.0] * 32
+    assert stats.fast_path == 100 and stats.checks == 3 and stats.cache_hits == 512 - 100 - 3
+    assert stats.as_log()["verify/cache_hit_rate"] == pytest.approx(409 / 412)
+    assert reward.score_batch(items, workers=1) == rewards
+
+
+PATHOLOGICAL = {
+    "power tower": "9^{9^{9^{9}}}",
+    "huge factorial": "10^{10^{10}}!",
+    "10,000 nested parentheses": "(" * 10_000 + "1" + ")" * 10_000,
+    "1 MB answer": "1" * (1 << 20),
+    "invalid LaTeX": "\\frac{1}{}}}^^_\\sqrt[",
+    "unicode junk": "\u2603\u00e9\U0001F600\u202e\x00",
+    "empty box": "",
+}
+
+
+@pytest.mark.parametrize("name", PATHOLOGICAL)
+def test_pathological_answers_score_zero_within_the_limit_and_the_pool_survives(name):
+    config = reward.VerifyConfig(timeout=1.0, max_answer_chars=50_000)  # let them reach the verifier
+    stats = reward.VerifyStats()
+    start = time.monotonic()
+    rewards = reward.score_batch([("math", f"\\boxed{{{PATHOLOGICAL[name]}}}", "1"), ("math", "\\boxed{2}", "2")],
+                                 workers=1, config=config, stats=stats)
+    assert rewards == [0.0, 1.0]
+    assert time.monotonic() - start < 10  # 1 s limit + a worker restart, never sympy's hours
+    assert reward.score("math", "\\boxed{\\frac{2}{4}}", "0.5", config) == 1.0  # the replaced worker works
+
+
+def test_a_hung_answer_is_a_counted_timeout_even_from_a_thread():
+    stats = reward.VerifyStats()
+    config = reward.VerifyConfig(timeout=1.0)
+    with ThreadPoolExecutor(1) as pool:  # math-verify's own SIGALRM timeouts would raise here
+        rewards = pool.submit(reward.score_batch, [("math", "\\boxed{9^{9^{9^{9}}}}", "1")], 1, config, stats).result()
+    assert rewards == [0.0] and stats.timeouts == 1
+
+
+def test_a_worker_that_dies_mid_check_is_replaced_and_that_answer_scores_zero():
+    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+
+    def kill_worker_once_busy():  # what the kernel's OOM killer would do
+        while pool.procs[0] is None:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        pool.procs[0].kill()
+
+    threading.Thread(target=kill_worker_once_busy).start()
+    results = pool.run([("math", ["9^{9^{9^{9}}}", "1"]), ("math", ["7", "7"])], timeout=30)
+    pool.close()
+    assert results == [(0.0, "error"), (1.0, "ok")]
+
+
+# ---- Reasoning Gym ------------------------------------------------------------------------------------
+
+RG_TEST = [row for row in load_tasks(ROOT / "data" / "rg_test.jsonl")]
+RG_BY_DATASET = {row["answer"]["dataset"]: row for row in RG_TEST}
+
+
+def test_shipped_reasoning_gym_data_covers_the_documented_set():
+    assert set(RG_BY_DATASET) == set(make_reasoning_gym.TASKS)
+    assert {row["category"] for row in RG_TEST} == set(make_reasoning_gym.TASKS.values())
+
+
+def test_gold_answers_score_one_on_every_reasoning_gym_task():
+    items = [("reasoning_gym", f"<answer>{row['answer']['entry']['answer']}</answer>", row["answer"])
+             for row in RG_TEST if row["answer"]["entry"]["answer"] is not None]
+    assert reward.score_batch(items, workers=2) == [1.0] * len(items)
+
+
+@pytest.mark.parametrize("nonsense", ["", "banana", "-1", "<answer>", "None", "[[", "1e999", "\u2603" * 50])
+def test_nonsense_answers_score_zero_on_every_reasoning_gym_task(nonsense):
+    stats = reward.VerifyStats()
+    items = [("reasoning_gym", f"thinking <answer>{nonsense}</answer>", row["answer"]) for row in RG_BY_DATASET.values()]
+    assert reward.score_batch(items, workers=2, stats=stats) == [0.0] * len(items)
+
+
+def test_reasoning_gym_reward_is_binary_and_guarded():
+    entry = RG_BY_DATASET["basic_arithmetic"]["answer"]
+    stats = reward.VerifyStats()
+    gold = entry["entry"]["answer"]
+    # the package gives partial credit to a spaced-out answer; the RL reward does not
+    assert reward.score_batch([("reasoning_gym", f"<answer> {gold} x</answer>", entry)], stats=stats) == [0.0]
+    halting = {"dataset": "game_of_life_halting", "entry": {"question": "?", "answer": "False", "metadata": {}}}
+    assert reward.score("reasoning_gym", "<answer>anything at all</answer>", halting) == 0.0  # the package says 1.0
+    assert reward.score("reasoning_gym", "<answer>false</answer>", halting) == 1.0
+    factor = {"dataset": "prime_factorization", "entry": {"question": "?", "answer": "2 × 3", "metadata": {"number": 6}}}
+    stats = reward.VerifyStats()
+    assert reward.score_batch([("reasoning_gym", "<answer>definitely wrong</answer>", factor)], stats=stats) == [0.0]
+    assert stats.errors == 1  # the package's scorer raised ValueError: counted, scored 0
+    assert reward.score("reasoning_gym", "no tags", RG_TEST[0]["answer"]) == 0.0
+
+
+def test_malformed_answers_are_clear_errors():
+    with pytest.raises(ValueError, match="reasoning_gym answer must be"):
+        reward.score("reasoning_gym", "<answer>1</answer>", "1")
+    with pytest.raises(ValueError, match="code answer must be"):
+        reward.score("code", "```python\nprint(1)\n```", '{"tests": []}')
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        reward.score_batch([], workers=0)
