@@ -42,15 +42,17 @@ def k_values(samples: int) -> list[int]:
 
 
 def evaluate(model, tokenizer, tasks: list[dict], samples: int, temperature: float = 0.6, top_p: float = 0.95,
-             max_new_tokens: int = 16, seed: int = 0, chat_template: bool = True, max_batch_seqs: int = 1024) -> dict:
+             max_new_tokens: int = 16, seed: int = 0, chat_template: bool = True, max_batch_seqs: int = 1024,
+             verify_workers: int = 2, verify_config: reward.VerifyConfig | None = None) -> dict:
     """pass@1 and pass@k over `tasks`, K = `samples` rollouts per problem, plus per-problem counts."""
     start = time.time()
     params = rollout.SamplingParams(n=samples, temperature=temperature, top_p=top_p,
                                     max_new_tokens=max_new_tokens, max_batch_seqs=max_batch_seqs)
     prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], chat_template)
     rollouts = rollout.generate(model, tokenizer, prompt_ids, params, torch.Generator().manual_seed(seed))
-    rewards = torch.tensor([reward.score(tasks[g]["task"], text, tasks[g]["answer"])
-                            for g, text in zip(rollouts.group.tolist(), rollouts.texts)]).view(len(tasks), samples)
+    stats = reward.VerifyStats()
+    items = [(tasks[g]["task"], text, tasks[g]["answer"]) for g, text in zip(rollouts.group.tolist(), rollouts.texts)]
+    rewards = torch.tensor(reward.score_batch(items, verify_workers, verify_config, stats)).view(len(tasks), samples)
     correct = (rewards == 1.0).sum(dim=1).tolist()
     return {
         "problems": len(tasks),
@@ -58,6 +60,8 @@ def evaluate(model, tokenizer, tasks: list[dict], samples: int, temperature: flo
         "pass1": float(rewards.mean()),
         "pass_at_k": {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct])) for k in k_values(samples)},
         "correct_per_problem": correct,
+        "verifier_timeouts": stats.timeouts,
+        "verifier_errors": stats.errors,
         "seconds": time.time() - start,
     }
 
@@ -73,18 +77,28 @@ def main() -> None:
     parser.add_argument("--max-problems", type=int, default=0, help="score only the first M problems (0: all)")
     parser.add_argument("--no-chat-template", action="store_true", help="feed prompts raw even if the tokenizer has a chat template")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--verify-workers", type=int, default=2, help="verifier processes / concurrent code sandboxes")
+    parser.add_argument("--verify-timeout", type=float, default=5.0, help="hard limit per distinct answer, seconds")
     parser.add_argument("--out", type=Path, help="write the results as JSON here")
     args = parser.parse_args()
     try:
         if args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1:
             raise InputError("need --samples >= 1, --temperature > 0 and 0 < --top-p <= 1")
+        if args.verify_workers < 1 or args.verify_timeout <= 0:
+            raise InputError("need --verify-workers >= 1 and --verify-timeout > 0")
         tasks = load_tasks(args.data)
+        for index, task in enumerate(tasks):
+            try:
+                reward.validate_answer(task["task"], task["answer"])
+            except ValueError as e:
+                raise InputError(f"{args.data}: task record {index + 1}: {e}") from None
         tasks = tasks[: args.max_problems] if args.max_problems > 0 else tasks
         model, tokenizer = load_policy(args.model)
     except InputError as e:
         sys.exit(f"error: {e}")
     result = evaluate(model, tokenizer, tasks, args.samples, args.temperature, args.top_p, args.max_new_tokens,
-                      args.seed, not args.no_chat_template)
+                      args.seed, not args.no_chat_template, verify_workers=args.verify_workers,
+                      verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
     result.update(model=args.model, data=args.data, temperature=args.temperature, top_p=args.top_p)
     print(f"{args.data}: {result['problems']} problems x {args.samples} samples, "
           f"{result['problems'] / result['seconds']:.1f} problems/s")

@@ -578,6 +578,22 @@ def parse_code_spec(answer) -> dict:
 TASKS = ("arith", "math", "code", "reasoning_gym")
 
 
+def validate_answer(task: str, answer) -> None:
+    """ValueError naming the problem if `answer` is not a ground truth `task` can check (the data's
+    fault, found before training starts rather than mid-step)."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
+    if task == "arith" and not (isinstance(answer, str) and INTEGER.match(answer)):
+        raise ValueError(f"arith answer must be an integer string, got {answer!r}")
+    if task == "math" and not isinstance(answer, str):
+        raise ValueError(f"math answer must be a string, got {type(answer).__name__}")
+    if task == "code":
+        parse_code_spec(answer)
+    if task == "reasoning_gym" and not (isinstance(answer, dict) and isinstance(answer.get("dataset"), str)
+                                        and isinstance(answer.get("entry"), dict)):
+        raise ValueError("reasoning_gym answer must be {'dataset': name, 'entry': {...}}")
+
+
 def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 stats: VerifyStats | None = None) -> list[float]:
     """Rewards of [(task, response, answer), ...] in order. Distinct checks run once each, math and
@@ -621,9 +637,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
         elif task == "reasoning_gym":
             pred = last_answer_tag(response)
             if id(answer) not in spec_keys:
-                if not (isinstance(answer, dict) and isinstance(answer.get("dataset"), str)
-                        and isinstance(answer.get("entry"), dict)):
-                    raise ValueError("reasoning_gym answer must be {'dataset': name, 'entry': {...}}")
+                validate_answer(task, answer)
                 spec_keys[id(answer)] = (json.dumps(answer, sort_keys=True), answer)
             if pred is None or len(pred) > config.max_answer_chars:
                 continue

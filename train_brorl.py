@@ -139,6 +139,13 @@ class Config:
     """number of most recent checkpoints kept"""
     shrink_monitor_samples: int = 256
     """distinct correct responses re-scored after each update by the shrinkage monitor (0: off)"""
+    # ---- verifiers (reward.py) ----
+    verify_workers: int = 2
+    """verifier processes for math / Reasoning Gym, and programs run at once for code"""
+    verify_timeout: float = 5.0
+    """hard limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0 and is logged)"""
+    code_test_timeout: float = 2.0
+    """limit per code test case, seconds (CPU and wall clock)"""
 
 
 PRESETS: dict[str, dict] = {
@@ -169,6 +176,8 @@ def validate(cfg: Config) -> None:
         (cfg.total_steps >= 0 and cfg.eval_every >= 1 and cfg.save_every >= 1 and cfg.keep_checkpoints >= 1,
          "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
         (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
+        (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
+        (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0, "verify_timeout and code_test_timeout must be > 0"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
     ]
     for ok, message in checks:
@@ -286,7 +295,8 @@ class MetricsLog:
 
 def run_eval(model, tokenizer, tasks, cfg: Config, step: int, metrics: MetricsLog) -> float:
     result = evaluation.evaluate(model, tokenizer, tasks, cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p,
-                                 cfg.max_new_tokens, cfg.seed, cfg.chat_template, cfg.gen_batch_seqs)
+                                 cfg.max_new_tokens, cfg.seed, cfg.chat_template, cfg.gen_batch_seqs, cfg.verify_workers,
+                                 reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout))
     metrics.log(step, {"eval_pass1": result["pass1"],
                        **{f"eval_pass@{k}": v for k, v in result["pass_at_k"].items()}}, prefix="eval")
     return result["pass1"]
@@ -341,9 +351,12 @@ def train(cfg: Config) -> Path:
         torch.set_num_threads(cfg.threads)
     train_tasks, test_tasks = load_tasks(cfg.train_data), load_tasks(cfg.test_data)
     test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
-    for task in train_tasks + test_tasks:
-        if task["task"] not in reward.CHECKERS:
-            raise InputError(f"task '{task['task']}' has no verifier in reward.py (known: {', '.join(reward.CHECKERS)})")
+    for path, tasks in ((cfg.train_data, train_tasks), (cfg.test_data, test_tasks)):
+        for index, task in enumerate(tasks):
+            try:
+                reward.validate_answer(task["task"], task["answer"])
+            except ValueError as e:
+                raise InputError(f"{path}: task record {index + 1}: {e}") from None
     model_path = str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model
     model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else model_path, cfg.dtype, device,
                                    None if checkpoint else cfg.model_revision)
@@ -372,6 +385,7 @@ def train(cfg: Config) -> Path:
     sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)
     update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
                                      cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens)
+    verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout)
     if step == 0:
         start_pass1 = run_eval(model, tokenizer, test_tasks, cfg, 0, metrics)
         print(f"step 0: eval_pass1 {start_pass1:.3f}")
@@ -386,9 +400,10 @@ def train(cfg: Config) -> Path:
         rollouts = rollout.generate(model, tokenizer, prompt_ids, sampling, step_generator(cfg, step, 0))
         gen_time = time.time() - step_start
 
-        # ALGO LOGIC: verifiable rewards, [G prompts, N rollouts]
-        rewards = torch.tensor([reward.score(tasks[g]["task"], text, tasks[g]["answer"])
-                                for g, text in zip(rollouts.group.tolist(), rollouts.texts)]).view(len(tasks), -1)
+        # ALGO LOGIC: verifiable rewards, [G prompts, N rollouts]; each distinct answer is checked once
+        verify_stats = reward.VerifyStats()
+        items = [(tasks[g]["task"], text, tasks[g]["answer"]) for g, text in zip(rollouts.group.tolist(), rollouts.texts)]
+        rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats)).view(len(tasks), -1)
 
         # ALGO LOGIC: dynamic sampling keeps groups with 0 < #correct < N (all-equal groups carry no signal)
         informative = rewards.max(dim=1).values > rewards.min(dim=1).values
@@ -437,6 +452,7 @@ def train(cfg: Config) -> Path:
             "distinct_frac": len(batch.advantages) / max(len(kept_rows), 1),
             "step_time": step_time,
             **stats,
+            **verify_stats.as_log(),
         }
         metrics.log(step, scalars, prefix="train")
         progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")

@@ -15,7 +15,8 @@ import common
 import train_brorl
 from conftest import ROOT, run_script
 
-SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst"}
+SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst",
+              "verify/seconds", "verify/timeouts", "verify/cache_hit_rate"}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -71,6 +72,23 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 2, 3, 3]
+
+
+def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
+    mixed = [{"task": "math", "prompt": "1+1=", "answer": "2"},
+             {"task": "code", "prompt": "add=", "answer": {"inputs": ["1 2\n"], "outputs": ["3"]}},
+             *common.load_tasks(ROOT / "data" / "rg_test.jsonl")[:2]]
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in mixed))
+    run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data), "--test-data", str(data),
+               "--output-dir", str(tmp_path / "run"))
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "verify/seconds" in r] == [1, 2]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"task": "code", "prompt": "x", "answer": {"inputs": [1]}}) + "\n")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad), check=False)
+    assert result.returncode != 0 and "bad.jsonl: task record 1: code answer must be" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def final_weights(out_dir):
