@@ -172,19 +172,25 @@ def normalize_math(s: str) -> str:
     s = re.sub(r"\\left\b|\\right\b|\\[!,;:]|\\ |\$", " ", s)
     s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".")
-    return re.sub(r"(?<=[^a-zA-Z]) | (?=[^a-zA-Z])", "", s)
+    s = re.sub(r"(?<=[^a-zA-Z]) | (?=[^a-zA-Z])", "", s)
+    s = re.sub(r"\^\{(\w)\}", r"^\1", s)  # x^{2} -> x^2
+    return re.sub(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$", r"\1\2/\3", s)  # a whole-answer numeric fraction -> a/b
 
 
 def math_fast_path(pred: str, gold: str) -> bool | None:
     """Decide normalised answers without sympy where that is safe, else None: equal strings or equal
-    plain numbers (`0.5` and `1/2`) are correct; two different short integers are wrong. Unequal
-    decimals are left to math-verify, which compares them with a tolerance."""
+    plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`) are correct; integers or integer fractions that differ
+    by more than math-verify's tolerance are wrong. Unequal decimals are left to math-verify."""
     if pred == gold:
         return True
     if RATIONAL.match(pred) and RATIONAL.match(gold) and max(len(pred), len(gold)) <= 30:
-        if Fraction(pred) == Fraction(gold):
+        try:
+            p, g = Fraction(pred), Fraction(gold)
+        except ZeroDivisionError:
+            return None
+        if p == g:
             return True
-        if INTEGER.match(pred) and INTEGER.match(gold) and max(len(pred), len(gold)) <= 15:
+        if "." not in pred + gold and abs(p - g) > Fraction(1, 10**5) * max(1, abs(g)):
             return False
     return None
 
@@ -192,11 +198,18 @@ def math_fast_path(pred: str, gold: str) -> bool | None:
 def check_math(pred: str, gold: str) -> bool:
     """math-verify on a final answer (the box content) against the ground truth, no time limit: call it
     through score_batch, which runs it in a worker process under a hard one."""
-    from math_verify import parse, verify  # imported lazily: sympy is slow to import
+    from math_verify import verify  # imported lazily: sympy is slow to import
 
-    gold_parsed = parse(f"${gold}$", parsing_timeout=None)
-    return bool(gold_parsed) and verify(gold_parsed, parse(f"\\boxed{{{pred}}}", parsing_timeout=None),
-                                        timeout_seconds=None)
+    gold_parsed = _parse_latex(f"${gold}$")
+    return bool(gold_parsed) and verify(gold_parsed, _parse_latex(f"\\boxed{{{pred}}}"), timeout_seconds=None)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_latex(text: str) -> list:
+    """math-verify's parse, memoised in the worker: a prompt's gold answer is parsed once, not per check."""
+    from math_verify import parse
+
+    return parse(text, parsing_timeout=None)
 
 
 # ---- Reasoning Gym -----------------------------------------------------------------------------------
@@ -228,6 +241,10 @@ def _rg_scorer(dataset: str):
 # ---- verifier worker processes -----------------------------------------------------------------------
 
 
+WARM_UP_CHECKS = [("x(x+1)", "x^2+x"), ("(-\\infty,3)", "[0,1]"), ("\\{1,2\\}", "\\{2\\}"), ("\\sqrt{8}", "2\\sqrt{2}"),
+                  ("0.5", "\\frac{1}{3}"), ("x=3", "3")]
+
+
 def serve(memory_mb: int) -> None:
     """Worker loop (`python reward.py --serve`): one JSON request per stdin line, one JSON reply per
     stdout line. Runs math-verify and Reasoning Gym scorers; the parent enforces the time limit."""
@@ -236,9 +253,9 @@ def serve(memory_mb: int) -> None:
     os.dup2(2, 1)
     import logging
 
-    import math_verify  # noqa: F401  (imported before "ready": start-up must not eat the first answer's time)
-
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
+    for pred, gold in WARM_UP_CHECKS:  # before "ready": sympy's first-use costs must not eat an answer's time
+        check_math(pred, gold)
     replies.write("ready\n")
     replies.flush()
     for line in sys.stdin:
@@ -608,6 +625,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     rewards = [0.0] * len(items)
     checks: dict[tuple, list[int]] = {}  # check key -> indices of the items it decides
     spec_keys: dict[int, tuple[str, dict]] = {}  # id(answer) -> (canonical JSON, spec): parse once per prompt
+    math_keys: dict[tuple[str, str], tuple | bool] = {}  # (box content, gold) -> check key, or the fast verdict
     for i, (task, response, answer) in enumerate(items):
         if task == "arith":
             pred = extract_answer(response)
@@ -617,14 +635,16 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
             pred = last_boxed(response)
             if pred is None or not pred.strip() or len(pred) > config.max_answer_chars:
                 continue
-            pred, gold = normalize_math(pred), normalize_math(answer)
             stats.answered += 1
-            fast = math_fast_path(pred, gold)
-            if fast is not None:
+            if (pred, answer) not in math_keys:  # normalise and try the fast path once per distinct string
+                norm_pred, norm_gold = normalize_math(pred), normalize_math(answer)
+                fast = math_fast_path(norm_pred, norm_gold)
+                math_keys[pred, answer] = ("math", norm_pred, norm_gold) if fast is None else fast
+            key = math_keys[pred, answer]
+            if isinstance(key, bool):
                 stats.fast_path += 1
-                rewards[i] = float(fast)
+                rewards[i] = float(key)
                 continue
-            key = ("math", pred, gold)
         elif task == "code":
             program = last_code_block(response)
             if id(answer) not in spec_keys:
@@ -651,7 +671,9 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     stats.items += len(items)
     stats.checks += len(checks)
 
-    keys = [k for k in checks if k[0] != "code"]
+    # longest first, roughly (symbolic answers cost sympy the most), so no slow check starts last
+    keys = sorted((k for k in checks if k[0] != "code"), key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])),
+                  reverse=True)
     jobs = [("math", [k[1], k[2]]) if k[0] == "math" else
             ("rg", [json.loads(k[2])["dataset"], k[1], json.loads(k[2])["entry"]]) for k in keys]
     outcomes = verifier_pool(workers, config.worker_memory_mb).run(jobs, config.timeout) if jobs else []

@@ -89,6 +89,9 @@ def test_fast_path_decides_plain_numbers_without_sympy():
     assert reward.math_fast_path("0.5", "1/2") is True
     assert reward.math_fast_path("7", "8") is False
     assert reward.math_fast_path("0.333333", "1/3") is None  # math-verify's tolerance decides that one
+    assert reward.math_fast_path("14/24", "7/12") is True and reward.math_fast_path("5/12", "7/12") is False
+    assert reward.math_fast_path("1/0", "1") is None
+    assert reward.normalize_math("-\\dfrac{14}{24}") == "-14/24" and reward.normalize_math("x^{2}") == "x^2"
     assert reward.normalize_math("\\left( \\dfrac{1}{2} , 3 \\right) .") == "(\\frac{1}{2},3)"
     assert reward.normalize_math("2 \\cdot x") == "2\\cdot x"  # a space that separates a macro survives
 
