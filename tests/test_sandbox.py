@@ -109,3 +109,15 @@ def test_the_sandbox_sees_no_environment_and_no_parent():
         assert reward.run_program(program, {"inputs": [""], "outputs": [expected]}, FAST).passed == 1
     finally:
         del os.environ["BRORL_SECRET"]
+
+
+def test_the_fallback_without_bubblewrap_still_limits_and_cleans_up(monkeypatch):
+    fallback = reward.Sandbox("rlimits", reward.sandbox().python)
+    monkeypatch.setattr(reward, "sandbox", lambda: fallback)
+    assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD) == 1.0
+    assert reward.run_program("while True:\n    pass", ADD, FAST).status == "timeout"
+    assert reward.run_program("x = bytearray(8 << 30)", ADD, FAST).status == "error: MemoryError"
+    grandchild = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\nprint('pwned')"
+    assert reward.score("code", fenced(grandchild), ADD, FAST) == 0.0
+    if os.geteuid() == 0:  # as root the fallback kills every process of the sandbox uid
+        assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
