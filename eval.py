@@ -1,21 +1,34 @@
-"""Score a policy on a task file: pass@1 (the mean reward over K samples per problem, the paper's
-protocol) and the unbiased pass@k of Chen et al. 2021 (arXiv 2107.03374) for k = 1, 2, 4, ..., K.
+"""Score a policy on the paper's benchmark suites: pass@1 (the mean reward over k samples per problem, the
+paper's protocol) with a 95% bootstrap interval, and the unbiased pass@k of Chen et al. 2021
+(arXiv 2107.03374) for k = 1, 2, 4, ..., K; per benchmark, per suite, and per Reasoning Gym category.
 
 Works on any checkpoint directory (a `save_pretrained` folder: the trainer's `checkpoints/step_*/model`,
-the tiny model, a downloaded hub model) without the trainer:
+the tiny model, a downloaded hub model) without the trainer. The benchmarks and where their data comes
+from are in benchmarks.py; one with no data is listed as skipped with the reason, never scored.
 
-    python eval.py --model runs/demo/checkpoints/step_000060/model --data data/arith_test.jsonl --samples 16
+    python eval.py --model PATH --suite all --out runs/eval/prorl.json      # the paper's table
+    python eval.py --model PATH --benchmarks aime2024 humaneval --samples 4
+    python eval.py --model PATH --data data/arith_test.jsonl                # any task file
+    python eval.py --compare runs/eval/prorl.json runs/eval/brorl.json
+
+Defaults follow the paper's protocol (paper.md, Sec. 5): k=16 samples, temperature 0.6, top-p 0.95,
+32K-token responses (never more than the model's context). Every sample goes to `<out>.samples.jsonl`
+(benchmark, problem id, response, extracted answer, reward) so any score can be audited; an
+interrupted run started again with the same --out resumes from that file without redoing finished
+problems (the redone ones draw new samples: same distribution, not the same tokens).
 """
 
 import argparse
 import json
 import sys
 import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
+import benchmarks
 import reward
 import rollout
 from common import InputError, load_policy, load_tasks
@@ -41,73 +54,264 @@ def k_values(samples: int) -> list[int]:
     return ks if ks[-1] == samples else ks + [samples]
 
 
+def bootstrap_ci(per_problem: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile interval of the mean over problems, resampling problems with replacement."""
+    values = np.asarray(per_problem, dtype=float)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
+
+
+def metrics(correct: list[int], samples: int) -> dict:
+    """pass@1, its interval and pass@k from the number of correct samples of each problem."""
+    per_problem = [c / samples for c in correct]
+    return {"problems": len(correct), "samples": samples, "pass1": float(np.mean(per_problem)),
+            "ci95": bootstrap_ci(per_problem),
+            "pass_at_k": {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct])) for k in k_values(samples)}}
+
+
+@dataclass
+class EvalSettings:
+    samples: int = 16
+    temperature: float = 0.6
+    top_p: float = 0.95
+    max_new_tokens: int = 32768  # capped at the model's context
+    seed: int = 0
+    chat_template: bool = True
+    max_batch_seqs: int = 1024
+    problems_per_batch: int = 8  # problems generated (and logged) together: an interruption loses at most these
+    verify_workers: int = 2
+    verify_config: reward.VerifyConfig = field(default_factory=reward.VerifyConfig)
+
+
+class SampleLog:
+    """The per-sample jsonl: read back on start (torn lines and unfinished problems dropped), appended after
+    each batch of problems."""
+
+    def __init__(self, path: Path | None, samples: int):
+        self.path, self.done = path, {}
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rows: dict[tuple[str, str], list[dict]] = {}
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                    rows.setdefault((row["benchmark"], row["id"]), []).append(row)
+                except (json.JSONDecodeError, KeyError, TypeError):
+                    continue
+        self.done = {key: r[:samples] for key, r in rows.items() if len(r) >= samples}
+        tmp = path.with_name(path.name + ".tmp")  # keep only finished problems, atomically
+        tmp.write_text("".join(json.dumps(r) + "\n" for rs in self.done.values() for r in rs))
+        tmp.replace(path)
+
+    def append(self, rows: list[dict]) -> None:
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write("".join(json.dumps(r) + "\n" for r in rows))
+                f.flush()
+
+
+def run_benchmark(model, tokenizer, name: str, records: list[dict], settings: EvalSettings,
+                  log: SampleLog | None = None) -> dict:
+    """Sample `settings.samples` responses per problem (all k of a problem in one request), score them with
+    reward.py, and return the benchmark's metrics; problems already in `log` are not redone."""
+    log = log or SampleLog(None, settings.samples)
+    context = getattr(model.config, "max_position_embeddings", settings.max_new_tokens)
+    params = rollout.SamplingParams(n=settings.samples, temperature=settings.temperature, top_p=settings.top_p,
+                                    max_new_tokens=min(settings.max_new_tokens, context),
+                                    max_batch_seqs=settings.max_batch_seqs)
+    stats = reward.VerifyStats()
+    todo = [r for r in records if (name, r["id"]) not in log.done]
+    for start in range(0, len(todo), settings.problems_per_batch):
+        batch = todo[start:start + settings.problems_per_batch]
+        prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch], settings.chat_template)
+        generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + len(log.done) + start)
+        rollouts = rollout.generate(model, tokenizer, prompt_ids, params, generator)
+        groups = rollouts.group.tolist()
+        items = [(batch[g]["task"], text, batch[g]["answer"]) for g, text in zip(groups, rollouts.texts)]
+        rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config, stats)
+        rows = [{"benchmark": name, "id": batch[g]["id"], "sample": j % settings.samples, "response": text,
+                 "extracted": reward.final_answer(batch[g]["task"], text), "reward": r}
+                for j, (g, text, r) in enumerate(zip(groups, rollouts.texts, rewards))]
+        log.append(rows)
+        for row in rows:
+            log.done.setdefault((name, row["id"]), []).append(row)
+    correct = [int(sum(row["reward"] == 1.0 for row in log.done[(name, r["id"])])) for r in records]
+    return {**metrics(correct, settings.samples), "correct_per_problem": correct,
+            "verifier_timeouts": stats.timeouts, "verifier_errors": stats.errors}
+
+
 def evaluate(model, tokenizer, tasks: list[dict], samples: int, temperature: float = 0.6, top_p: float = 0.95,
              max_new_tokens: int = 16, seed: int = 0, chat_template: bool = True, max_batch_seqs: int = 1024,
              verify_workers: int = 2, verify_config: reward.VerifyConfig | None = None) -> dict:
-    """pass@1 and pass@k over `tasks`, K = `samples` rollouts per problem, plus per-problem counts."""
+    """pass@1 and pass@k over one task list (the trainer's held-out set), K = `samples` per problem."""
     start = time.time()
-    params = rollout.SamplingParams(n=samples, temperature=temperature, top_p=top_p,
-                                    max_new_tokens=max_new_tokens, max_batch_seqs=max_batch_seqs)
-    prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], chat_template)
-    rollouts = rollout.generate(model, tokenizer, prompt_ids, params, torch.Generator().manual_seed(seed))
-    stats = reward.VerifyStats()
-    items = [(tasks[g]["task"], text, tasks[g]["answer"]) for g, text in zip(rollouts.group.tolist(), rollouts.texts)]
-    rewards = torch.tensor(reward.score_batch(items, verify_workers, verify_config, stats)).view(len(tasks), samples)
-    correct = (rewards == 1.0).sum(dim=1).tolist()
-    return {
-        "problems": len(tasks),
-        "samples": samples,
-        "pass1": float(rewards.mean()),
-        "pass_at_k": {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct])) for k in k_values(samples)},
-        "correct_per_problem": correct,
-        "verifier_timeouts": stats.timeouts,
-        "verifier_errors": stats.errors,
-        "seconds": time.time() - start,
-    }
+    settings = EvalSettings(samples, temperature, top_p, max_new_tokens, seed, chat_template, max_batch_seqs,
+                            problems_per_batch=max(1, max_batch_seqs // samples), verify_workers=verify_workers,
+                            verify_config=verify_config or reward.VerifyConfig())
+    records = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
+    return {**run_benchmark(model, tokenizer, "tasks", records, settings), "seconds": time.time() - start}
+
+
+def evaluate_suite(model, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
+                   data_dir: Path | None = None, max_problems: int = 0, samples_path: Path | None = None,
+                   extra: dict[str, list[dict]] | None = None, progress=print) -> dict:
+    """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists."""
+    start = time.time()
+    log = SampleLog(samples_path, settings.samples)
+    result = {"settings": {**asdict(settings), "verify_config": asdict(settings.verify_config)},
+              "benchmarks": {}, "skipped": {}}
+    loaded = [(name, records, "given", "", "") for name, records in (extra or {}).items()]
+    for bench in selected:
+        records, origin = benchmarks.load(bench, data_dir)
+        if not records:
+            result["skipped"][bench.name] = origin
+            continue
+        loaded.append((bench.name, records, origin, bench.suite, bench.note))
+    problems = 0
+    for name, records, origin, suite, note in loaded:
+        records = records[:max_problems] if max_problems else records
+        for index, record in enumerate(records):
+            try:
+                reward.validate_answer(record["task"], record["answer"])
+            except ValueError as e:
+                raise InputError(f"{name} ({origin}) record {index + 1}: {e}") from None
+        scores = run_benchmark(model, tokenizer, name, records, settings, log)
+        result["benchmarks"][name] = {"suite": suite, "source": origin, "note": note, **scores}
+        problems += len(records)
+        progress(f"{name}: pass@1 {100 * scores['pass1']:.2f} over {len(records)} problems ({origin})")
+    result["suites"] = suite_averages(result["benchmarks"])
+    result["reasoning_gym_categories"] = category_averages(result["benchmarks"])
+    result["seconds"] = time.time() - start
+    result["problems_per_s"] = problems / max(result["seconds"], 1e-9)
+    return result
+
+
+def suite_averages(scored: dict) -> dict[str, float]:
+    """Each suite's pass@1: the mean over its benchmarks (the paper's "Math", "Code", "Reasoning Gym")."""
+    suites: dict[str, list[float]] = {}
+    for entry in scored.values():
+        if entry["suite"]:
+            suites.setdefault(entry["suite"], []).append(entry["pass1"])
+    return {suite: float(np.mean(values)) for suite, values in suites.items()}
+
+
+def category_averages(scored: dict) -> dict[str, float]:
+    categories: dict[str, list[float]] = {}
+    for entry in scored.values():
+        if entry["suite"] == "reasoning_gym":
+            categories.setdefault(entry["note"], []).append(entry["pass1"])
+    return {category: float(np.mean(values)) for category, values in sorted(categories.items())}
+
+
+def format_table(result: dict) -> str:
+    ks = sorted({k for e in result["benchmarks"].values() for k in e["pass_at_k"]}, key=int)
+    lines = [f"{'benchmark':<28} {'problems':>8}  {'pass@1 (95% CI)':<22}" + "".join(f"{'pass@' + k:>9}" for k in ks)]
+    for name, e in result["benchmarks"].items():
+        label = f"{name} [{e['note']}]" if e["note"] and e["suite"] != "reasoning_gym" else name
+        ci = f"{100 * e['pass1']:.2f} ({100 * e['ci95'][0]:.1f}-{100 * e['ci95'][1]:.1f})"
+        lines.append(f"{label:<28} {e['problems']:>8}  {ci:<22}"
+                     + "".join(f"{100 * e['pass_at_k'][k]:>9.2f}" if k in e["pass_at_k"] else f"{'':>9}" for k in ks))
+    for title, averages in (("suite", result["suites"]), ("reasoning gym category", result["reasoning_gym_categories"])):
+        if averages:
+            lines.append("")
+            lines += [f"{title + ' ' + name:<38} pass@1 {100 * value:.2f}" for name, value in averages.items()]
+    if result["skipped"]:
+        lines.append("")
+        lines += [f"skipped {name}: {reason}" for name, reason in result["skipped"].items()]
+    return "\n".join(lines)
+
+
+def compare(path_a: Path, path_b: Path) -> str:
+    """Two result files side by side: pass@1 per benchmark and suite, and B - A."""
+    a, b = (json.loads(Path(p).read_text()) for p in (path_a, path_b))
+    lines = [f"{'':<30} {Path(path_a).stem[:12]:>12} {Path(path_b).stem[:12]:>12} {'B - A':>8}"]
+    for section in ("benchmarks", "suites"):
+        names = list(dict.fromkeys([*a[section], *b[section]]))
+        for name in names:
+            entries = (r[section].get(name) for r in (a, b))
+            va, vb = (e["pass1"] if isinstance(e, dict) else e for e in entries)
+            fa, fb = (f"{100 * v:12.2f}" if v is not None else f"{'-':>12}" for v in (va, vb))
+            diff = f"{100 * (vb - va):+8.2f}" if va is not None and vb is not None else f"{'':>8}"
+            lines.append(f"{('suite ' if section == 'suites' else '') + name:<30} {fa} {fb} {diff}")
+    return "\n".join(lines)
+
+
+def plot_pass_at_k(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name, e in result["benchmarks"].items():
+        ks = sorted(map(int, e["pass_at_k"]))
+        ax.plot(ks, [100 * e["pass_at_k"][str(k)] for k in ks], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k (%)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:
+    d = EvalSettings()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="checkpoint directory (save_pretrained layout) or hub name")
-    parser.add_argument("--data", required=True, help="jsonl task file (prompt, answer, task)")
-    parser.add_argument("--samples", type=int, default=16, help="samples per problem K (pass@1 is their mean)")
-    parser.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (paper: 0.6)")
-    parser.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (paper: 0.95)")
-    parser.add_argument("--max-new-tokens", type=int, default=16, help="response length limit")
-    parser.add_argument("--max-problems", type=int, default=0, help="score only the first M problems (0: all)")
+    parser.add_argument("--model", help="checkpoint directory (save_pretrained layout) or hub name")
+    parser.add_argument("--suite", help=f"benchmark suite: {', '.join(benchmarks.SUITES)} or all (default: all)")
+    parser.add_argument("--benchmarks", nargs="+", help=f"benchmarks by name ({', '.join(benchmarks.BENCHMARKS)})")
+    parser.add_argument("--data", help="also score a jsonl task file in the project's schema (prompt, answer, task)")
+    parser.add_argument("--data-dir", type=Path, help="jsonl files in the benchmarks' own layouts (see benchmarks.py)")
+    parser.add_argument("--samples", type=int, default=d.samples, help="samples per problem k (pass@1 is their mean)")
+    parser.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature (paper: 0.6)")
+    parser.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (paper: 0.95)")
+    parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
+                        help="response length limit (paper: 32K; capped at the model's context)")
+    parser.add_argument("--max-problems", type=int, default=0, help="score only the first M problems of each (0: all)")
+    parser.add_argument("--problems-per-batch", type=int, default=d.problems_per_batch,
+                        help="problems generated together (the unit of resumption)")
     parser.add_argument("--no-chat-template", action="store_true", help="feed prompts raw even if the tokenizer has a chat template")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
-    parser.add_argument("--verify-workers", type=int, default=2, help="verifier processes / concurrent code sandboxes")
+    parser.add_argument("--seed", type=int, default=d.seed, help="sampling seed")
+    parser.add_argument("--verify-workers", type=int, default=d.verify_workers, help="verifier processes / concurrent code sandboxes")
     parser.add_argument("--verify-timeout", type=float, default=5.0, help="hard limit per distinct answer, seconds")
-    parser.add_argument("--out", type=Path, help="write the results as JSON here")
+    parser.add_argument("--out", type=Path, help="results JSON; per-sample records go to <out>.samples.jsonl (resumable)")
+    parser.add_argument("--plot", type=Path, help="write pass@k curves as a PNG here")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="print two result files side by side")
     args = parser.parse_args()
     try:
-        if args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1:
-            raise InputError("need --samples >= 1, --temperature > 0 and 0 < --top-p <= 1")
-        if args.verify_workers < 1 or args.verify_timeout <= 0:
-            raise InputError("need --verify-workers >= 1 and --verify-timeout > 0")
-        tasks = load_tasks(args.data)
-        for index, task in enumerate(tasks):
-            try:
-                reward.validate_answer(task["task"], task["answer"])
-            except ValueError as e:
-                raise InputError(f"{args.data}: task record {index + 1}: {e}") from None
-        tasks = tasks[: args.max_problems] if args.max_problems > 0 else tasks
+        if args.compare:
+            return print(compare(*args.compare))
+        if not args.model:
+            raise InputError("--model is required (or --compare A.json B.json)")
+        if args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1 or args.max_new_tokens < 1:
+            raise InputError("need --samples >= 1, --temperature > 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
+        if args.verify_workers < 1 or args.verify_timeout <= 0 or args.problems_per_batch < 1:
+            raise InputError("need --verify-workers >= 1, --verify-timeout > 0 and --problems-per-batch >= 1")
+        if args.data_dir is not None and not args.data_dir.is_dir():
+            raise InputError(f"--data-dir is not a directory: {args.data_dir}")
+        extra = {Path(args.data).stem: [{**t, "id": str(i)} for i, t in enumerate(load_tasks(args.data))]} if args.data else {}
+        selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
+                    benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
         model, tokenizer = load_policy(args.model)
+        settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
+                                not args.no_chat_template, problems_per_batch=args.problems_per_batch,
+                                verify_workers=args.verify_workers,
+                                verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
+        samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
+        result = evaluate_suite(model, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra)
     except InputError as e:
         sys.exit(f"error: {e}")
-    result = evaluate(model, tokenizer, tasks, args.samples, args.temperature, args.top_p, args.max_new_tokens,
-                      args.seed, not args.no_chat_template, verify_workers=args.verify_workers,
-                      verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
-    result.update(model=args.model, data=args.data, temperature=args.temperature, top_p=args.top_p)
-    print(f"{args.data}: {result['problems']} problems x {args.samples} samples, "
-          f"{result['problems'] / result['seconds']:.1f} problems/s")
-    print(f"pass@1 {100 * result['pass1']:.2f}")
-    for k, value in result["pass_at_k"].items():
-        print(f"pass@{k:<4} {100 * value:.2f}")
+    result["model"] = args.model
+    print(format_table(result))
+    print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2))
+    if args.plot:
+        plot_pass_at_k(result, args.plot)
 
 
 if __name__ == "__main__":

