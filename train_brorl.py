@@ -38,6 +38,7 @@ import tyro
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+import benchmarks
 import eval as evaluation
 import reward
 import rollout
@@ -132,7 +133,11 @@ class Config:
     eval_top_p: float = 1.0
     """evaluation nucleus sampling mass"""
     eval_max_problems: int = 0
-    """evaluate on the first M test problems (0: all)"""
+    """evaluate on the first M problems of the test set and of each benchmark (0: all)"""
+    eval_benchmarks: tuple[str, ...] = ()
+    """benchmarks.py names also scored at every eval and logged per benchmark (e.g. aime2024 humaneval rg/gcd)"""
+    eval_data_dir: str = ""
+    """directory of benchmark files in their sources' layouts (eval.py --data-dir)"""
     save_every: int = 1
     """checkpoint every this many steps (1: a killed run loses at most the current step)"""
     keep_checkpoints: int = 2
@@ -183,6 +188,8 @@ def validate(cfg: Config) -> None:
     for ok, message in checks:
         if not ok:
             raise InputError(message)
+    if cfg.eval_benchmarks:
+        benchmarks.select(names=list(cfg.eval_benchmarks))
     if cfg.model != "tiny":
         check_model_path(cfg.model)
     for path in (cfg.train_data, cfg.test_data):
@@ -293,13 +300,31 @@ class MetricsLog:
         self.writer.close()
 
 
-def run_eval(model, tokenizer, tasks, cfg: Config, step: int, metrics: MetricsLog) -> float:
-    result = evaluation.evaluate(model, tokenizer, tasks, cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p,
-                                 cfg.max_new_tokens, cfg.seed, cfg.chat_template, cfg.gen_batch_seqs, cfg.verify_workers,
-                                 reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout))
-    metrics.log(step, {"eval_pass1": result["pass1"],
-                       **{f"eval_pass@{k}": v for k, v in result["pass_at_k"].items()}}, prefix="eval")
-    return result["pass1"]
+def run_eval(model, tokenizer, tasks, cfg: Config, step: int, metrics: MetricsLog, output_dir: Path) -> float:
+    """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also writes
+    eval.json (the layout `python eval.py --out` writes) and its per-sample audit file."""
+    settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
+                                       cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
+                                       problems_per_batch=max(1, cfg.gen_batch_seqs // cfg.eval_samples),
+                                       verify_workers=cfg.verify_workers,
+                                       verify_config=reward.VerifyConfig(timeout=cfg.verify_timeout,
+                                                                         test_timeout=cfg.code_test_timeout))
+    final = step == cfg.total_steps
+    samples_path = output_dir / "eval.samples.jsonl" if final else None
+    if final:
+        samples_path.unlink(missing_ok=True)  # a resumed run's final eval is a new one, not a continuation
+    result = evaluation.evaluate_suite(
+        model, tokenizer, benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else [],
+        settings, Path(cfg.eval_data_dir) if cfg.eval_data_dir else None, cfg.eval_max_problems, samples_path,
+        extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None)
+    held_out = result["benchmarks"]["test_data"]
+    metrics.log(step, {"eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
+                       **{f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items() if name != "test_data"},
+                       **{f"suite/{suite}": value for suite, value in result["suites"].items()}}, prefix="eval")
+    if final:
+        result["model"] = str(output_dir)
+        (output_dir / "eval.json").write_text(json.dumps(result, indent=2))
+    return held_out["pass1"]
 
 
 def step_generator(cfg: Config, step: int, stream: int) -> torch.Generator:
@@ -387,7 +412,7 @@ def train(cfg: Config) -> Path:
                                      cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens)
     verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout)
     if step == 0:
-        start_pass1 = run_eval(model, tokenizer, test_tasks, cfg, 0, metrics)
+        start_pass1 = run_eval(model, tokenizer, test_tasks, cfg, 0, metrics, output_dir)
         print(f"step 0: eval_pass1 {start_pass1:.3f}")
 
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps)
@@ -457,7 +482,7 @@ def train(cfg: Config) -> Path:
         metrics.log(step, scalars, prefix="train")
         progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
-            pass1 = run_eval(model, tokenizer, test_tasks, cfg, step, metrics)
+            pass1 = run_eval(model, tokenizer, test_tasks, cfg, step, metrics, output_dir)
             progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
         if step % cfg.save_every == 0 or step == cfg.total_steps:
             save_checkpoint(output_dir, step, model, tokenizer, optimizer, ref_model,

@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from conftest import run_script
-from eval import k_values, pass_at_k
+from conftest import ROOT, run_script
+from eval import bootstrap_ci, k_values, metrics, pass_at_k
+
+FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
 
 
 def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
@@ -36,14 +38,70 @@ def test_k_values():
     assert k_values(1) == [1]
 
 
-def test_eval_cli_scores_a_checkpoint_and_writes_json(untrained_model_dir, tmp_path):
+def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_problems():
+    assert bootstrap_ci([1.0] * 10) == (1.0, 1.0)
+    few, many = [0.0, 1.0] * 5, [0.0, 1.0] * 500
+    lo, hi = bootstrap_ci(few)
+    assert lo < 0.5 < hi and 0 <= lo and hi <= 1
+    assert bootstrap_ci(many)[1] - bootstrap_ci(many)[0] < (hi - lo) / 5
+    assert metrics([2, 0, 1], 2)["pass1"] == pytest.approx(0.5)
+
+
+def eval_cli(model_dir, out, *extra, check=True):
+    return run_script("eval.py", "--model", str(model_dir), "--samples", "2", "--max-new-tokens", "12",
+                      "--problems-per-batch", "2", "--out", str(out), *extra, check=check)
+
+
+def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrained_model_dir, tmp_path):
     out = tmp_path / "result.json"
-    result = run_script("eval.py", "--model", str(untrained_model_dir), "--data", "data/arith_test.jsonl",
-                        "--samples", "4", "--max-problems", "8", "--out", str(out))
-    assert "pass@1" in result.stdout
+    result = eval_cli(untrained_model_dir, out, "--benchmarks", "amc2023", "humaneval", "rg/gcd", "math500",
+                      "--data-dir", str(FIXTURES), "--max-problems", "3", "--data", "data/arith_test.jsonl",
+                      "--plot", str(tmp_path / "curves.png"))
+    assert "pass@1 (95% CI)" in result.stdout and "problems/s" in result.stdout
     saved = json.loads(out.read_text())
-    assert saved["problems"] == 8 and set(saved["pass_at_k"]) == {"1", "2", "4"}
-    assert 0.0 <= saved["pass1"] <= saved["pass_at_k"]["4"] <= 1.0
+    assert set(saved["benchmarks"]) == {"arith_test", "amc2023", "humaneval", "rg/gcd", "math500"}
+    for entry in saved["benchmarks"].values():
+        assert entry["problems"] <= 3 and set(entry["pass_at_k"]) == {"1", "2"}
+        assert entry["ci95"][0] <= entry["pass1"] <= entry["ci95"][1]
+    assert saved["benchmarks"]["math500"]["source"].endswith("math500.jsonl")
+    assert set(saved["suites"]) == {"math", "code", "reasoning_gym"}
+    assert saved["reasoning_gym_categories"] == {"arithmetic": saved["benchmarks"]["rg/gcd"]["pass1"]}
+    samples = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 * sum(e["problems"] for e in saved["benchmarks"].values())
+    assert set(samples[0]) == {"benchmark", "id", "sample", "response", "extracted", "reward"}
+    assert (tmp_path / "curves.png").stat().st_size > 5_000
+    empty = tmp_path / "no-data"
+    empty.mkdir()
+    offline = eval_cli(untrained_model_dir, tmp_path / "skip.json", "--benchmarks", "amc2023", "--data-dir", str(empty))
+    assert "skipped amc2023: no --data-dir/amc23.jsonl" in offline.stdout
+
+
+def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained_model_dir, tmp_path):
+    out = tmp_path / "run.json"
+    args = ("--data", "data/arith_test.jsonl", "--max-problems", "6")
+    eval_cli(untrained_model_dir, out, *args)
+    samples = out.with_suffix(".samples.jsonl")
+    lines = samples.read_text().splitlines()
+    kept = lines[:5]  # problems 0 and 1 finished, problem 2 half written, then a torn line
+    samples.write_text("\n".join(kept) + '\n{"benchmark": "arith_te')
+    eval_cli(untrained_model_dir, out, *args)
+    after = samples.read_text().splitlines()
+    assert after[:4] == lines[:4] and len(after) == 12  # finished problems kept as they were, nothing twice
+    assert json.loads(out.read_text())["benchmarks"]["arith_test"]["problems"] == 6
+
+
+def test_compare_prints_two_runs_side_by_side(tmp_path):
+    def result(math, code):
+        return {"benchmarks": {"aime2024": {"pass1": math}, "humaneval": {"pass1": code}},
+                "suites": {"math": math, "code": code}}
+
+    (tmp_path / "prorl.json").write_text(json.dumps(result(0.25, 0.5)))
+    (tmp_path / "brorl.json").write_text(json.dumps({**result(0.30, 0.5), "benchmarks": {"aime2024": {"pass1": 0.30}}}))
+    printed = run_script("eval.py", "--compare", str(tmp_path / "prorl.json"), str(tmp_path / "brorl.json")).stdout
+    assert "prorl" in printed and "brorl" in printed
+    assert any(line.split() == ["aime2024", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
+    assert any(line.split() == ["humaneval", "50.00", "-"] for line in printed.splitlines())
+    assert any(line.split() == ["suite", "math", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
 
 
 def test_eval_cli_missing_model_is_one_clear_line(tmp_path):

@@ -81,9 +81,13 @@ def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
     data = tmp_path / "mixed.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in mixed))
     run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data), "--test-data", str(data),
-               "--output-dir", str(tmp_path / "run"))
+               "--output-dir", str(tmp_path / "run"), "--eval-benchmarks", "rg/gcd", "humaneval",
+               "--eval-max-problems", "3")
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "verify/seconds" in r] == [1, 2]
+    assert [r["step"] for r in rows if "rg/gcd/pass1" in r and "humaneval/pass1" in r] == [0, 2]
+    final = json.loads((tmp_path / "run" / "eval.json").read_text())  # what eval.py --out writes
+    assert set(final["benchmarks"]) == {"test_data", "rg/gcd", "humaneval"} and "code" in final["suites"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"task": "code", "prompt": "x", "answer": {"inputs": [1]}}) + "\n")
     result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad), check=False)

