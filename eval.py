@@ -79,7 +79,7 @@ class EvalSettings:
     seed: int = 0
     chat_template: bool = True
     max_batch_seqs: int = 1024
-    problems_per_batch: int = 8  # problems generated (and logged) together: an interruption loses at most these
+    problems_per_batch: int = 0  # problems generated (and logged) together, the unit of resumption (0: fill max_batch_seqs)
     verify_workers: int = 2
     verify_config: reward.VerifyConfig = field(default_factory=reward.VerifyConfig)
 
@@ -124,8 +124,9 @@ def run_benchmark(model, tokenizer, name: str, records: list[dict], settings: Ev
                                     max_batch_seqs=settings.max_batch_seqs)
     stats = reward.VerifyStats()
     todo = [r for r in records if (name, r["id"]) not in log.done]
-    for start in range(0, len(todo), settings.problems_per_batch):
-        batch = todo[start:start + settings.problems_per_batch]
+    per_batch = settings.problems_per_batch or max(1, settings.max_batch_seqs // settings.samples)
+    for start in range(0, len(todo), per_batch):
+        batch = todo[start:start + per_batch]
         prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch], settings.chat_template)
         generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + len(log.done) + start)
         rollouts = rollout.generate(model, tokenizer, prompt_ids, params, generator)
@@ -261,7 +262,8 @@ def main() -> None:
                         help="response length limit (paper: 32K; capped at the model's context)")
     parser.add_argument("--max-problems", type=int, default=0, help="score only the first M problems of each (0: all)")
     parser.add_argument("--problems-per-batch", type=int, default=d.problems_per_batch,
-                        help="problems generated together (the unit of resumption)")
+                        help="problems generated together, the unit of resumption (0: as many as --max-batch-seqs allows)")
+    parser.add_argument("--max-batch-seqs", type=int, default=d.max_batch_seqs, help="sequences decoded together")
     parser.add_argument("--no-chat-template", action="store_true", help="feed prompts raw even if the tokenizer has a chat template")
     parser.add_argument("--seed", type=int, default=d.seed, help="sampling seed")
     parser.add_argument("--verify-workers", type=int, default=d.verify_workers, help="verifier processes / concurrent code sandboxes")
@@ -277,8 +279,9 @@ def main() -> None:
             raise InputError("--model is required (or --compare A.json B.json)")
         if args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1 or args.max_new_tokens < 1:
             raise InputError("need --samples >= 1, --temperature > 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
-        if args.verify_workers < 1 or args.verify_timeout <= 0 or args.problems_per_batch < 1:
-            raise InputError("need --verify-workers >= 1, --verify-timeout > 0 and --problems-per-batch >= 1")
+        if args.verify_workers < 1 or args.verify_timeout <= 0 or args.problems_per_batch < 0 or args.max_batch_seqs < 1:
+            raise InputError("need --verify-workers >= 1, --verify-timeout > 0, --problems-per-batch >= 0 "
+                             "and --max-batch-seqs >= 1")
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
         extra = {Path(args.data).stem: [{**t, "id": str(i)} for i, t in enumerate(load_tasks(args.data))]} if args.data else {}
@@ -286,7 +289,7 @@ def main() -> None:
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
         model, tokenizer = load_policy(args.model)
         settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
-                                not args.no_chat_template, problems_per_batch=args.problems_per_batch,
+                                not args.no_chat_template, args.max_batch_seqs, args.problems_per_batch,
                                 verify_workers=args.verify_workers,
                                 verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None

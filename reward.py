@@ -249,8 +249,10 @@ def _rg_scorer(dataset: str):
 # ---- verifier worker processes -----------------------------------------------------------------------
 
 
-WARM_UP_CHECKS = [("x(x+1)", "x^2+x"), ("(-\\infty,3)", "[0,1]"), ("\\{1,2\\}", "\\{2\\}"), ("\\sqrt{8}", "2\\sqrt{2}"),
-                  ("0.5", "\\frac{1}{3}"), ("x=3", "3")]
+# (answer, gold, verdict): run by every worker before it reports ready, which both pays sympy's first-use
+# costs and proves this math-verify works (0.7.0, for one, silently fails every parse without a timeout).
+WARM_UP_CHECKS = [("x(x+1)", "x^2+x", True), ("(-\\infty,3)", "[0,1]", False), ("\\{1,2\\}", "\\{2,1\\}", True),
+                  ("\\sqrt{8}", "2\\sqrt{2}", True), ("0.5", "\\frac{1}{3}", False), ("x=3", "3", True)]
 
 
 def serve(memory_mb: int) -> None:
@@ -262,8 +264,14 @@ def serve(memory_mb: int) -> None:
     import logging
 
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
-    for pred, gold in WARM_UP_CHECKS:  # before "ready": sympy's first-use costs must not eat an answer's time
-        check_math(pred, gold)
+    for pred, gold, verdict in WARM_UP_CHECKS:  # before "ready": first-use costs must not eat an answer's time
+        if check_math(pred, gold) != verdict:
+            from importlib.metadata import version
+
+            replies.write(f"math-verify {version('math-verify')} says {pred} vs {gold} is {not verdict}: "
+                          "install math-verify>=0.9\n")
+            replies.flush()
+            sys.exit(1)
     replies.write("ready\n")
     replies.flush()
     for line in sys.stdin:
@@ -293,10 +301,12 @@ class VerifierPool:
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--memory-mb",
                                  str(self.memory_mb)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
-        if proc.stdout.readline() != "ready\n":
+        status = proc.stdout.readline()
+        if status != "ready\n":
             proc.kill()
-            raise RuntimeError("reward.py: a verifier worker failed to start (is math-verify installed? "
-                               f"run: {sys.executable} -c 'import math_verify')")
+            raise RuntimeError(f"reward.py: a verifier worker failed to start: {status.strip() or 'it died'} "
+                               f"(check: {sys.executable} {os.path.abspath(__file__)} --task math --answer 1 "
+                               "--response '\\boxed{1}')")
         self.procs[slot] = proc
         return proc
 

@@ -304,9 +304,7 @@ def run_eval(model, tokenizer, tasks, cfg: Config, step: int, metrics: MetricsLo
     """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also writes
     eval.json (the layout `python eval.py --out` writes) and its per-sample audit file."""
     settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
-                                       cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
-                                       problems_per_batch=max(1, cfg.gen_batch_seqs // cfg.eval_samples),
-                                       verify_workers=cfg.verify_workers,
+                                       cfg.seed, cfg.chat_template, cfg.gen_batch_seqs, verify_workers=cfg.verify_workers,
                                        verify_config=reward.VerifyConfig(timeout=cfg.verify_timeout,
                                                                          test_timeout=cfg.code_test_timeout))
     final = step == cfg.total_steps

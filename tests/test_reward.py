@@ -143,17 +143,21 @@ def test_a_hung_answer_is_a_counted_timeout_even_from_a_thread():
 
 def test_a_worker_that_dies_mid_check_is_replaced_and_that_answer_scores_zero():
     pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    killed = []
 
     def kill_worker_once_busy():  # what the kernel's OOM killer would do
-        while pool.procs[0] is None:
-            time.sleep(0.05)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while pool.procs[0] is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # the power tower is being checked now (it runs for minutes)
+        killed.append(pool.procs[0].pid)
         pool.procs[0].kill()
 
-    threading.Thread(target=kill_worker_once_busy).start()
-    results = pool.run([("math", ["9^{9^{9^{9}}}", "1"]), ("math", ["7", "7"])], timeout=30)
+    threading.Thread(target=kill_worker_once_busy, daemon=True).start()
+    results = pool.run([("math", ["9^{9^{9^{9}}}", "1"]), ("math", ["7", "7"])], timeout=60)
+    replacement = pool.procs[0].pid
     pool.close()
-    assert results == [(0.0, "error"), (1.0, "ok")]
+    assert results == [(0.0, "error"), (1.0, "ok")] and killed and replacement != killed[0]
 
 
 # ---- Reasoning Gym ------------------------------------------------------------------------------------
