@@ -503,14 +503,31 @@ def _tasks_of_uid(uid: int) -> int:
     return count
 
 
-def _kill_uid(uid: int) -> None:
-    """Fallback sandbox, as root: kill every process of the sandbox uid (daemons leave the session)."""
+def _live_processes_of_uid(uid: int) -> list[int]:
+    pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if os.stat(f"/proc/{pid}").st_uid == uid:
-                os.kill(int(pid), signal.SIGKILL)
-        except OSError:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if os.stat(f"/proc/{pid}").st_uid == uid and state not in "ZX":
+                pids.append(int(pid))
+        except (OSError, IndexError):
             pass
+    return pids
+
+
+def _kill_uid(uid: int, wait: float = 5.0) -> None:
+    """As root: kill every process of the sandbox uid and wait until they are gone. The fallback needs it
+    (daemons leave the session); with bwrap it makes the PID namespace's teardown, which the kernel does
+    asynchronously (a fork bomb's 64 processes take a moment), finish before the next program starts."""
+    deadline = time.monotonic() + wait
+    while (pids := _live_processes_of_uid(uid)) and time.monotonic() < deadline:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
 
 
 @dataclass
@@ -573,7 +590,7 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
                 except ProcessLookupError:
                     pass
                 proc.wait()
-                if box.mode != "bwrap" and user:
+                if user:
                     _kill_uid(user["user"])
             report.seek(0)
             lines = report.read(2 * (config.code_file_mb << 20)).splitlines()
