@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 import transformers
 
+import reward
+
 transformers.utils.logging.disable_progress_bar()  # per-call "Loading weights" bars drown the training log
 HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 
@@ -48,6 +50,15 @@ def load_tasks(path: str | os.PathLike) -> list[dict]:
     if not tasks:
         raise InputError(f"{path}: no task records")
     return tasks
+
+
+def check_answers(tasks: list[dict], source: str) -> None:
+    """InputError naming the record when a ground truth is not one its verifier can check (before any work)."""
+    for index, task in enumerate(tasks):
+        try:
+            reward.validate_answer(task["task"], task["answer"])
+        except ValueError as e:
+            raise InputError(f"{source}: task record {index + 1}: {e}") from None
 
 
 def check_model_path(name_or_path: str) -> None:

@@ -31,7 +31,7 @@ import torch
 import benchmarks
 import reward
 import rollout
-from common import InputError, load_policy, load_tasks
+from common import InputError, check_answers, load_policy, load_tasks
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -162,11 +162,7 @@ def evaluate_suite(model, tokenizer, selected: list[benchmarks.Benchmark], setti
     problems = 0
     for name, records, origin, suite, note in loaded:
         records = records[:max_problems] if max_problems else records
-        for index, record in enumerate(records):
-            try:
-                reward.validate_answer(record["task"], record["answer"])
-            except ValueError as e:
-                raise InputError(f"{name} ({origin}) record {index + 1}: {e}") from None
+        check_answers(records, f"{name} ({origin})")
         scores = run_benchmark(model, tokenizer, name, records, settings, log)
         result["benchmarks"][name] = {"suite": suite, "source": origin, "note": note, **scores}
         problems += len(records)

@@ -43,7 +43,7 @@ import eval as evaluation
 import reward
 import rollout
 import update
-from common import InputError, check_model_path, load_policy, load_tasks
+from common import InputError, check_answers, check_model_path, load_policy, load_tasks
 from tiny_model import ensure_tiny_model
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -374,12 +374,8 @@ def train(cfg: Config) -> Path:
         torch.set_num_threads(cfg.threads)
     train_tasks, test_tasks = load_tasks(cfg.train_data), load_tasks(cfg.test_data)
     test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
-    for path, tasks in ((cfg.train_data, train_tasks), (cfg.test_data, test_tasks)):
-        for index, task in enumerate(tasks):
-            try:
-                reward.validate_answer(task["task"], task["answer"])
-            except ValueError as e:
-                raise InputError(f"{path}: task record {index + 1}: {e}") from None
+    check_answers(train_tasks, cfg.train_data)
+    check_answers(test_tasks, cfg.test_data)
     model_path = str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model
     model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else model_path, cfg.dtype, device,
                                    None if checkpoint else cfg.model_revision)
