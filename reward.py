@@ -449,7 +449,8 @@ class Sandbox:
 
 def _bwrap_command(python: str, tmpfs_bytes: int) -> list[str]:
     return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
+            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
             "--setenv", "PATH", CLEAN_PATH, "--setenv", "HOME", "/tmp", "--", python, "-I", "-c", HARNESS]
 
 
@@ -492,28 +493,27 @@ def sandbox() -> Sandbox:
                        f"(tried {', '.join(candidates)})")
 
 
-def _tasks_of_uid(uid: int) -> int:
-    count = 0
+def _processes_of_uid(uid: int) -> list[tuple[int, str]]:
+    """(pid, state letter) of every process of `uid`, zombies included (they still count for RLIMIT_NPROC)."""
+    found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if os.stat(f"/proc/{pid}").st_uid == uid:
-                count += len(os.listdir(f"/proc/{pid}/task"))
+                with open(f"/proc/{pid}/stat") as f:
+                    found.append((int(pid), f.read().rsplit(")", 1)[1].split()[0]))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+def _tasks_of_uid(uid: int) -> int:
+    count = 0
+    for pid, _ in _processes_of_uid(uid):
+        try:
+            count += len(os.listdir(f"/proc/{pid}/task"))
         except OSError:
             pass
     return count
-
-
-def _live_processes_of_uid(uid: int) -> list[int]:
-    pids = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-            if os.stat(f"/proc/{pid}").st_uid == uid and state not in "ZX":
-                pids.append(int(pid))
-        except (OSError, IndexError):
-            pass
-    return pids
 
 
 def _kill_uid(uid: int, wait: float = 5.0) -> None:
@@ -521,7 +521,10 @@ def _kill_uid(uid: int, wait: float = 5.0) -> None:
     (daemons leave the session); with bwrap it makes the PID namespace's teardown, which the kernel does
     asynchronously (a fork bomb's 64 processes take a moment), finish before the next program starts."""
     deadline = time.monotonic() + wait
-    while (pids := _live_processes_of_uid(uid)) and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        pids = [pid for pid, state in _processes_of_uid(uid) if state not in "ZX"]
+        if not pids:
+            return
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -564,9 +567,9 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
         for which, value in limits:
             resource.setrlimit(which, (value, value))
 
+    max_output = min(config.code_output_kb << 10, (config.code_file_mb << 20) // (len(inputs) + 1))
     request = json.dumps({"program": program, "inputs": inputs, "fn_name": fn_name, "check": check,
-                          "timeout": config.test_timeout,
-                          "max_output": min(config.code_output_kb << 10, (config.code_file_mb << 20) // (len(inputs) + 1))})
+                          "timeout": config.test_timeout, "max_output": max_output})
     with tempfile.TemporaryDirectory(prefix="brorl-code-") as workdir:
         if box.mode == "bwrap":
             command, cwd = _bwrap_command(box.python, config.code_tmpfs_mb << 20), "/"
@@ -671,7 +674,8 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     start = time.perf_counter()
     rewards = [0.0] * len(items)
     checks: dict[tuple, list[int]] = {}  # check key -> indices of the items it decides
-    spec_keys: dict[int, tuple[str, dict]] = {}  # id(answer) -> (canonical JSON, spec): parse once per prompt
+    spec_keys: dict[int, str] = {}  # id(answer) -> canonical JSON of its spec: parsed once per prompt
+    specs: dict[str, dict] = {}  # canonical JSON -> the spec
     math_keys: dict[tuple[str, str], tuple | bool] = {}  # (box content, gold) -> check key, or the fast verdict
     for i, (task, response, answer) in enumerate(items):
         if task == "arith":
@@ -696,20 +700,22 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
             program = last_code_block(response)
             if id(answer) not in spec_keys:
                 spec = parse_code_spec(answer)
-                spec_keys[id(answer)] = (json.dumps(spec, sort_keys=True), spec)
+                spec_keys[id(answer)] = json.dumps(spec, sort_keys=True)
+                specs[spec_keys[id(answer)]] = spec
             if program is None:
                 continue
             stats.answered += 1
-            key = ("code", program, spec_keys[id(answer)][0])
+            key = ("code", program, spec_keys[id(answer)])
         elif task == "reasoning_gym":
             pred = last_answer_tag(response)
             if id(answer) not in spec_keys:
                 validate_answer(task, answer)
-                spec_keys[id(answer)] = (json.dumps(answer, sort_keys=True), answer)
+                spec_keys[id(answer)] = json.dumps(answer, sort_keys=True)
+                specs[spec_keys[id(answer)]] = answer
             if pred is None or len(pred) > config.max_answer_chars:
                 continue
             stats.answered += 1
-            key = ("reasoning_gym", pred, spec_keys[id(answer)][0])
+            key = ("reasoning_gym", pred, spec_keys[id(answer)])
         else:
             raise ValueError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
         if key in checks:
@@ -721,8 +727,8 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     # longest first, roughly (symbolic answers cost sympy the most), so no slow check starts last
     keys = sorted((k for k in checks if k[0] != "code"), key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])),
                   reverse=True)
-    jobs = [("math", [k[1], k[2]]) if k[0] == "math" else
-            ("rg", [json.loads(k[2])["dataset"], k[1], json.loads(k[2])["entry"]]) for k in keys]
+    jobs = [("math", [k[1], k[2]]) if k[0] == "math" else ("rg", [specs[k[2]]["dataset"], k[1], specs[k[2]]["entry"]])
+            for k in keys]
     outcomes = verifier_pool(workers, config.worker_memory_mb).run(jobs, config.timeout) if jobs else []
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
@@ -741,7 +747,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
         def run(key):
             slot = slots.get()
             try:
-                return run_program(key[1], json.loads(key[2]), config, slot)
+                return run_program(key[1], specs[key[2]], config, slot)
             finally:
                 slots.put(slot)
 
