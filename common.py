@@ -7,6 +7,7 @@ object for code test specs and Reasoning Gym entries; extra fields are kept. A p
 checkpoints, the embedded tiny model) or a Hugging Face hub name.
 """
 
+import gzip
 import json
 import os
 import re
@@ -25,13 +26,11 @@ class InputError(ValueError):
     """Bad user input (a config value, a data line, a model path); main() prints it as one line."""
 
 
-def load_tasks(path: str | os.PathLike) -> list[dict]:
-    """Read a jsonl task file; a malformed row raises InputError naming the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"data file not found: {path}")
-    tasks = []
-    with open(path) as f:
+def read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of a jsonl file (gzipped if it ends in .gz); a
+    malformed line raises InputError naming the file and line."""
+    rows = []
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
         for line_no, line in enumerate(f, start=1):
             if not line.strip():
                 continue
@@ -41,12 +40,23 @@ def load_tasks(path: str | os.PathLike) -> list[dict]:
                 raise InputError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
                 raise InputError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
-            for field in ("prompt", "task"):
-                if not isinstance(row.get(field), str):
-                    raise InputError(f"{path}:{line_no}: field '{field}' must be a string")
-            if not isinstance(row.get("answer"), (str, dict)):
-                raise InputError(f"{path}:{line_no}: field 'answer' must be a string or a JSON object")
-            tasks.append(row)
+            rows.append((line_no, row))
+    return rows
+
+
+def load_tasks(path: str | os.PathLike) -> list[dict]:
+    """Read a jsonl task file; a malformed row raises InputError naming the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"data file not found: {path}")
+    tasks = []
+    for line_no, row in read_jsonl(path):
+        for field in ("prompt", "task"):
+            if not isinstance(row.get(field), str):
+                raise InputError(f"{path}:{line_no}: field '{field}' must be a string")
+        if not isinstance(row.get("answer"), (str, dict)):
+            raise InputError(f"{path}:{line_no}: field 'answer' must be a string or a JSON object")
+        tasks.append(row)
     if not tasks:
         raise InputError(f"{path}: no task records")
     return tasks

@@ -150,52 +150,47 @@ def evaluate_suite(model, tokenizer, selected: list[benchmarks.Benchmark], setti
     """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists."""
     start = time.time()
     log = SampleLog(samples_path, settings.samples)
-    result = {"settings": {**asdict(settings), "verify_config": asdict(settings.verify_config)},
-              "benchmarks": {}, "skipped": {}}
-    loaded = [(name, records, "given", "", "") for name, records in (extra or {}).items()]
+    result = {"settings": asdict(settings), "benchmarks": {}, "skipped": {}}
+    loaded = [(name, records, {"suite": "", "source": "given", "note": "", "category": ""})
+              for name, records in (extra or {}).items()]
     for bench in selected:
         records, origin = benchmarks.load(bench, data_dir)
         if not records:
             result["skipped"][bench.name] = origin
             continue
-        loaded.append((bench.name, records, origin, bench.suite, bench.note))
+        loaded.append((bench.name, records, {"suite": bench.suite, "source": origin, "note": bench.note,
+                                             "category": bench.category}))
     problems = 0
-    for name, records, origin, suite, note in loaded:
+    for name, records, about in loaded:
         records = records[:max_problems] if max_problems else records
-        check_answers(records, f"{name} ({origin})")
+        check_answers(records, f"{name} ({about['source']})")
         scores = run_benchmark(model, tokenizer, name, records, settings, log)
-        result["benchmarks"][name] = {"suite": suite, "source": origin, "note": note, **scores}
+        result["benchmarks"][name] = {**about, **scores}
         problems += len(records)
-        progress(f"{name}: pass@1 {100 * scores['pass1']:.2f} over {len(records)} problems ({origin})")
-    result["suites"] = suite_averages(result["benchmarks"])
-    result["reasoning_gym_categories"] = category_averages(result["benchmarks"])
+        progress(f"{name}: pass@1 {100 * scores['pass1']:.2f} over {len(records)} problems ({about['source']})")
+    scored = result["benchmarks"].values()
+    result["suites"] = group_means((e["suite"], e["pass1"]) for e in scored if e["suite"])
+    result["reasoning_gym_categories"] = dict(sorted(group_means((e["category"], e["pass1"])
+                                                                 for e in scored if e["category"]).items()))
     result["seconds"] = time.time() - start
     result["problems_per_s"] = problems / max(result["seconds"], 1e-9)
     return result
 
 
-def suite_averages(scored: dict) -> dict[str, float]:
-    """Each suite's pass@1: the mean over its benchmarks (the paper's "Math", "Code", "Reasoning Gym")."""
-    suites: dict[str, list[float]] = {}
-    for entry in scored.values():
-        if entry["suite"]:
-            suites.setdefault(entry["suite"], []).append(entry["pass1"])
-    return {suite: float(np.mean(values)) for suite, values in suites.items()}
-
-
-def category_averages(scored: dict) -> dict[str, float]:
-    categories: dict[str, list[float]] = {}
-    for entry in scored.values():
-        if entry["suite"] == "reasoning_gym":
-            categories.setdefault(entry["note"], []).append(entry["pass1"])
-    return {category: float(np.mean(values)) for category, values in sorted(categories.items())}
+def group_means(pairs) -> dict[str, float]:
+    """Mean pass@1 per group from (group, pass@1) pairs: a suite's score is the mean over its benchmarks
+    (the paper's "Math", "Code", "Reasoning Gym"); a Reasoning Gym category's, over its tasks."""
+    groups: dict[str, list[float]] = {}
+    for group, value in pairs:
+        groups.setdefault(group, []).append(value)
+    return {group: float(np.mean(values)) for group, values in groups.items()}
 
 
 def format_table(result: dict) -> str:
     ks = sorted({k for e in result["benchmarks"].values() for k in e["pass_at_k"]}, key=int)
     lines = [f"{'benchmark':<28} {'problems':>8}  {'pass@1 (95% CI)':<22}" + "".join(f"{'pass@' + k:>9}" for k in ks)]
     for name, e in result["benchmarks"].items():
-        label = f"{name} [{e['note']}]" if e["note"] and e["suite"] != "reasoning_gym" else name
+        label = f"{name} [{e['note']}]" if e["note"] else name
         ci = f"{100 * e['pass1']:.2f} ({100 * e['ci95'][0]:.1f}-{100 * e['ci95'][1]:.1f})"
         lines.append(f"{label:<28} {e['problems']:>8}  {ci:<22}"
                      + "".join(f"{100 * e['pass_at_k'][k]:>9.2f}" if k in e["pass_at_k"] else f"{'':>9}" for k in ks))

@@ -300,13 +300,10 @@ class MetricsLog:
         self.writer.close()
 
 
-def run_eval(model, tokenizer, tasks, cfg: Config, step: int, metrics: MetricsLog, output_dir: Path) -> float:
+def run_eval(model, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSettings, step: int,
+             metrics: MetricsLog, output_dir: Path) -> float:
     """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also writes
     eval.json (the layout `python eval.py --out` writes) and its per-sample audit file."""
-    settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
-                                       cfg.seed, cfg.chat_template, cfg.gen_batch_seqs, verify_workers=cfg.verify_workers,
-                                       verify_config=reward.VerifyConfig(timeout=cfg.verify_timeout,
-                                                                         test_timeout=cfg.code_test_timeout))
     final = step == cfg.total_steps
     samples_path = output_dir / "eval.samples.jsonl" if final else None
     if final:
@@ -405,8 +402,11 @@ def train(cfg: Config) -> Path:
     update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
                                      cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens)
     verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout)
+    eval_settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
+                                            cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
+                                            verify_workers=cfg.verify_workers, verify_config=verify_cfg)
     if step == 0:
-        start_pass1 = run_eval(model, tokenizer, test_tasks, cfg, 0, metrics, output_dir)
+        start_pass1 = run_eval(model, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir)
         print(f"step 0: eval_pass1 {start_pass1:.3f}")
 
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps)
@@ -476,7 +476,7 @@ def train(cfg: Config) -> Path:
         metrics.log(step, scalars, prefix="train")
         progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
-            pass1 = run_eval(model, tokenizer, test_tasks, cfg, step, metrics, output_dir)
+            pass1 = run_eval(model, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir)
             progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
         if step % cfg.save_every == 0 or step == cfg.total_steps:
             save_checkpoint(output_dir, step, model, tokenizer, optimizer, ref_model,
