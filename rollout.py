@@ -2,17 +2,26 @@
 
 BroRL's whole point is a large N (hundreds of rollouts per prompt), so the sampler is built around
 sharing: each prompt is prefilled once and its KV cache is fanned out to its N samples, and
-sequences that have finished are dropped from the batch as decoding goes on. This is the
-transformers backend, the default on CPU; a vLLM backend (GPU) takes the same inputs and returns the
-same `Rollouts`.
+sequences that have finished are dropped from the batch as decoding goes on. Two engines return
+the same `Rollouts`:
 
-Log-probs are those of the temperature-scaled policy softmax(logits / T), before top-p truncation,
-so they equal what update.py recomputes with teacher forcing (the quantity the PPO ratio needs).
+- `hf` (the default on CPU): the transformers model itself, decoded by `decode_batch` below.
+  Log-probs are those of the temperature-scaled policy softmax(logits / T), before top-p truncation,
+  so they equal what update.py recomputes with teacher forcing (the quantity the PPO ratio needs).
+- `vllm` (the default when vLLM is installed and a GPU is present): a `VLLMEngine` colocated with
+  the trainer in the same process, with prefix caching (the N samples of a prompt share its KV
+  cache) and `SamplingParams(n=N)`. Its log-probs are vLLM's own ("processed": after temperature
+  and top-p, i.e. of the distribution actually sampled from; equal to the trainer's when top_p = 1).
+  vLLM's kernels differ from the trainer's, so the trainer measures the gap and can correct for it
+  (truncated importance sampling, see update.py).
 
     python rollout.py --model PATH --prompt "12+7=" -n 8
+    python rollout.py --model PATH --prompt "12+7=" -n 512 --engine vllm
 """
 
 import argparse
+import importlib.util
+import os
 from dataclasses import dataclass
 
 import torch
@@ -135,17 +144,21 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
     return tokens, token_logprobs, lengths
 
 
-def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
+def generate(policy, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
              generator: torch.Generator | None = None) -> Rollouts:
-    """N samples for each prompt (token ids), grouped by prompt, as padded tensors."""
+    """N samples for each prompt (token ids), grouped by prompt, as padded tensors.
+
+    policy: a transformers causal LM (the hf engine) or a VLLMEngine."""
+    if isinstance(policy, VLLMEngine):
+        return policy.generate(tokenizer, prompt_ids, params, generator)
     pad_id = tokenizer.pad_token_id
     stop_ids = {tokenizer.eos_token_id}
-    eos_config = getattr(model.generation_config, "eos_token_id", None)
+    eos_config = getattr(policy.generation_config, "eos_token_id", None)
     stop_ids.update(eos_config if isinstance(eos_config, list) else [eos_config] if eos_config is not None else [])
     responses, logprobs, group, truncated = [], [], [], []
     for batch in plan_batches(len(prompt_ids), params.n, params.max_batch_seqs):
         tokens, token_logprobs, lengths = decode_batch(
-            model, [prompt_ids[p] for p, _ in batch], [c for _, c in batch], params, stop_ids, pad_id, generator
+            policy, [prompt_ids[p] for p, _ in batch], [c for _, c in batch], params, stop_ids, pad_id, generator
         )
         for row, prompt in enumerate(p for p, c in batch for _ in range(c)):
             length = int(lengths[row])
@@ -153,6 +166,13 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
             logprobs.append(token_logprobs[row, :length].tolist())
             truncated.append(responses[-1][-1] not in stop_ids)
             group.append(prompt)
+    return pack_rollouts(tokenizer, prompt_ids, group, responses, logprobs, truncated)
+
+
+def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int], responses: list[list[int]],
+                  logprobs: list[list[float]], truncated: list[bool]) -> Rollouts:
+    """Per-sample token lists (sample s answers prompt group[s]) as padded tensors."""
+    pad_id = tokenizer.pad_token_id
     prompt_tensor, prompt_mask = left_pad([prompt_ids[g] for g in group], pad_id)
     response_ids = right_pad(responses, pad_id)
     return Rollouts(
@@ -167,6 +187,109 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
     )
 
 
+# ---- the vLLM engine --------------------------------------------------------------------------------
+
+
+class EngineError(RuntimeError):
+    """The requested engine cannot start here (not installed, not enough memory); one line says why."""
+
+
+def default_engine() -> str:
+    """vllm when it is installed and a GPU is present, else hf."""
+    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None else "hf"
+
+
+class VLLMEngine:
+    """vLLM colocated with the trainer: each training process owns one engine, in-process.
+
+    In-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) the engine shares the trainer's address space, so
+    weights are streamed into it tensor by tensor with no copy through files or RPC. Under
+    `accelerate launch` with several processes, each process runs its own engine on its own GPU
+    (vLLM's `external_launcher` executor, tensor parallel size 1) for its share of the prompts.
+    Between generation and the update the engine sleeps (weights and KV cache off the GPU) so the
+    trainer has the memory; sleep and wake are no-ops on vLLM's CPU backend.
+    """
+
+    def __init__(self, model_path: str, *, dtype: str = "bfloat16", max_model_len: int | None = None,
+                 max_num_seqs: int = 1024, gpu_memory_utilization: float = 0.5, seed: int = 0,
+                 revision: str | None = None):
+        if importlib.util.find_spec("vllm") is None:
+            raise EngineError("--engine vllm needs vLLM: pip install -r requirements-vllm.txt "
+                              "(GPU; on a CPU-only machine: requirements-vllm-cpu.txt)")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is a large share of RAM
+        import vllm
+
+        self.on_gpu = torch.cuda.is_available()
+        distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        try:
+            self.llm = vllm.LLM(
+                model=model_path, revision=revision, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                max_num_seqs=max_num_seqs,  # at least N, or vLLM splits a prompt's N samples into waves
+                enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.on_gpu,
+                enforce_eager=not self.on_gpu,
+                distributed_executor_backend="external_launcher" if distributed else None)
+        except (ValueError, RuntimeError) as e:
+            message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            hint = " (lower --vllm-max-model-len or raise --gpu-memory-utilization)" if "memory" in message.lower() else ""
+            raise EngineError(f"vLLM could not start on {model_path}: {message}{hint}") from None
+        self.config = self.llm.llm_engine.model_config.hf_config
+        self.sleeping = False
+
+    def generate(self, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
+                 generator: torch.Generator | None = None) -> Rollouts:
+        import vllm
+
+        base = int(torch.randint(0, 2**30, (1,), generator=generator)) if generator is not None else None
+        requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
+        sampling = [vllm.SamplingParams(n=params.n, temperature=params.temperature, top_p=params.top_p,
+                                        max_tokens=params.max_new_tokens, logprobs=0,
+                                        seed=None if base is None else base + p * params.n)  # sample j: seed + j
+                    for p in range(len(prompt_ids))]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        responses, logprobs, group, truncated = [], [], [], []
+        for p, output in enumerate(outputs):
+            for sample in output.outputs:
+                responses.append(list(sample.token_ids))
+                logprobs.append([step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)])
+                truncated.append(sample.finish_reason == "length")
+                group.append(p)
+        return pack_rollouts(tokenizer, prompt_ids, group, responses, logprobs, truncated)
+
+    def load_weights(self, model) -> None:
+        """Stream the trainer's current weights into the engine, one tensor at a time.
+
+        FSDP-sharded parameters (DTensors) are gathered one by one, so no second full copy of the
+        model is ever built. Tied embeddings: state_dict() lists the shared tensor under both names
+        and vLLM refills its tied output layer from the embedding (tests check a tied model too:
+        reloading from files that lack the output layer was seen to keep the old one silently)."""
+        def tensors():
+            for name, tensor in model.state_dict().items():
+                yield name, (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).detach()
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": tensors()})
+        self.llm.reset_prefix_cache()  # cached prompt KV was computed by the old weights
+
+    def sleep(self) -> None:
+        """Free the GPU for the update: weights offloaded to CPU memory, KV cache discarded."""
+        if self.on_gpu and not self.sleeping:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+
+    def wake_up(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+
+    def close(self) -> None:
+        """Shut the engine down and release vLLM's process-wide state, so another engine can start."""
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        self.llm.llm_engine.engine_core.shutdown()
+        del self.llm
+        cleanup_dist_env_and_memory()
+
+
 def main() -> None:
     from common import load_policy
 
@@ -178,10 +301,16 @@ def main() -> None:
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
     parser.add_argument("--max-new-tokens", type=int, default=16, help="response length limit")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--engine", choices=["hf", "vllm"], default=default_engine(),
+                        help="hf: transformers; vllm: vLLM in-process (default: vllm when installed with a GPU)")
     args = parser.parse_args()
     model, tokenizer = load_policy(args.model)
+    try:
+        policy = VLLMEngine(args.model, dtype="auto", seed=args.seed) if args.engine == "vllm" else model
+    except EngineError as e:
+        raise SystemExit(f"error: {e}") from None
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
-    rollouts = generate(model, tokenizer, encode_prompts(tokenizer, args.prompt, chat_template=True), params,
+    rollouts = generate(policy, tokenizer, encode_prompts(tokenizer, args.prompt, chat_template=True), params,
                         torch.Generator().manual_seed(args.seed))
     for g, text, lp, trunc in zip(rollouts.group, rollouts.texts, rollouts.logprobs.sum(-1), rollouts.truncated):
         print(f"[{int(g)}] logp={float(lp):8.3f}{' (truncated)' if trunc else ''}  {text!r}")

@@ -14,7 +14,13 @@ cached, see tiny_model.py), trained with N=256 rollouts per prompt on a 2-core C
     python train_brorl.py                                   # the CPU demo
     python train_brorl.py --preset smoke --output-dir /tmp/smoke
     python train_brorl.py --output-dir runs/demo --resume   # continue a killed run
+    accelerate launch --config_file configs/fsdp_8gpu.yaml train_brorl.py --preset brorl-paper
     tensorboard --logdir runs
+
+Several processes (`accelerate launch`): each process generates for its share of the prompts
+(with its own vLLM engine on a GPU), the update is data-parallel (DDP, or FSDP from the accelerate
+config) with the token mean and the advantage whitening taken over the whole batch, per-step
+metrics are averaged over processes, and only the main process logs, evaluates and writes files.
 """
 
 import argparse
@@ -35,6 +41,8 @@ from typing import Literal
 import numpy as np
 import torch
 import tyro
+from accelerate import Accelerator
+from accelerate.utils import DistributedType
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -60,8 +68,8 @@ class Config:
     """continue from the latest checkpoint in --output-dir"""
     seed: int = 0
     """seed for data order, sampling and mini-batch splits"""
-    device: str = "auto"
-    """torch device: auto (cuda if available), cpu, cuda, cuda:1, ..."""
+    device: Literal["auto", "cpu"] = "auto"
+    """auto: the GPU accelerate assigns this process when there is one; cpu: never use a GPU"""
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
     # ---- model and data ----
@@ -89,7 +97,17 @@ class Config:
     max_new_tokens: int = 8
     """response length limit (tokens)"""
     gen_batch_seqs: int = 2048
-    """most sequences decoded at once"""
+    """most sequences decoded at once (vLLM: max_num_seqs, kept >= N)"""
+    engine: Literal["auto", "hf", "vllm"] = "auto"
+    """rollout engine: hf (transformers), vllm (in-process, colocated); auto: vllm when installed with a GPU"""
+    vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training is what tis_cap corrects)"""
+    gpu_memory_utilization: float = 0.5
+    """vLLM: share of GPU memory for its weights and KV cache (the trainer needs the rest)"""
+    vllm_max_model_len: int = 0
+    """vLLM: longest prompt + response it must hold (0: the model's context length)"""
+    tis_cap: float = 0.0
+    """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
     advantage: Literal["grpo", "reinforce_pp_baseline"] = "grpo"
     """grpo: group mean/std; reinforce_pp_baseline: group mean, batch whitening (ProRLv2/BroRL)"""
@@ -176,6 +194,9 @@ def validate(cfg: Config) -> None:
         (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
         (cfg.kl_coef >= 0, f"kl_coef must be >= 0, got {cfg.kl_coef}"),
+        (0 < cfg.gpu_memory_utilization <= 1, f"gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"),
+        (cfg.tis_cap == 0 or cfg.tis_cap >= 1, f"tis_cap must be 0 (off) or >= 1, got {cfg.tis_cap}"),
+        (cfg.vllm_max_model_len >= 0, f"vllm_max_model_len must be >= 0, got {cfg.vllm_max_model_len}"),
         (min(cfg.max_new_tokens, cfg.gen_batch_seqs, cfg.micro_batch_tokens, cfg.logprob_chunk_tokens) >= 1,
          "max_new_tokens, gen_batch_seqs, micro_batch_tokens and logprob_chunk_tokens must be >= 1"),
         (cfg.total_steps >= 0 and cfg.eval_every >= 1 and cfg.save_every >= 1 and cfg.keep_checkpoints >= 1,
@@ -211,7 +232,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
     return cfg
 
 
-# ---- checkpoints: atomic (temp dir, fsync, rename), a save_pretrained model inside -------------------
+# ---- checkpoints: atomic (temp dir, fsync, rename); a save_pretrained model and accelerate's state ---
+
 
 CHECKPOINT = re.compile(r"^step_(\d{6})$")
 
@@ -241,28 +263,36 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def save_checkpoint(output_dir: Path, step: int, model, tokenizer, optimizer, ref_model, state: dict, keep: int) -> Path:
+def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer, state: dict,
+                    keep: int) -> Path:
+    """`model/`: the policy as save_pretrained (what eval.py and from_pretrained load); `state/`:
+    accelerate's save_state (policy, reference policy, optimizer, every process's RNG; sharded under
+    FSDP); `trainer_state.pt`: step and data position, written last. Every process calls this."""
     root = output_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final, tmp = root / f"step_{step:06d}", root / f".step_{step:06d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp / "model")
-    tokenizer.save_pretrained(tmp / "model")
-    torch.save({
-        **state,
-        "optimizer": optimizer.state_dict(),
-        "ref_model": ref_model.state_dict() if ref_model is not None else None,
-        "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-    }, tmp / "trainer_state.pt")
-    fsync_tree(tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    fsync_dir(root)
-    for old in sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name))[:-keep]:
-        doomed = root / f".{old.name}.deleting"  # renamed first, so a kill never leaves half a checkpoint
-        shutil.rmtree(doomed, ignore_errors=True)
-        os.replace(old, doomed)
-        shutil.rmtree(doomed)
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "state").mkdir(parents=True)  # before any process writes its RNG state there
+    accelerator.wait_for_everyone()
+    weights = accelerator.get_state_dict(policy)  # gathered on the main process under FSDP
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(policy).model.save_pretrained(
+            tmp / "model", state_dict={name.removeprefix("model."): tensor for name, tensor in weights.items()})
+        tokenizer.save_pretrained(tmp / "model")
+    accelerator.save_state(tmp / "state")
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        torch.save(state, tmp / "trainer_state.pt")
+        fsync_tree(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        fsync_dir(root)
+        for old in sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name))[:-keep]:
+            doomed = root / f".{old.name}.deleting"  # renamed first, so a kill never leaves half a checkpoint
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.replace(old, doomed)
+            shutil.rmtree(doomed)
+    accelerator.wait_for_everyone()
     return final
 
 
@@ -300,7 +330,7 @@ class MetricsLog:
         self.writer.close()
 
 
-def run_eval(model, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSettings, step: int,
+def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSettings, step: int,
              metrics: MetricsLog, output_dir: Path) -> float:
     """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also writes
     eval.json (the layout `python eval.py --out` writes) and its per-sample audit file."""
@@ -309,7 +339,7 @@ def run_eval(model, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSett
     if final:
         samples_path.unlink(missing_ok=True)  # a resumed run's final eval is a new one, not a continuation
     result = evaluation.evaluate_suite(
-        model, tokenizer, benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else [],
+        sampler, tokenizer, benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else [],
         settings, Path(cfg.eval_data_dir) if cfg.eval_data_dir else None, cfg.eval_max_problems, samples_path,
         extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None)
     held_out = result["benchmarks"]["test_data"]
@@ -322,9 +352,9 @@ def run_eval(model, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSett
     return held_out["pass1"]
 
 
-def step_generator(cfg: Config, step: int, stream: int) -> torch.Generator:
-    """A fresh generator per (step, purpose): a resumed run draws exactly what an uninterrupted one would."""
-    return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 17 + stream)
+def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> torch.Generator:
+    """A fresh generator per (step, purpose, process): a resumed run draws exactly what an uninterrupted one would."""
+    return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 17 + stream + process * 1_000_000_007)
 
 
 def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> list[dict]:
@@ -339,9 +369,10 @@ def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> lis
     return batch
 
 
-def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Tensor) -> update.TrainBatch:
+def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Tensor,
+               weights: torch.Tensor | None = None) -> update.TrainBatch:
     return update.TrainBatch(rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.response_ids[rows],
-                             rollouts.response_mask[rows], advantages)
+                             rollouts.response_mask[rows], advantages, weights, rollouts.logprobs[rows])
 
 
 def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) -> list[int]:
@@ -358,65 +389,87 @@ def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) 
 
 
 def train(cfg: Config) -> Path:
-    """Run (or resume) training; returns the output directory."""
+    """Run (or resume) training; returns the output directory. Under `accelerate launch`, every process runs this."""
     # ---- setup ----
+    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available())  # (else no process group on CPU)
+    main_process, rank, processes = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+    reduce_sum = update.no_reduce if processes == 1 else (lambda t: accelerator.reduce(t.to(accelerator.device), "sum").cpu())
     output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     checkpoint = latest_checkpoint(output_dir)
     if checkpoint and not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or another --output-dir")
-    if cfg.resume and checkpoint is None:
+    if cfg.resume and checkpoint is None and main_process:
         print(f"--resume: no checkpoint in {output_dir} yet, starting from scratch")
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    if cfg.prompts_per_step % processes:
+        raise InputError(f"prompts_per_step ({cfg.prompts_per_step}) must be divisible by the {processes} processes")
+    engine_name = rollout.default_engine() if cfg.engine == "auto" else cfg.engine
+    if accelerator.distributed_type == DistributedType.FSDP and engine_name == "hf":
+        raise InputError("FSDP shards the model across processes: generate with --engine vllm")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     train_tasks, test_tasks = load_tasks(cfg.train_data), load_tasks(cfg.test_data)
     test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
     check_answers(train_tasks, cfg.train_data)
     check_answers(test_tasks, cfg.test_data)
-    model_path = str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model
-    model, tokenizer = load_policy(str(checkpoint / "model") if checkpoint else model_path, cfg.dtype, device,
-                                   None if checkpoint else cfg.model_revision)
+    with accelerator.main_process_first():  # the main process builds the tiny model's cache entry
+        model_path = str(checkpoint / "model") if checkpoint else str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model
+    revision = None if checkpoint else cfg.model_revision
+    model, tokenizer = load_policy(model_path, cfg.dtype, "cpu", revision)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    ref_model = copy.deepcopy(model).requires_grad_(False) if cfg.kl_coef > 0 else None
+    ref_policy = update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0 else None
+    policy = update.Policy(model)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+    if ref_policy is not None:
+        ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)  # sharded under FSDP, not DDP-wrapped
+    engine = None
+    if engine_name == "vllm":
+        engine = rollout.VLLMEngine(model_path, dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype, revision=revision, seed=cfg.seed + rank,
+                                    max_model_len=cfg.vllm_max_model_len or None,
+                                    max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
+                                    gpu_memory_utilization=cfg.gpu_memory_utilization)
+    sampler = engine or accelerator.unwrap_model(policy).model  # what rollouts and evals generate with
     step, data_position = 0, 0
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     if checkpoint:
+        accelerator.load_state(checkpoint / "state")  # policy, reference, optimizer, this process's RNG
         state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
-        if ref_model is not None:
-            ref_model.load_state_dict(state["ref_model"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
         step, data_position = state["step"], state["data_position"]
-        print(f"resumed from {checkpoint} at step {step}")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-    metrics = MetricsLog(output_dir, resume_step=step if checkpoint else None)
-    metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
+        if main_process:
+            print(f"resumed from {checkpoint} at step {step}")
+    metrics = None
+    if main_process:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+        metrics = MetricsLog(output_dir, resume_step=step if checkpoint else None)
+        metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
     sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)
     update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
-                                     cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens)
+                                     cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens,
+                                     cfg.tis_cap)
     verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout)
     eval_settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
                                             cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
                                             verify_workers=cfg.verify_workers, verify_config=verify_cfg)
-    if step == 0:
-        start_pass1 = run_eval(model, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir)
+    if step == 0 and main_process:
+        start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir)
         print(f"step 0: eval_pass1 {start_pass1:.3f}")
+    accelerator.wait_for_everyone()
 
-    progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps)
+    progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
+                    disable=not main_process)
     for step in progress:
         step_start = time.time()
         # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds)
-        tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)
+        tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)[rank::processes]
         data_position += cfg.prompts_per_step
         prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], cfg.chat_template)
-        rollouts = rollout.generate(model, tokenizer, prompt_ids, sampling, step_generator(cfg, step, 0))
+        rollouts = rollout.generate(sampler, tokenizer, prompt_ids, sampling, step_generator(cfg, step, 0, rank))
+        if engine is not None:
+            engine.sleep()  # hand the GPU memory to the update
         gen_time = time.time() - step_start
 
         # ALGO LOGIC: verifiable rewards, [G prompts, N rollouts]; each distinct answer is checked once
@@ -430,28 +483,34 @@ def train(cfg: Config) -> Path:
         if cfg.advantage == "grpo":
             advantages = update.grpo_advantages(rewards[kept], cfg.normalize_std)
         else:
-            advantages = update.reinforce_pp_baseline_advantages(rewards[kept])
+            advantages = update.reinforce_pp_baseline_advantages(rewards[kept], reduce_sum=reduce_sum)
         kept_rows = (kept[:, None].expand_as(rewards)).flatten().nonzero().squeeze(-1).tolist()
         batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()))
+        if not kept_rows:  # other processes may still update: take part with one zero-weight row
+            batch = rows_batch(rollouts, [0], torch.zeros(1), weights=torch.zeros(1))
 
         # the knowledge-shrinkage monitor, part 1: correct responses' sequence log-probs before the update
         watch = monitor_rows(rollouts, rewards, cfg.shrink_monitor_samples) if cfg.shrink_monitor_samples else []
         watch_batch = rows_batch(rollouts, watch, torch.zeros(len(watch)))
-        before = update.batch_logprobs(model, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
+        before = update.batch_logprobs(policy, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
 
         # ALGO LOGIC: the clipped policy-gradient step against π_old (and π_ref if β > 0)
         stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
-        if kept_rows:
-            old_logprobs = update.batch_logprobs(model, batch, update_cfg)
-            ref_logprobs = update.batch_logprobs(ref_model, batch, update_cfg) if ref_model is not None else None
-            stats = update.ppo_update(model, optimizer, batch, old_logprobs, update_cfg, ref_logprobs,
-                                      step_generator(cfg, step, 1))
-        if ref_model is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
-            ref_model.load_state_dict(model.state_dict())  # ProRL's reference reset; optimizer state kept
+        old_logprobs = update.batch_logprobs(policy, batch, update_cfg)
+        mismatch = update.sampler_mismatch(old_logprobs, batch.sampler_logprobs, batch.response_mask * (batch.weights > 0)[:, None])
+        if float(reduce_sum(torch.tensor(float(len(kept_rows))))) > 0:
+            ref_logprobs = update.batch_logprobs(ref_policy, batch, update_cfg) if ref_policy is not None else None
+            stats = update.ppo_update(policy, optimizer, batch, old_logprobs, update_cfg, ref_logprobs,
+                                      step_generator(cfg, step, 1, rank), reduce_sum)
+        if ref_policy is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
+            ref_policy.load_state_dict(accelerator.unwrap_model(policy).state_dict())  # ProRL's reference reset; optimizer kept
 
         # the knowledge-shrinkage monitor, part 2: did any correct response lose probability?
-        after = update.batch_logprobs(model, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
+        after = update.batch_logprobs(policy, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
         shrink_frac, shrink_worst = update.shrinkage(before, after)
+        if engine is not None:
+            engine.wake_up()
+            engine.load_weights(accelerator.unwrap_model(policy).model)  # the next rollouts sample the new policy
 
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint
         step_time = time.time() - step_start
@@ -471,18 +530,30 @@ def train(cfg: Config) -> Path:
             "distinct_frac": len(batch.advantages) / max(len(kept_rows), 1),
             "step_time": step_time,
             **stats,
+            **mismatch,
             **verify_stats.as_log(),
         }
-        metrics.log(step, scalars, prefix="train")
-        progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
-        if step % cfg.eval_every == 0 or step == cfg.total_steps:
-            pass1 = run_eval(model, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir)
-            progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
+        if processes > 1:  # the mean over processes (equal shares of prompts); throughputs add up
+            means = accelerator.reduce(torch.tensor(list(scalars.values()), dtype=torch.float64).to(accelerator.device), "mean")
+            scalars = dict(zip(scalars, means.cpu().tolist()))
+            for key in ("samples_per_s", "gen_samples_per_s"):
+                scalars[key] *= processes
+        if main_process:
+            metrics.log(step, scalars, prefix="train")
+            progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
+            if step % cfg.eval_every == 0 or step == cfg.total_steps:
+                pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir)
+                progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
+        accelerator.wait_for_everyone()
         if step % cfg.save_every == 0 or step == cfg.total_steps:
-            save_checkpoint(output_dir, step, model, tokenizer, optimizer, ref_model,
+            save_checkpoint(output_dir, step, accelerator, policy, tokenizer,
                             {"step": step, "data_position": data_position, "config": dataclasses.asdict(cfg)},
                             cfg.keep_checkpoints)
-    metrics.close()
+    if metrics is not None:
+        metrics.close()
+    if engine is not None:
+        engine.close()  # before the process group goes: vLLM tears down its own groups first
+    accelerator.end_training()
     return output_dir
 
 
@@ -490,7 +561,7 @@ def main() -> None:
     try:
         cfg = parse_config()
         output_dir = train(cfg)
-    except InputError as e:
+    except (InputError, rollout.EngineError) as e:
         sys.exit(f"error: {e}")
     print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "
           f"curves: tensorboard --logdir {output_dir}")

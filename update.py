@@ -11,8 +11,20 @@ with T the number of response tokens in the mini-batch (token-mean aggregation, 
 are not down-weighted), asymmetric "clip-higher" ε_high > ε_low, and an optional KL penalty to a
 frozen reference policy that the trainer resets to the current policy every few hundred steps
 (ProRL, arXiv 2505.24864, Sec. 3.2).
+
+When the samples come from an inference engine (vLLM) rather than the trainer, π_old is the
+trainer's recomputation and the engine's own log-probs π_sampler differ slightly (other kernels,
+other precision). Truncated importance sampling (Yao et al., "Your Efficient RL Framework Secretly
+Brings You Off-Policy RL Training", 2025; used by ProRLv2/BroRL) multiplies each token's loss by
+min(π_old / π_sampler, C), a detached weight that makes the gradient that of samples from π_old.
+
+Across processes (accelerate/DDP), each process holds part of the batch; `reduce_sum` sums a tensor
+over processes, so the token mean and the whitening statistics are those of the whole batch, and
+the update equals the single-process one on the same global batch.
 """
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +49,13 @@ def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: floa
     return centered / (rewards.std(dim=1, keepdim=True) + eps)
 
 
-def reinforce_pp_baseline_advantages(rewards: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
+    """The single-process `reduce_sum`: the local value is the global one."""
+    return tensor
+
+
+def reinforce_pp_baseline_advantages(rewards: torch.Tensor, eps: float = 1e-6,
+                                     reduce_sum: Callable = no_reduce) -> torch.Tensor:
     """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, paper Sec. 3):
     A_i = R_i - mean(R_group), then whitened with the mean and std of the whole batch.
 
@@ -45,7 +63,11 @@ def reinforce_pp_baseline_advantages(rewards: torch.Tensor, eps: float = 1e-6) -
     which differs only when response lengths differ within the batch.
     """
     centered = rewards - rewards.mean(dim=1, keepdim=True)
-    return (centered - centered.mean()) / (centered.std() + eps)
+    count, total, squares = reduce_sum(torch.stack([torch.tensor(float(centered.numel())), centered.sum(),
+                                                     (centered**2).sum()]).double()).tolist()
+    mean = total / count
+    std = max((squares - count * mean**2) / max(count - 1, 1), 0.0) ** 0.5  # unbiased, as torch.std
+    return (centered - mean) / (std + eps)
 
 
 # ALGO LOGIC: log-probs -----------------------------------------------------------------------------
@@ -91,6 +113,21 @@ def token_logprobs(model, input_ids, attention_mask, response_len: int, temperat
     return logprobs, entropy
 
 
+class Policy(torch.nn.Module):
+    """The causal LM with `token_logprobs` as its forward.
+
+    DDP and FSDP synchronise gradients and gather shards through hooks on a module's forward; the
+    log-prob path bypasses the LM's own forward (to skip the full-vocabulary logits), so the trainer
+    wraps this module instead of the bare LM. Single-process, it is a thin shell."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, response_len: int, temperature: float = 1.0, chunk_tokens: int = 4096):
+        return token_logprobs(self.model, input_ids, attention_mask, response_len, temperature, chunk_tokens)
+
+
 def naive_token_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0) -> torch.Tensor:
     """Reference implementation: full [B, P+R, V] float32 logits. For tests and bench/ only."""
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
@@ -117,6 +154,18 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
     if estimator == "k3":
         return torch.exp(-log_ratio) - 1.0 + log_ratio
     raise ValueError(f"unknown KL estimator '{estimator}' (k1, k2 or k3)")
+
+
+def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor) -> dict:
+    """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean and
+    max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old), estimated from
+    the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance estimator)."""
+    live = mask.bool()
+    delta = (old_logprobs - sampler_logprobs)[live]
+    if delta.numel() == 0:
+        return {"mismatch_abs_mean": 0.0, "mismatch_abs_max": 0.0, "mismatch_kl": 0.0}
+    return {"mismatch_abs_mean": float(delta.abs().mean()), "mismatch_abs_max": float(delta.abs().max()),
+            "mismatch_kl": float((delta.exp() - 1 - delta).mean())}
 
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
@@ -148,6 +197,7 @@ class UpdateConfig:
     max_grad_norm: float = 1.0
     temperature: float = 1.0
     logprob_chunk_tokens: int = 4096
+    tis_cap: float = 0.0  # C of truncated importance sampling; 0: off
 
 
 @dataclass
@@ -160,6 +210,7 @@ class TrainBatch:
     response_mask: torch.Tensor  # [B, R]
     advantages: torch.Tensor  # [B]
     weights: torch.Tensor | None = None  # [B] multiplicity of each row (see merge_duplicates); None: all 1
+    sampler_logprobs: torch.Tensor | None = None  # [B, R] the inference engine's log-probs, when known
 
 
 def merge_duplicates(batch: TrainBatch) -> TrainBatch:
@@ -182,7 +233,8 @@ def merge_duplicates(batch: TrainBatch) -> TrainBatch:
     order = first.argsort()
     rows = first[order]
     return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
-                      batch.response_mask[rows], batch.advantages[rows], counts[order])
+                      batch.response_mask[rows], batch.advantages[rows], counts[order],
+                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows])
 
 
 def micro_batches(indices: list[int], lengths: torch.Tensor, max_tokens: int) -> list[list[int]]:
@@ -209,61 +261,80 @@ def slice_rows(batch: TrainBatch, rows: list[int]) -> tuple[torch.Tensor, torch.
     return input_ids, attention_mask, r
 
 
-def batch_logprobs(model, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None) -> torch.Tensor:
-    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like the update."""
+def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None) -> torch.Tensor:
+    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like the update.
+
+    policy: a `Policy` (or its DDP/FSDP wrapper)."""
     rows = list(range(len(batch.advantages))) if rows is None else rows
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
     lengths = batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
-    device = next(model.parameters()).device
+    device = next(policy.parameters()).device
     with torch.no_grad():
         for mb in micro_batches(rows, lengths, cfg.micro_batch_tokens):
             input_ids, attention_mask, r = slice_rows(batch, mb)
-            logprobs, _ = token_logprobs(model, input_ids.to(device), attention_mask.to(device), r,
-                                         cfg.temperature, cfg.logprob_chunk_tokens)
-            out[mb, :r] = logprobs.cpu()
+            logprobs, _ = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
+                                 cfg.logprob_chunk_tokens)
+            out[mb, :r] = logprobs.float().cpu()
     return out
 
 
-def ppo_update(model, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor, cfg: UpdateConfig,
-               ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None) -> dict:
+def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor, cfg: UpdateConfig,
+               ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None,
+               reduce_sum: Callable = no_reduce) -> dict:
     """One BroRL step: `cfg.minibatches` optimizer steps over a random split of the batch (the paper
     keeps the number of mini-batches per step fixed when N grows). Rows of weight w count w times
     (in the token mean and the statistics alike); a mini-batch holds about 1/minibatches of the
-    total weight. Returns token-mean statistics and the mean gradient norm."""
-    device = next(model.parameters()).device
+    total weight. Returns token-mean statistics and the mean gradient norm.
+
+    policy: a `Policy`, or its DDP wrapper with this process's share of the batch (`reduce_sum` then
+    sums over processes). Every process runs the same number of forward/backward passes and
+    optimizer steps; a process with no rows in a mini-batch runs a zero-weight one."""
+    device = next(policy.parameters()).device
     n_rows = len(batch.advantages)
     weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
     lengths = batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
     perm = torch.randperm(n_rows, generator=generator)
-    share = torch.floor(weights[perm].cumsum(0) * cfg.minibatches / weights.sum() - 1e-9).clamp(max=cfg.minibatches - 1)
+    share = torch.floor(weights[perm].cumsum(0) * cfg.minibatches / weights.sum().clamp(min=1e-9) - 1e-9)
+    share = share.clamp(min=0, max=cfg.minibatches - 1)
+    processes = float(reduce_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
     stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
     tokens_seen = 0.0
-    model.train()
+    policy.train()
     for k in range(cfg.minibatches):
         minibatch = perm[share == k].tolist()
-        if not minibatch:
+        row_weights = weights.clone()
+        if not minibatch:  # keep step with the other processes: one row, weight 0
+            minibatch = perm[:1].tolist()
+            row_weights[minibatch] = 0.0
+        n_tokens = float(reduce_sum((batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum()))
+        if n_tokens == 0:  # no process has a row in this mini-batch
             continue
-        n_tokens = float((batch.response_mask[minibatch].sum(-1) * weights[minibatch]).sum())
         optimizer.zero_grad(set_to_none=True)
-        for mb in micro_batches(minibatch, lengths, cfg.micro_batch_tokens):
+        chunks = micro_batches(minibatch, lengths, cfg.micro_batch_tokens)
+        for i, mb in enumerate(chunks):
             input_ids, attention_mask, r = slice_rows(batch, mb)
-            mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
-            logprobs, entropy = token_logprobs(model, input_ids.to(device), attention_mask.to(device), r,
-                                               cfg.temperature, cfg.logprob_chunk_tokens)
-            loss_tok, was_clipped = clipped_policy_loss(logprobs, old_logprobs[mb, :r].to(device),
-                                                        batch.advantages[mb].to(device), mask, cfg.eps_low, cfg.eps_high)
-            if ref_logprobs is not None and cfg.kl_coef > 0:
-                kl = kl_penalty(logprobs, ref_logprobs[mb, :r].to(device), cfg.kl_estimator) * mask
-                loss_tok = loss_tok + cfg.kl_coef * kl
-                stats["kl"] += float(kl.sum())
-            (loss_tok.sum() / n_tokens).backward()  # token-mean over the whole mini-batch
+            mask = batch.response_mask[mb, :r].to(device).float() * row_weights[mb, None].to(device)
+            last = i == len(chunks) - 1  # DDP: all-reduce gradients once, after the last micro-batch
+            with contextlib.nullcontext() if last or not hasattr(policy, "no_sync") else policy.no_sync():
+                logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
+                                           cfg.logprob_chunk_tokens)
+                old = old_logprobs[mb, :r].to(device)
+                loss_tok, was_clipped = clipped_policy_loss(logprobs, old, batch.advantages[mb].to(device), mask,
+                                                            cfg.eps_low, cfg.eps_high)
+                if cfg.tis_cap > 0 and batch.sampler_logprobs is not None:
+                    loss_tok = loss_tok * torch.exp(old - batch.sampler_logprobs[mb, :r].to(device)).clamp(max=cfg.tis_cap)
+                if ref_logprobs is not None and cfg.kl_coef > 0:
+                    kl = kl_penalty(logprobs, ref_logprobs[mb, :r].to(device), cfg.kl_estimator) * mask
+                    loss_tok = loss_tok + cfg.kl_coef * kl
+                    stats["kl"] += float(kl.sum())
+                (loss_tok.sum() * processes / n_tokens).backward()  # token-mean over the whole mini-batch
             stats["loss"] += float(loss_tok.detach().sum())
             stats["clip_frac"] += float((was_clipped * mask).sum())
             stats["entropy"] += float((entropy * mask).sum())
-        stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) / cfg.minibatches
+        stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)) / cfg.minibatches
         optimizer.step()
-        tokens_seen += n_tokens
-    model.eval()
+        tokens_seen += float((batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum())
+    policy.eval()
     for key in ("loss", "clip_frac", "kl", "entropy"):
         stats[key] /= max(tokens_seen, 1)
     return stats

@@ -1,5 +1,6 @@
 """rollout.py: N samples per prompt, masks, sampling log-probs, truncation, batching."""
 
+import pytest
 import torch
 
 import rollout
@@ -32,7 +33,7 @@ def test_sampling_logprobs_equal_the_trainers_teacher_forced_logprobs(untrained_
     out = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(1))
     batch = update.TrainBatch(out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask,
                               torch.zeros(len(out.texts)))
-    recomputed = update.batch_logprobs(model, batch, update.UpdateConfig(temperature=0.8, micro_batch_tokens=40))
+    recomputed = update.batch_logprobs(update.Policy(model), batch, update.UpdateConfig(temperature=0.8, micro_batch_tokens=40))
     assert torch.allclose(recomputed, out.logprobs, atol=1e-4)
 
 
@@ -56,3 +57,10 @@ def test_same_seed_same_samples(untrained_policy):
     a = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(3))
     b = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(3))
     assert a.texts == b.texts and torch.equal(a.logprobs, b.logprobs)
+
+
+def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch, untrained_model_dir):
+    monkeypatch.setattr(rollout.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(rollout.EngineError, match="pip install -r requirements-vllm"):
+        rollout.VLLMEngine(str(untrained_model_dir))
+    assert rollout.default_engine() == "hf"

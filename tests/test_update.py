@@ -1,6 +1,8 @@
 """update.py: advantages, the clipped loss and its gradient, log-probs, micro-batching, the monitor."""
 
 import copy
+import dataclasses
+import math
 
 import pytest
 import torch
@@ -88,13 +90,13 @@ def test_micro_batches_fit_the_token_budget_and_cover_every_row():
     assert update.micro_batches([0], torch.tensor([50]), max_tokens=18) == [[0]]  # too long: alone
 
 
-def run_update(model, batch, **cfg_overrides):
-    model = copy.deepcopy(model)
+def run_update(model, batch, old=None, **cfg_overrides):
+    policy = update.Policy(copy.deepcopy(model))
     cfg = update.UpdateConfig(**cfg_overrides)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # SGD: Adam would amplify float noise in ~0 gradients
-    old = update.batch_logprobs(model, batch, cfg)
-    stats = update.ppo_update(model, optimizer, batch, old, cfg, generator=torch.Generator().manual_seed(0))
-    return model, stats
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)  # SGD: Adam would amplify float noise in ~0 gradients
+    old = update.batch_logprobs(policy, batch, cfg) if old is None else old
+    stats = update.ppo_update(policy, optimizer, batch, old, cfg, generator=torch.Generator().manual_seed(0))
+    return policy.model, stats
 
 
 def test_gradient_accumulation_over_micro_batches_matches_one_big_batch(untrained_policy):
@@ -134,9 +136,9 @@ def test_merging_an_empty_batch_gives_an_empty_batch(untrained_policy):
 def test_update_raises_the_probability_of_positive_advantage_responses(untrained_policy):
     model, tokenizer = untrained_policy
     batch = make_batch(tokenizer)
-    before = update.batch_logprobs(model, batch, update.UpdateConfig()).sum(-1)
+    before = update.batch_logprobs(update.Policy(model), batch, update.UpdateConfig()).sum(-1)
     updated, stats = run_update(model, batch, kl_coef=0.0)
-    after = update.batch_logprobs(updated, batch, update.UpdateConfig()).sum(-1)
+    after = update.batch_logprobs(update.Policy(updated), batch, update.UpdateConfig()).sum(-1)
     best, worst = int(batch.advantages.argmax()), int(batch.advantages.argmin())
     assert after[best] > before[best] and after[worst] < before[worst]
     assert stats["grad_norm"] > 0 and 0 <= stats["clip_frac"] <= 1
@@ -148,3 +150,31 @@ def test_shrinkage_monitor_on_a_constructed_case():
     assert update.shrinkage(before, after) == (0.5, -1.0)
     assert update.shrinkage(before, before + 1) == (0.0, 0.0)
     assert update.shrinkage(torch.zeros(0), torch.zeros(0)) == (0.0, 0.0)
+
+
+def test_truncated_importance_sampling_weights_each_token_by_the_capped_ratio(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer, n_rows=3)
+    old = update.batch_logprobs(update.Policy(model), batch, update.UpdateConfig())
+    # a sampler that agrees with the trainer changes nothing
+    agreeing = dataclasses.replace(batch, sampler_logprobs=old.clone())
+    plain, _ = run_update(model, batch, old=old)
+    corrected, _ = run_update(model, agreeing, old=old, tis_cap=2.0)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain.parameters(), corrected.parameters()))
+    # a sampler 1 nat less confident on every token: ratio e > cap 2, so every token's loss is doubled,
+    # which for SGD is the update of a doubled learning rate
+    doubted = dataclasses.replace(batch, sampler_logprobs=(old - 1.0) * batch.response_mask)
+    capped, _ = run_update(model, doubted, old=old, tis_cap=2.0, max_grad_norm=1e9)
+    doubled, _ = run_update(model, batch, old=old, max_grad_norm=1e9)
+    for start, a, b in zip(model.parameters(), capped.parameters(), doubled.parameters()):
+        assert torch.allclose(a - start, 2 * (b - start), atol=1e-6)
+
+
+def test_sampler_mismatch_statistics():
+    old = torch.tensor([[-1.0, -2.0, 0.0]])
+    sampler = torch.tensor([[-1.5, -2.0, -9.0]])
+    mask = torch.tensor([[1, 1, 0]])  # the third token is padding
+    stats = update.sampler_mismatch(old, sampler, mask)
+    assert stats["mismatch_abs_mean"] == pytest.approx(0.25) and stats["mismatch_abs_max"] == pytest.approx(0.5)
+    assert stats["mismatch_kl"] == pytest.approx((math.exp(0.5) - 1 - 0.5) / 2)
+
