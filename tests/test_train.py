@@ -27,6 +27,8 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--model", "/no/such/model"], "model path does not exist: /no/such/model"),
     (["--train-data", "/no/such.jsonl"], "data file not found: /no/such.jsonl"),
     (["--resume"], "--resume needs --output-dir"),
+    (["--tis-cap", "0.5"], "tis_cap must be 0 (off) or >= 1"),
+    (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization must be in (0, 1]"),
 ])
 def test_bad_config_values_are_rejected_with_one_clear_line(args, message):
     with pytest.raises(common.InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
@@ -145,3 +147,31 @@ def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(t
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 2, 3, 3]
+
+
+def accelerate_launch(*args: str, processes: int = 2):
+    """`accelerate launch --multi_gpu --num_processes P ...`: on a machine without GPUs, accelerate's
+    multi-GPU launcher (torchrun) starts P processes that train on CPU over gloo."""
+    return run_script("-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+                      "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *args)
+
+
+def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):
+    out = tmp_path / "ddp"
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
+    state = out / "checkpoints" / "step_000002" / "state"
+    assert (state / "random_states_0.pkl").is_file() and (state / "random_states_1.pkl").is_file()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 2]  # one writer: the main process
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
+    assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
+
+
+def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch(untrained_model_dir, tmp_path):
+    run_script("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "one.pt"))
+    accelerate_launch("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "two.pt"))
+    one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    start = common.load_policy(str(untrained_model_dir))[0].state_dict()
+    assert any(not torch.equal(start[name], one[name]) for name in one)  # the update moved something
+    for name in one:
+        assert torch.allclose(one[name], two[name], atol=1e-6), name

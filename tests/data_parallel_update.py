@@ -1,0 +1,63 @@
+"""One BroRL update as every process of `accelerate launch` runs it; the test compares 1 and 2 processes.
+
+    python tests/data_parallel_update.py MODEL_DIR OUT.pt                                  # 1 process
+    accelerate launch --multi_gpu --num_processes 2 tests/data_parallel_update.py MODEL_DIR OUT.pt
+
+The global batch is 4 prompts x 3 rollouts with fixed random tokens and rewards. Process r takes
+prompts r, r + P, ... (as train_brorl.py does), so with 2 processes the shares differ in tokens; the
+advantages are REINFORCE++-baseline (whitened over the whole batch through reduce_sum) and the
+micro-batches are small, so gradient accumulation without sync is exercised. Writes the updated
+parameters (main process).
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import rollout  # noqa: E402
+import update  # noqa: E402
+from common import load_policy  # noqa: E402
+
+PROMPTS, ROLLOUTS = 4, 3
+
+
+def global_batch(pad_id: int) -> tuple[list[list[int]], list[list[int]], torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+               for _ in range(PROMPTS)]
+    responses = [torch.randint(3, 90, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
+                 for _ in range(PROMPTS * ROLLOUTS)]
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    return prompts, responses, rewards
+
+
+def main() -> None:
+    model_dir, out = sys.argv[1], Path(sys.argv[2])
+    accelerator = Accelerator(cpu=True)
+    rank, processes = accelerator.process_index, accelerator.num_processes
+    reduce_sum = update.no_reduce if processes == 1 else (lambda t: accelerator.reduce(t, "sum"))
+    model, tokenizer = load_policy(model_dir)
+    policy = update.Policy(model)
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.5)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+
+    prompts, responses, rewards = global_batch(tokenizer.pad_token_id)
+    mine = list(range(PROMPTS))[rank::processes]
+    rows = [p * ROLLOUTS + j for p in mine for j in range(ROLLOUTS)]
+    advantages = update.reinforce_pp_baseline_advantages(rewards[mine], reduce_sum=reduce_sum).flatten()
+    prompt_ids, prompt_mask = rollout.left_pad([prompts[r // ROLLOUTS] for r in rows], tokenizer.pad_token_id)
+    batch = update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad([responses[r] for r in rows], tokenizer.pad_token_id),
+                              rollout.right_pad([[1] * len(responses[r]) for r in rows], 0), advantages)
+    cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=20, max_grad_norm=1e9)
+    old = update.batch_logprobs(policy, batch, cfg)
+    update.ppo_update(policy, optimizer, batch, old - 0.1, cfg, reduce_sum=reduce_sum)  # ratios != 1: clipping acts
+    if accelerator.is_main_process:
+        torch.save({k: v.detach().clone() for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()
