@@ -81,16 +81,25 @@ def check_model_path(name_or_path: str) -> None:
         raise InputError(f"model path does not exist: {name_or_path}")
 
 
-def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu", revision: str | None = None):
-    """(model, tokenizer) from a local directory or a hub name; the one loading path for every model."""
+def load_tokenizer(name_or_path: str, revision: str | None = None):
+    """The policy's tokenizer (with a pad token: the EOS token if it has none)."""
     check_model_path(name_or_path)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+    except OSError as e:
+        raise InputError(f"could not load model '{name_or_path}': {str(e).splitlines()[0]}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu", revision: str | None = None):
+    """(model, tokenizer) from a local directory or a hub name; the one loading path for every model."""
+    tokenizer = load_tokenizer(name_or_path, revision)
+    try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             name_or_path, revision=revision, dtype=getattr(torch, dtype)
         )
     except OSError as e:
         raise InputError(f"could not load model '{name_or_path}': {str(e).splitlines()[0]}") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     return model.to(device), tokenizer

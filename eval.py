@@ -9,6 +9,7 @@ from are in benchmarks.py; one with no data is listed as skipped with the reason
     python eval.py --model PATH --suite all --out runs/eval/prorl.json      # the paper's table
     python eval.py --model PATH --benchmarks aime2024 humaneval --samples 4
     python eval.py --model PATH --data data/arith_test.jsonl                # any task file
+    python eval.py --model PATH --suite math --engine vllm                  # vLLM (GPU default)
     python eval.py --compare runs/eval/prorl.json runs/eval/brorl.json
 
 Defaults follow the paper's protocol (paper.md, Sec. 5): k=16 samples, temperature 0.6, top-p 0.95,
@@ -31,7 +32,7 @@ import torch
 import benchmarks
 import reward
 import rollout
-from common import InputError, check_answers, load_policy, load_tasks
+from common import InputError, check_answers, load_policy, load_tasks, load_tokenizer
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -113,12 +114,14 @@ class SampleLog:
                 f.flush()
 
 
-def run_benchmark(model, tokenizer, name: str, records: list[dict], settings: EvalSettings,
+def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: EvalSettings,
                   log: SampleLog | None = None) -> dict:
     """Sample `settings.samples` responses per problem (all k of a problem in one request), score them with
-    reward.py, and return the benchmark's metrics; problems already in `log` are not redone."""
+    reward.py, and return the benchmark's metrics; problems already in `log` are not redone.
+
+    policy: a transformers model (the hf engine) or a rollout.VLLMEngine."""
     log = log or SampleLog(None, settings.samples)
-    context = getattr(model.config, "max_position_embeddings", settings.max_new_tokens)
+    context = getattr(policy.config, "max_position_embeddings", settings.max_new_tokens)
     params = rollout.SamplingParams(n=settings.samples, temperature=settings.temperature, top_p=settings.top_p,
                                     max_new_tokens=min(settings.max_new_tokens, context),
                                     max_batch_seqs=settings.max_batch_seqs)
@@ -129,7 +132,7 @@ def run_benchmark(model, tokenizer, name: str, records: list[dict], settings: Ev
         batch = todo[start:start + per_batch]
         prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch], settings.chat_template)
         generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + len(log.done) + start)
-        rollouts = rollout.generate(model, tokenizer, prompt_ids, params, generator)
+        rollouts = rollout.generate(policy, tokenizer, prompt_ids, params, generator)
         groups = rollouts.group.tolist()
         items = [(batch[g]["task"], text, batch[g]["answer"]) for g, text in zip(groups, rollouts.texts)]
         rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config, stats)
@@ -144,7 +147,7 @@ def run_benchmark(model, tokenizer, name: str, records: list[dict], settings: Ev
             "verifier_timeouts": stats.timeouts, "verifier_errors": stats.errors}
 
 
-def evaluate_suite(model, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
+def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
                    data_dir: Path | None = None, max_problems: int = 0, samples_path: Path | None = None,
                    extra: dict[str, list[dict]] | None = None, progress=print) -> dict:
     """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists."""
@@ -164,7 +167,7 @@ def evaluate_suite(model, tokenizer, selected: list[benchmarks.Benchmark], setti
     for name, records, about in loaded:
         records = records[:max_problems] if max_problems else records
         check_answers(records, f"{name} ({about['source']})")
-        scores = run_benchmark(model, tokenizer, name, records, settings, log)
+        scores = run_benchmark(policy, tokenizer, name, records, settings, log)
         result["benchmarks"][name] = {**about, **scores}
         problems += len(records)
         progress(f"{name}: pass@1 {100 * scores['pass1']:.2f} over {len(records)} problems ({about['source']})")
@@ -255,6 +258,9 @@ def main() -> None:
     parser.add_argument("--problems-per-batch", type=int, default=d.problems_per_batch,
                         help="problems generated together, the unit of resumption (0: as many as --max-batch-seqs allows)")
     parser.add_argument("--max-batch-seqs", type=int, default=d.max_batch_seqs, help="sequences decoded together")
+    parser.add_argument("--engine", choices=["hf", "vllm"], default=rollout.default_engine(),
+                        help="hf: transformers; vllm: vLLM in-process (default: vllm when installed with a GPU)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM: share of GPU memory it may use")
     parser.add_argument("--no-chat-template", action="store_true", help="feed prompts raw even if the tokenizer has a chat template")
     parser.add_argument("--seed", type=int, default=d.seed, help="sampling seed")
     parser.add_argument("--verify-workers", type=int, default=d.verify_workers, help="verifier processes / concurrent code sandboxes")
@@ -278,14 +284,19 @@ def main() -> None:
         extra = {Path(args.data).stem: [{**t, "id": str(i)} for i, t in enumerate(load_tasks(args.data))]} if args.data else {}
         selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
-        model, tokenizer = load_policy(args.model)
+        if args.engine == "vllm":  # the checkpoint's own dtype; every k samples of a problem in one request
+            tokenizer = load_tokenizer(args.model)
+            policy = rollout.VLLMEngine(args.model, dtype="auto", max_num_seqs=max(args.max_batch_seqs, args.samples),
+                                        gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
+        else:
+            policy, tokenizer = load_policy(args.model)
         settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
                                 not args.no_chat_template, args.max_batch_seqs, args.problems_per_batch,
                                 verify_workers=args.verify_workers,
                                 verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
-        result = evaluate_suite(model, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra)
-    except InputError as e:
+        result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra)
+    except (InputError, rollout.EngineError) as e:
         sys.exit(f"error: {e}")
     result["model"] = args.model
     print(format_table(result))

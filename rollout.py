@@ -187,6 +187,32 @@ def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int], resp
     )
 
 
+def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
+    """One Rollouts from several generation rounds, groups renumbered in order, re-padded to the widest."""
+    width_p = max(r.prompt_ids.shape[1] for r in parts)
+    width_r = max(r.response_ids.shape[1] for r in parts)
+
+    def left(t, value):
+        return torch.nn.functional.pad(t, (width_p - t.shape[1], 0), value=value)
+
+    def right(t, value):
+        return torch.nn.functional.pad(t, (0, width_r - t.shape[1]), value=value)
+
+    offsets = [0]
+    for r in parts[:-1]:
+        offsets.append(offsets[-1] + int(r.group.max()) + 1)
+    return Rollouts(
+        prompt_ids=torch.cat([left(r.prompt_ids, pad_id) for r in parts]),
+        prompt_mask=torch.cat([left(r.prompt_mask, 0) for r in parts]),
+        response_ids=torch.cat([right(r.response_ids, pad_id) for r in parts]),
+        response_mask=torch.cat([right(r.response_mask, 0) for r in parts]),
+        logprobs=torch.cat([right(r.logprobs, 0.0) for r in parts]),
+        truncated=torch.cat([r.truncated for r in parts]),
+        group=torch.cat([r.group + offset for r, offset in zip(parts, offsets)]),
+        texts=[text for r in parts for text in r.texts],
+    )
+
+
 # ---- the vLLM engine --------------------------------------------------------------------------------
 
 

@@ -61,7 +61,7 @@ DATA_DIR = Path(__file__).parent / "data"
 class Config:
     # ---- run ----
     preset: str = "cpu-demo"
-    """named set of overrides applied before the other flags: cpu-demo, smoke"""
+    """named set of overrides applied before the other flags: cpu-demo, smoke, brorl-paper, prorl-paper"""
     output_dir: str | None = None
     """where logs and checkpoints go (default: runs/<preset>__<seed>__<unix time>)"""
     resume: bool = False
@@ -115,6 +115,8 @@ class Config:
     """grpo only: divide by the group std (off: Dr. GRPO)"""
     dynamic_sampling: bool = True
     """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
+    refill_rounds: int = 0
+    """dynamic sampling refill (DAPO): up to this many extra rounds of prompts until prompts_per_step groups are kept"""
     lr: float = 1e-4
     """AdamW learning rate"""
     weight_decay: float = 0.0
@@ -177,6 +179,45 @@ PRESETS: dict[str, dict] = {
                   eval_max_problems=32, shrink_monitor_samples=32),
 }
 
+# The paper's recipe (Sec. 3-4.2, see ../shared/paper.md): continue RL from the ProRLv2 checkpoint at
+# 16K response length, BroRL with N=512 x 128 prompts, the ProRL baseline with N=16 x 512, both with
+# the same number of PPO mini-batches per step and η = η_0·sqrt(B_new/B_0). Values the paper does not
+# give are marked "open" with the source used instead.
+PROMPTS_PRORL, N_PRORL, PROMPTS_BRORL, N_BRORL = 512, 16, 128, 512
+LR_PRORL = 2e-6  # open for BroRL (η_0): ProRL v1's constant learning rate
+PAPER_RECIPE = dict(
+    model="nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
+    model_revision=None,  # must be given: the ProRLv2 commit of the repository (see validate())
+    dtype="float32",  # fp32 master weights; the accelerate config adds bf16 autocast (FSDP mixed precision)
+    vllm_dtype="bfloat16",
+    train_data=str(DATA_DIR / "paper_mix_train.jsonl"),  # python data/make_paper_mix.py
+    test_data=str(DATA_DIR / "paper_mix_val.jsonl"),
+    max_new_tokens=16384,  # "continued at 16,384 context"
+    temperature=1.2,  # open: ProRL v1's rollout temperature
+    top_p=1.0,
+    advantage="reinforce_pp_baseline",  # ProRLv2/BroRL
+    dynamic_sampling=True,
+    refill_rounds=4,  # open: DAPO refills until the batch is full; 4 extra rounds bound the cost
+    eps_low=0.2, eps_high=0.28,  # ProRLv2 post
+    kl_coef=1e-4,  # open: BroRL gives no β; a small value in the ProRL family's range
+    kl_estimator="k2",  # ProRLv2: ½(log ratio)², clamped to [-10, 10]
+    ref_reset_every=200,  # ProRLv2: every 200-500 steps
+    minibatches=8,  # open: ProRL v1's 64-prompt mini-batches at the baseline's 512 prompts; BroRL keeps the count
+    tis_cap=2.0,  # truncated importance sampling; C=2 as recommended by Yao et al. (2025)
+    engine="vllm", gpu_memory_utilization=0.5, vllm_max_model_len=20480,  # 16K response + up to 4K prompt
+    gen_batch_seqs=1024,
+    micro_batch_tokens=32768, logprob_chunk_tokens=4096, gradient_checkpointing=True,
+    eval_every=20, eval_samples=16, eval_temperature=0.6, eval_top_p=0.95, eval_max_problems=0,  # Table 1 protocol
+    eval_benchmarks=("aime2024", "aime2025", "amc2023", "math500", "minerva", "olympiadbench", "humaneval"),
+    save_every=10,  # a 1.5B checkpoint with optimizer state is ~20 GB: not every step
+    shrink_monitor_samples=256,
+    verify_workers=16,
+)
+PRESETS["brorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=PROMPTS_BRORL, total_steps=191,
+                              lr=LR_PRORL * math.sqrt((N_BRORL * PROMPTS_BRORL) / (N_PRORL * PROMPTS_PRORL)))
+PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step=PROMPTS_PRORL, total_steps=535,
+                              lr=LR_PRORL)  # Table 1: +191 BroRL steps vs +535 ProRL steps
+
 
 def validate(cfg: Config) -> None:
     """One clear line per bad value, before any work starts."""
@@ -185,6 +226,7 @@ def validate(cfg: Config) -> None:
         (cfg.n_rollouts >= 2, f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
         (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
+        (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
         ((cfg.n_rollouts * cfg.prompts_per_step) % cfg.minibatches == 0,
          f"batch of {cfg.prompts_per_step} prompts x {cfg.n_rollouts} rollouts is not divisible into "
          f"{cfg.minibatches} mini-batches"),
@@ -205,6 +247,9 @@ def validate(cfg: Config) -> None:
         (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
         (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0, "verify_timeout and code_test_timeout must be > 0"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
+        (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
+         f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its ProRLv2 commit, "
+         "and the repository's main branch later received the BroRL checkpoint (see README)"),
     ]
     for ok, message in checks:
         if not ok:
@@ -215,7 +260,8 @@ def validate(cfg: Config) -> None:
         check_model_path(cfg.model)
     for path in (cfg.train_data, cfg.test_data):
         if not Path(path).is_file():
-            raise InputError(f"data file not found: {path}")
+            hint = " (build it: python data/make_paper_mix.py)" if Path(path).name.startswith("paper_mix") else ""
+            raise InputError(f"data file not found: {path}{hint}")
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -463,21 +509,33 @@ def train(cfg: Config) -> Path:
                     disable=not main_process)
     for step in progress:
         step_start = time.time()
-        # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds)
-        tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)[rank::processes]
-        data_position += cfg.prompts_per_step
-        prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], cfg.chat_template)
-        rollouts = rollout.generate(sampler, tokenizer, prompt_ids, sampling, step_generator(cfg, step, 0, rank))
+        # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds), then
+        # verifiable rewards [G prompts, N rollouts] (each distinct answer checked once). Dynamic sampling
+        # keeps groups with 0 < #correct < N (all-equal groups carry no signal); with refill_rounds, more
+        # prompts are drawn until prompts_per_step groups are kept (DAPO), and every kept group is used.
+        verify_stats = reward.VerifyStats()
+        tasks, parts, part_rewards, gen_time, kept_so_far = [], [], [], 0.0, 0.0
+        for refill in range(1 + cfg.refill_rounds):
+            round_start = time.time()
+            round_tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)[rank::processes]
+            data_position += cfg.prompts_per_step
+            prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in round_tasks], cfg.chat_template)
+            generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, rank)
+            parts.append(rollout.generate(sampler, tokenizer, prompt_ids, sampling, generator))
+            gen_time += time.time() - round_start
+            items = [(round_tasks[g]["task"], text, round_tasks[g]["answer"])
+                     for g, text in zip(parts[-1].group.tolist(), parts[-1].texts)]
+            round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats))
+            part_rewards.append(round_rewards.view(len(round_tasks), -1))
+            tasks += round_tasks
+            kept_so_far += float(reduce_sum(torch.tensor(float(
+                (part_rewards[-1].max(dim=1).values > part_rewards[-1].min(dim=1).values).sum()))))
+            if not cfg.dynamic_sampling or kept_so_far >= cfg.prompts_per_step:
+                break
         if engine is not None:
             engine.sleep()  # hand the GPU memory to the update
-        gen_time = time.time() - step_start
-
-        # ALGO LOGIC: verifiable rewards, [G prompts, N rollouts]; each distinct answer is checked once
-        verify_stats = reward.VerifyStats()
-        items = [(tasks[g]["task"], text, tasks[g]["answer"]) for g, text in zip(rollouts.group.tolist(), rollouts.texts)]
-        rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats)).view(len(tasks), -1)
-
-        # ALGO LOGIC: dynamic sampling keeps groups with 0 < #correct < N (all-equal groups carry no signal)
+        rollouts = rollout.concat_rollouts(parts, tokenizer.pad_token_id) if len(parts) > 1 else parts[0]
+        rewards = torch.cat(part_rewards)
         informative = rewards.max(dim=1).values > rewards.min(dim=1).values
         kept = informative if cfg.dynamic_sampling else torch.ones_like(informative)
         if cfg.advantage == "grpo":
@@ -528,6 +586,7 @@ def train(cfg: Config) -> Path:
             "shrink_worst": shrink_worst,
             "shrink_watched": len(watch),
             "distinct_frac": len(batch.advantages) / max(len(kept_rows), 1),
+            "gen_rounds": len(parts),
             "step_time": step_time,
             **stats,
             **mismatch,

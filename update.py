@@ -331,7 +331,9 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
             stats["loss"] += float(loss_tok.detach().sum())
             stats["clip_frac"] += float((was_clipped * mask).sum())
             stats["entropy"] += float((entropy * mask).sum())
-        stats["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)) / cfg.minibatches
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP2: a DTensor
+        stats["grad_norm"] += float(grad_norm) / cfg.minibatches
         optimizer.step()
         tokens_seen += float((batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum())
     policy.eval()

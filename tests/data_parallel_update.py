@@ -1,7 +1,7 @@
 """One BroRL update as every process of `accelerate launch` runs it; the test compares 1 and 2 processes.
 
     python tests/data_parallel_update.py MODEL_DIR OUT.pt                                  # 1 process
-    accelerate launch --multi_gpu --num_processes 2 tests/data_parallel_update.py MODEL_DIR OUT.pt
+    accelerate launch --config_file configs/ddp_cpu.yaml tests/data_parallel_update.py MODEL_DIR OUT.pt
 
 The global batch is 4 prompts x 3 rollouts with fixed random tokens and rewards. Process r takes
 prompts r, r + P, ... (as train_brorl.py does), so with 2 processes the shares differ in tokens; the

@@ -1,5 +1,6 @@
 """train_brorl.py end to end: config validation, a smoke run, resume after a crash."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -44,6 +45,44 @@ def test_bad_config_on_the_command_line_prints_one_line_and_no_traceback():
 def test_presets_are_plain_overrides_and_flags_win():
     cfg = train_brorl.parse_config(["--preset", "smoke", "--total-steps", "5"])
     assert cfg.preset == "smoke" and cfg.n_rollouts == 16 and cfg.total_steps == 5
+
+
+# The paper's recipe (paper.md, Sec. 3-4.2); a silent change to a preset fails here.
+PAPER_PRESET_TABLE = {
+    #  option               brorl-paper               prorl-paper
+    "model": ("nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",) * 2,
+    "n_rollouts": (512, 16),
+    "prompts_per_step": (128, 512),
+    "minibatches": (8, 8),  # the same number of PPO mini-batches per step
+    "lr": (2e-6 * 8 ** 0.5, 2e-6),  # η = η_0·sqrt(B_new/B_0), B = 65,536 vs 8,192 samples
+    "advantage": ("reinforce_pp_baseline",) * 2,
+    "eps_low": (0.2, 0.2),
+    "eps_high": (0.28, 0.28),
+    "kl_estimator": ("k2", "k2"),
+    "ref_reset_every": (200, 200),
+    "dynamic_sampling": (True, True),
+    "refill_rounds": (4, 4),
+    "tis_cap": (2.0, 2.0),
+    "max_new_tokens": (16384, 16384),
+    "temperature": (1.2, 1.2),
+    "engine": ("vllm", "vllm"),
+    "total_steps": (191, 535),
+    "eval_samples": (16, 16),
+    "eval_temperature": (0.6, 0.6),
+    "eval_top_p": (0.95, 0.95),
+}
+
+
+@pytest.mark.parametrize("column, preset", [(0, "brorl-paper"), (1, "prorl-paper")])
+def test_paper_presets_hold_the_papers_recipe(column, preset):
+    values = {**dataclasses.asdict(train_brorl.Config()), **train_brorl.PRESETS[preset]}
+    for option, expected in PAPER_PRESET_TABLE.items():
+        assert values[option] == pytest.approx(expected[column]), option
+
+
+def test_paper_preset_demands_a_pinned_revision():
+    with pytest.raises(common.InputError, match="--model-revision is required"):
+        train_brorl.parse_config(["--preset", "brorl-paper"])
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path):
@@ -149,11 +188,9 @@ def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(t
     assert steps == [0, 1, 2, 2, 3, 3]
 
 
-def accelerate_launch(*args: str, processes: int = 2):
-    """`accelerate launch --multi_gpu --num_processes P ...`: on a machine without GPUs, accelerate's
-    multi-GPU launcher (torchrun) starts P processes that train on CPU over gloo."""
-    return run_script("-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
-                      "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", *args)
+def accelerate_launch(*args: str):
+    """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU."""
+    return run_script("-m", "accelerate.commands.launch", "--config_file", "configs/ddp_cpu.yaml", *args)
 
 
 def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):
@@ -175,3 +212,15 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
     assert any(not torch.equal(start[name], one[name]) for name in one)  # the update moved something
     for name in one:
         assert torch.allclose(one[name], two[name], atol=1e-6), name
+
+
+def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_path):
+    out = tmp_path / "refill"
+    run_script("train_brorl.py", "--preset", "smoke", "--refill-rounds", "3", "--output-dir", str(out), "--eval-every", "9")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "gen_rounds" in line]
+    prompts = train_brorl.PRESETS["smoke"]["prompts_per_step"]
+    for row in rows:
+        kept = round(row["pass_rate"] * prompts * row["gen_rounds"])
+        assert row["gen_rounds"] == 4 or kept >= prompts  # stopped early only once the batch was full
+        assert row["gen_rounds"] > 1 or row["pass_rate"] == 1.0
+    assert any(row["gen_rounds"] > 1 for row in rows)  # this seed needs a refill at step 2

@@ -112,3 +112,13 @@ def test_training_smoke_run_with_the_vllm_engine(tmp_path):
     train_rows = [r for r in rows if "reward_mean" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
     assert all(r["mismatch_abs_max"] < 1e-3 and r["mismatch_kl"] >= 0 for r in train_rows)  # fp32 engine, synced weights
+
+
+def test_eval_cli_with_the_vllm_engine(tmp_path, untrained_model_dir):
+    out = tmp_path / "eval.json"
+    run_script("eval.py", "--model", str(untrained_model_dir), "--engine", "vllm", "--data", "data/arith_test.jsonl",
+               "--max-problems", "8", "--samples", "4", "--temperature", "1.0", "--top-p", "1.0", "--out", str(out))
+    result = json.loads(out.read_text())["benchmarks"]["arith_test"]
+    assert result["problems"] == 8 and 0.0 <= result["pass1"] <= 1.0
+    samples = (tmp_path / "eval.samples.jsonl").read_text().splitlines()
+    assert len(samples) == 8 * 4
