@@ -174,7 +174,7 @@ def _read_rows(path: Path) -> list[dict]:
     return [row for _, row in read_jsonl(path)]
 
 
-def _hub_rows(hub: tuple[str, str | None, str]) -> list[dict]:
+def hub_rows(hub: tuple[str, str | None, str]) -> list[dict]:
     import datasets
 
     return list(datasets.load_dataset(hub[0], hub[1], split=hub[2]))
@@ -197,7 +197,7 @@ def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict]
     elif benchmark.hub and not hub_reachable():
         reasons.append(f"hub {benchmark.hub[0]} unreachable (offline)")
     elif benchmark.hub:
-        sources.append((f"hub {benchmark.hub[0]}", lambda: _hub_rows(benchmark.hub)))
+        sources.append((f"hub {benchmark.hub[0]}", lambda: hub_rows(benchmark.hub)))
     for origin, read in sources:
         try:
             rows = read()

@@ -1,5 +1,6 @@
 """Shared fixtures: a small untrained model built locally (no hub), and a way to run the scripts."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +26,10 @@ def untrained_policy(untrained_model_dir):
     return load_policy(str(untrained_model_dir))
 
 
-def run_script(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run one of the project's scripts as a user would, from the repository root."""
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+def run_script(*args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run one of the project's scripts as a user would, from the repository root (`env`: extra variables)."""
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, **(env or {})})
     if check and result.returncode != 0:
         raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
