@@ -253,6 +253,9 @@ class VLLMEngine:
                 model=model_path, revision=revision, dtype=dtype, seed=seed, max_model_len=max_model_len,
                 max_num_seqs=max_num_seqs,  # at least N, or vLLM splits a prompt's N samples into waves
                 enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                # on CPU, a prompt prefilled in chunks crashes seeded sampling (vLLM 0.32: "CPU Generator
+                # does not use offset"); whole-prompt prefill avoids it
+                enable_chunked_prefill=self.on_gpu,
                 gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.on_gpu,
                 enforce_eager=not self.on_gpu,
                 distributed_executor_backend="external_launcher" if distributed else None)

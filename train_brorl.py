@@ -471,7 +471,8 @@ def train(cfg: Config) -> Path:
         ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)  # sharded under FSDP, not DDP-wrapped
     engine = None
     if engine_name == "vllm":
-        engine = rollout.VLLMEngine(model_path, dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype, revision=revision, seed=cfg.seed + rank,
+        engine = rollout.VLLMEngine(model_path, dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype,
+                                    revision=revision, seed=cfg.seed + rank,
                                     max_model_len=cfg.vllm_max_model_len or None,
                                     max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
                                     gpu_memory_utilization=cfg.gpu_memory_utilization)

@@ -122,3 +122,14 @@ def test_eval_cli_with_the_vllm_engine(tmp_path, untrained_model_dir):
     assert result["problems"] == 8 and 0.0 <= result["pass1"] <= 1.0
     samples = (tmp_path / "eval.samples.jsonl").read_text().splitlines()
     assert len(samples) == 8 * 4
+
+
+def test_many_long_prompts_in_one_seeded_call(engine, untrained_policy):
+    """More prompt tokens than one scheduler step takes (vLLM's CPU backend crashed on seeded sampling
+    when it prefilled a prompt in chunks)."""
+    _, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, [f"{i}+{i}=" * 20 for i in range(10, 74)], chat_template=False)
+    assert sum(map(len, prompts)) > 4096
+    out = rollout.generate(engine, tokenizer, prompts, rollout.SamplingParams(n=2, max_new_tokens=4),
+                           torch.Generator().manual_seed(0))
+    assert out.group.tolist() == [g for g in range(64) for _ in range(2)]
