@@ -22,6 +22,7 @@ the same `Rollouts`:
 import argparse
 import importlib.util
 import os
+import re
 from dataclasses import dataclass
 
 import torch
@@ -220,6 +221,17 @@ class EngineError(RuntimeError):
     """The requested engine cannot start here (not installed, not enough memory); one line says why."""
 
 
+def startup_failure(error: Exception) -> str:
+    """vLLM's reason in one line (its config errors come wrapped in pydantic's multi-line report),
+    with the option to change when it is about memory or length."""
+    text = str(error).strip()
+    found = re.search(r"Value error, (.*?)(?: \[type=|$)", text, re.S)
+    reason = " ".join((found.group(1) if found else text.splitlines()[-1] if text else type(error).__name__).split())
+    if "memory" in reason.lower() or "kv cache" in reason.lower() or "max_model_len" in reason:
+        reason += " (lower --vllm-max-model-len, or raise --gpu-memory-utilization)"
+    return reason
+
+
 def default_engine() -> str:
     """vllm when it is installed and a GPU is present, else hf."""
     return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None else "hf"
@@ -260,9 +272,7 @@ class VLLMEngine:
                 enforce_eager=not self.on_gpu,
                 distributed_executor_backend="external_launcher" if distributed else None)
         except (ValueError, RuntimeError) as e:
-            message = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            hint = " (lower --vllm-max-model-len or raise --gpu-memory-utilization)" if "memory" in message.lower() else ""
-            raise EngineError(f"vLLM could not start on {model_path}: {message}{hint}") from None
+            raise EngineError(f"vLLM could not start on {model_path}: {startup_failure(e)}") from None
         self.config = self.llm.llm_engine.model_config.hf_config
         self.sleeping = False
 

@@ -133,3 +133,13 @@ def test_many_long_prompts_in_one_seeded_call(engine, untrained_policy):
     out = rollout.generate(engine, tokenizer, prompts, rollout.SamplingParams(n=2, max_new_tokens=4),
                            torch.Generator().manual_seed(0))
     assert out.group.tolist() == [g for g in range(64) for _ in range(2)]
+
+
+def test_a_vllm_start_up_failure_is_one_line_naming_the_option():
+    result = run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--vllm-max-model-len", "100000",
+                        "--output-dir", "/tmp/never-written", check=False)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: vLLM could not start on ") and "max_model_len (100000)" in last
+    assert last.endswith("(lower --vllm-max-model-len, or raise --gpu-memory-utilization)")
