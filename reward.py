@@ -67,7 +67,7 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 
 ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)

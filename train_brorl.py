@@ -421,6 +421,11 @@ def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Te
                              rollouts.response_mask[rows], advantages, weights, rollouts.logprobs[rows])
 
 
+def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
+    """[G] bool: groups whose N rewards are not all equal (0 < #correct < N), the ones with a learning signal."""
+    return rewards.max(dim=1).values > rewards.min(dim=1).values
+
+
 def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) -> list[int]:
     """Up to `limit` distinct correct responses (one row per distinct (prompt, response)), evenly spread."""
     seen, rows = set(), []
@@ -439,7 +444,10 @@ def train(cfg: Config) -> Path:
     # ---- setup ----
     accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available())  # (else no process group on CPU)
     main_process, rank, processes = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
-    reduce_sum = update.no_reduce if processes == 1 else (lambda t: accelerator.reduce(t.to(accelerator.device), "sum").cpu())
+
+    def reduce_sum(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's token mean and whitening)
+        return tensor if processes == 1 else accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()
+
     output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     checkpoint = latest_checkpoint(output_dir)
     if checkpoint and not cfg.resume:
@@ -458,7 +466,8 @@ def train(cfg: Config) -> Path:
     check_answers(train_tasks, cfg.train_data)
     check_answers(test_tasks, cfg.test_data)
     with accelerator.main_process_first():  # the main process builds the tiny model's cache entry
-        model_path = str(checkpoint / "model") if checkpoint else str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model
+        model_path = (str(checkpoint / "model") if checkpoint else
+                      str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
     revision = None if checkpoint else cfg.model_revision
     model, tokenizer = load_policy(model_path, cfg.dtype, "cpu", revision)
     if cfg.gradient_checkpointing:
@@ -515,7 +524,7 @@ def train(cfg: Config) -> Path:
         # keeps groups with 0 < #correct < N (all-equal groups carry no signal); with refill_rounds, more
         # prompts are drawn until prompts_per_step groups are kept (DAPO), and every kept group is used.
         verify_stats = reward.VerifyStats()
-        tasks, parts, part_rewards, gen_time, kept_so_far = [], [], [], 0.0, 0.0
+        parts, part_rewards, gen_time, kept_so_far = [], [], 0.0, 0.0
         for refill in range(1 + cfg.refill_rounds):
             round_start = time.time()
             round_tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)[rank::processes]
@@ -528,16 +537,14 @@ def train(cfg: Config) -> Path:
                      for g, text in zip(parts[-1].group.tolist(), parts[-1].texts)]
             round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats))
             part_rewards.append(round_rewards.view(len(round_tasks), -1))
-            tasks += round_tasks
-            kept_so_far += float(reduce_sum(torch.tensor(float(
-                (part_rewards[-1].max(dim=1).values > part_rewards[-1].min(dim=1).values).sum()))))
+            kept_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
             if not cfg.dynamic_sampling or kept_so_far >= cfg.prompts_per_step:
                 break
         if engine is not None:
             engine.sleep()  # hand the GPU memory to the update
         rollouts = rollout.concat_rollouts(parts, tokenizer.pad_token_id) if len(parts) > 1 else parts[0]
         rewards = torch.cat(part_rewards)
-        informative = rewards.max(dim=1).values > rewards.min(dim=1).values
+        informative = informative_groups(rewards)
         kept = informative if cfg.dynamic_sampling else torch.ones_like(informative)
         if cfg.advantage == "grpo":
             advantages = update.grpo_advantages(rewards[kept], cfg.normalize_std)
@@ -556,13 +563,15 @@ def train(cfg: Config) -> Path:
         # ALGO LOGIC: the clipped policy-gradient step against π_old (and π_ref if β > 0)
         stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
         old_logprobs = update.batch_logprobs(policy, batch, update_cfg)
-        mismatch = update.sampler_mismatch(old_logprobs, batch.sampler_logprobs, batch.response_mask * (batch.weights > 0)[:, None])
+        mismatch = update.sampler_mismatch(old_logprobs, batch.sampler_logprobs,
+                                           batch.response_mask * (batch.weights > 0)[:, None])
         if float(reduce_sum(torch.tensor(float(len(kept_rows))))) > 0:
             ref_logprobs = update.batch_logprobs(ref_policy, batch, update_cfg) if ref_policy is not None else None
             stats = update.ppo_update(policy, optimizer, batch, old_logprobs, update_cfg, ref_logprobs,
                                       step_generator(cfg, step, 1, rank), reduce_sum)
         if ref_policy is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
-            ref_policy.load_state_dict(accelerator.unwrap_model(policy).state_dict())  # ProRL's reference reset; optimizer kept
+            # ProRL's reference reset; the optimizer state is kept
+            ref_policy.load_state_dict(accelerator.unwrap_model(policy).state_dict())
 
         # the knowledge-shrinkage monitor, part 2: did any correct response lose probability?
         after = update.batch_logprobs(policy, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
@@ -594,7 +603,8 @@ def train(cfg: Config) -> Path:
             **verify_stats.as_log(),
         }
         if processes > 1:  # the mean over processes (equal shares of prompts); throughputs add up
-            means = accelerator.reduce(torch.tensor(list(scalars.values()), dtype=torch.float64).to(accelerator.device), "mean")
+            values = torch.tensor(list(scalars.values()), dtype=torch.float64, device=accelerator.device)
+            means = accelerator.reduce(values, "mean")
             scalars = dict(zip(scalars, means.cpu().tolist()))
             for key in ("samples_per_s", "gen_samples_per_s"):
                 scalars[key] *= processes

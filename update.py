@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 # ALGO LOGIC: advantages ----------------------------------------------------------------------------
