@@ -330,7 +330,7 @@ class VLLMEngine:
 
 
 def main() -> None:
-    from common import load_policy
+    from common import InputError, load_policy, load_tokenizer
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="local model directory or hub name")
@@ -343,10 +343,12 @@ def main() -> None:
     parser.add_argument("--engine", choices=["hf", "vllm"], default=default_engine(),
                         help="hf: transformers; vllm: vLLM in-process (default: vllm when installed with a GPU)")
     args = parser.parse_args()
-    model, tokenizer = load_policy(args.model)
     try:
-        policy = VLLMEngine(args.model, dtype="auto", seed=args.seed) if args.engine == "vllm" else model
-    except EngineError as e:
+        if args.engine == "vllm":
+            tokenizer, policy = load_tokenizer(args.model), VLLMEngine(args.model, dtype="auto", seed=args.seed)
+        else:
+            policy, tokenizer = load_policy(args.model)
+    except (InputError, EngineError) as e:
         raise SystemExit(f"error: {e}") from None
     params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
     rollouts = generate(policy, tokenizer, encode_prompts(tokenizer, args.prompt, chat_template=True), params,

@@ -305,7 +305,8 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         if not minibatch:  # keep step with the other processes: one row, weight 0
             minibatch = perm[:1].tolist()
             row_weights[minibatch] = 0.0
-        n_tokens = float(reduce_sum((batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum()))
+        local_tokens = (batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum()
+        n_tokens = float(reduce_sum(local_tokens))
         if n_tokens == 0:  # no process has a row in this mini-batch
             continue
         optimizer.zero_grad(set_to_none=True)
@@ -334,7 +335,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP2: a DTensor
         stats["grad_norm"] += float(grad_norm) / cfg.minibatches
         optimizer.step()
-        tokens_seen += float((batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum())
+        tokens_seen += float(local_tokens)
     policy.eval()
     for key in ("loss", "clip_frac", "kl", "entropy"):
         stats[key] /= max(tokens_seen, 1)

@@ -33,3 +33,14 @@ def run_script(*args: str, check: bool = True, env: dict | None = None) -> subpr
     if check and result.returncode != 0:
         raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def trainer_logprobs(model, rollouts, temperature: float, micro_batch_tokens: int = 16384):
+    """update.py's teacher-forced log-probs [S, R] of the tokens an engine sampled (compare with rollouts.logprobs)."""
+    import torch
+    import update
+
+    batch = update.TrainBatch(rollouts.prompt_ids, rollouts.prompt_mask, rollouts.response_ids,
+                              rollouts.response_mask, torch.zeros(len(rollouts.texts)))
+    cfg = update.UpdateConfig(temperature=temperature, micro_batch_tokens=micro_batch_tokens)
+    return update.batch_logprobs(update.Policy(model), batch, cfg)

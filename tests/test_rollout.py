@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import rollout
-import update
+from conftest import trainer_logprobs
 
 
 def test_generate_returns_n_grouped_samples_with_consistent_masks(untrained_policy):
@@ -31,9 +31,7 @@ def test_sampling_logprobs_equal_the_trainers_teacher_forced_logprobs(untrained_
     prompts = rollout.encode_prompts(tokenizer, ["7+8=", "123+4=", "5="], chat_template=False)
     params = rollout.SamplingParams(n=8, temperature=0.8, max_new_tokens=8)
     out = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(1))
-    batch = update.TrainBatch(out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask,
-                              torch.zeros(len(out.texts)))
-    recomputed = update.batch_logprobs(update.Policy(model), batch, update.UpdateConfig(temperature=0.8, micro_batch_tokens=40))
+    recomputed = trainer_logprobs(model, out, temperature=0.8, micro_batch_tokens=40)
     assert torch.allclose(recomputed, out.logprobs, atol=1e-4)
 
 

