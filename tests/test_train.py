@@ -4,6 +4,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -189,8 +190,14 @@ def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(t
 
 
 def accelerate_launch(*args: str):
-    """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU."""
-    return run_script("-m", "accelerate.commands.launch", "--config_file", "configs/ddp_cpu.yaml", *args)
+    """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU.
+
+    A free port per launch, so test runs side by side on one machine do not collide on 29500."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return run_script("-m", "accelerate.commands.launch", "--config_file", "configs/ddp_cpu.yaml",
+                      "--main_process_port", str(port), *args)
 
 
 def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):
