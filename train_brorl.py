@@ -551,7 +551,8 @@ def train(cfg: Config) -> Path:
         else:
             advantages = update.reinforce_pp_baseline_advantages(rewards[kept], reduce_sum=reduce_sum)
         kept_rows = (kept[:, None].expand_as(rewards)).flatten().nonzero().squeeze(-1).tolist()
-        batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()))
+        batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()), cfg.minibatches,
+                                        step_generator(cfg, step, 1, rank))  # split into mini-batches, then merged
         if not kept_rows:  # other processes may still update: take part with one zero-weight row
             batch = rows_batch(rollouts, [0], torch.zeros(1), weights=torch.zeros(1))
 

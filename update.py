@@ -210,30 +210,52 @@ class TrainBatch:
     advantages: torch.Tensor  # [B]
     weights: torch.Tensor | None = None  # [B] multiplicity of each row (see merge_duplicates); None: all 1
     sampler_logprobs: torch.Tensor | None = None  # [B, R] the inference engine's log-probs, when known
+    minibatch: torch.Tensor | None = None  # [B] the PPO mini-batch of each row (see merge_duplicates); None: drawn by ppo_update
 
 
-def merge_duplicates(batch: TrainBatch) -> TrainBatch:
-    """Keep one row per distinct (prompt, response, advantage), weighted by how often it occurred.
+def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """[B] mini-batch index of each row: the rows in a random order, cut into `minibatches` runs of
+    about equal total weight (equal row counts when every weight is 1).
 
-    Exact: identical rows have identical log-probs and advantages, so k copies contribute k times
-    one copy's gradient. With hundreds of rollouts per prompt and short answers many responses
-    repeat, and the update then costs what the distinct responses cost. Rows keep the order of
-    their first occurrence.
+    >>> split_minibatches(torch.ones(6), 2, torch.Generator().manual_seed(0)).bincount().tolist()
+    [3, 3]
+    """
+    perm = torch.randperm(len(weights), generator=generator)
+    cumulative = weights.double()[perm].cumsum(0)  # float64: in float32 the 1e-9 below vanishes next to 1
+    share = torch.floor(cumulative * minibatches / cumulative[-1:].clamp(min=1e-9) - 1e-9)
+    index = torch.empty(len(weights), dtype=torch.long)
+    index[perm] = share.long().clamp(min=0, max=minibatches - 1)
+    return index
+
+
+def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.Generator | None = None) -> TrainBatch:
+    """Keep one row per distinct (prompt, response, advantage) within each PPO mini-batch, weighted
+    by how often it occurred there.
+
+    The rows are first split into `minibatches` mini-batches exactly as `ppo_update` would split
+    the unmerged batch (`split_minibatches` with the same generator), then merged within each, and
+    the result records each row's mini-batch. Exact: identical rows have identical log-probs and
+    advantages, so k copies in one mini-batch contribute k times one copy's gradient to that
+    mini-batch's optimizer step. (Merging first and splitting afterwards would put all k copies in
+    one mini-batch, a different update as soon as there are two.) With hundreds of rollouts per
+    prompt and short answers many responses repeat, and the update then costs what the distinct
+    responses cost. Rows keep the order of their first occurrence.
     """
     n_rows = len(batch.advantages)
+    weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
+    minibatch = split_minibatches(weights, minibatches, generator) if batch.minibatch is None else batch.minibatch
     key = torch.cat([batch.prompt_ids, batch.response_ids, batch.prompt_mask.sum(-1, keepdim=True),
                      batch.response_mask.sum(-1, keepdim=True),
-                     batch.advantages.float().view(torch.int32).long()[:, None]], dim=-1)
+                     batch.advantages.float().view(torch.int32).long()[:, None], minibatch[:, None]], dim=-1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     n_unique = len(unique)  # 0 when dynamic sampling kept no group
     first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows), "amin")
-    weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
     counts = torch.zeros(n_unique).scatter_add_(0, inverse, weights)
     order = first.argsort()
     rows = first[order]
     return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
                       batch.response_mask[rows], batch.advantages[rows], counts[order],
-                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows])
+                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows], minibatch[rows])
 
 
 def micro_batches(indices: list[int], lengths: torch.Tensor, max_tokens: int) -> list[list[int]]:
@@ -281,9 +303,10 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
                ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None,
                reduce_sum: Callable = no_reduce) -> dict:
     """One BroRL step: `cfg.minibatches` optimizer steps over a random split of the batch (the paper
-    keeps the number of mini-batches per step fixed when N grows). Rows of weight w count w times
-    (in the token mean and the statistics alike); a mini-batch holds about 1/minibatches of the
-    total weight. Returns token-mean statistics and the mean gradient norm.
+    keeps the number of mini-batches per step fixed when N grows), or over the split that
+    `merge_duplicates` recorded. Rows of weight w count w times (in the token mean and the
+    statistics alike); a mini-batch holds about 1/minibatches of the total weight. Returns
+    token-mean statistics and the mean gradient norm.
 
     policy: a `Policy`, or its DDP wrapper with this process's share of the batch (`reduce_sum` then
     sums over processes). Every process runs the same number of forward/backward passes and
@@ -292,18 +315,17 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     n_rows = len(batch.advantages)
     weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
     lengths = batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
-    perm = torch.randperm(n_rows, generator=generator)
-    share = torch.floor(weights[perm].cumsum(0) * cfg.minibatches / weights.sum().clamp(min=1e-9) - 1e-9)
-    share = share.clamp(min=0, max=cfg.minibatches - 1)
+    minibatch_of = (split_minibatches(weights, cfg.minibatches, generator) if batch.minibatch is None
+                    else batch.minibatch)
     processes = float(reduce_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
     stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
     tokens_seen = 0.0
     policy.train()
     for k in range(cfg.minibatches):
-        minibatch = perm[share == k].tolist()
+        minibatch = (minibatch_of == k).nonzero().squeeze(-1).tolist()
         row_weights = weights.clone()
         if not minibatch:  # keep step with the other processes: one row, weight 0
-            minibatch = perm[:1].tolist()
+            minibatch = list(range(n_rows))[:1]
             row_weights[minibatch] = 0.0
         local_tokens = (batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum()
         n_tokens = float(reduce_sum(local_tokens))

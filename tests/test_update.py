@@ -108,17 +108,28 @@ def test_gradient_accumulation_over_micro_batches_matches_one_big_batch(untraine
         assert torch.allclose(a, b, atol=1e-6)
 
 
-def test_merged_duplicates_give_the_same_update_as_the_repeated_rows(untrained_policy):
+def test_mini_batches_split_rows_into_equal_shares():
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        assert update.split_minibatches(torch.ones(6), 2, g).bincount().tolist() == [3, 3]
+        assert update.split_minibatches(torch.ones(8), 4, g).bincount().tolist() == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("minibatches", [1, 2, 4])
+def test_merged_duplicates_give_the_same_update_as_the_repeated_rows(untrained_policy, minibatches):
     model, tokenizer = untrained_policy
     batch = make_batch(tokenizer, n_rows=3)
-    repeated_rows = [0, 0, 0, 1, 2, 2]
+    repeated_rows = [0, 0, 0, 1, 2, 2, 0, 2]
     repeated = update.TrainBatch(batch.prompt_ids[repeated_rows], batch.prompt_mask[repeated_rows],
                                  batch.response_ids[repeated_rows], batch.response_mask[repeated_rows],
                                  batch.advantages[repeated_rows])
-    merged = update.merge_duplicates(repeated)
-    assert merged.weights.tolist() == [3.0, 1.0, 2.0]
-    plain, plain_stats = run_update(model, repeated)
-    weighted, weighted_stats = run_update(model, merged)
+    # the split run_update's ppo_update draws for the repeated rows (seed 0), then merged within each mini-batch
+    merged = update.merge_duplicates(repeated, minibatches, torch.Generator().manual_seed(0))
+    assert merged.weights.sum() == len(repeated_rows) and len(merged.advantages) < len(repeated_rows)
+    if minibatches == 1:
+        assert merged.weights.tolist() == [4.0, 1.0, 3.0]
+    plain, plain_stats = run_update(model, repeated, minibatches=minibatches)
+    weighted, weighted_stats = run_update(model, merged, minibatches=minibatches)
     for a, b in zip(plain.parameters(), weighted.parameters()):
         assert torch.allclose(a, b, atol=1e-6)
     assert weighted_stats["entropy"] == pytest.approx(plain_stats["entropy"], rel=1e-5)
