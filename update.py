@@ -59,11 +59,14 @@ def reinforce_pp_baseline_advantages(rewards: torch.Tensor, eps: float = 1e-6,
     A_i = R_i - mean(R_group), then whitened with the mean and std of the whole batch.
 
     rewards: [G, N]. verl whitens over tokens; we whiten over samples (each rollout counts once),
-    which differs only when response lengths differ within the batch.
+    which differs only when response lengths differ within the batch. When no process kept a group
+    (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages are zeros.
     """
     centered = rewards - rewards.mean(dim=1, keepdim=True)
     count, total, squares = reduce_sum(torch.stack([torch.tensor(float(centered.numel())), centered.sum(),
                                                      (centered**2).sum()]).double()).tolist()
+    if count == 0:
+        return torch.zeros_like(centered)
     mean = total / count
     std = max((squares - count * mean**2) / max(count - 1, 1), 0.0) ** 0.5  # unbiased, as torch.std
     return (centered - mean) / (std + eps)

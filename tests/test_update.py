@@ -27,6 +27,11 @@ def test_reinforce_pp_baseline_centres_per_group_then_whitens_over_the_batch():
     assert torch.allclose(update.reinforce_pp_baseline_advantages(rewards, eps=0.0), centered / (1 / 6) ** 0.5)
 
 
+def test_reinforce_pp_baseline_of_a_step_that_kept_no_group_is_empty_not_a_crash():
+    advantages = update.reinforce_pp_baseline_advantages(torch.zeros(0, 4))  # dynamic sampling dropped every group
+    assert advantages.shape == (0, 4)
+
+
 def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip():
     eps_low, eps_high = 0.2, 0.28
     old = torch.zeros(1, 4)
