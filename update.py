@@ -261,16 +261,23 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.G
                       None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows], minibatch[rows])
 
 
-def micro_batches(indices: list[int], lengths: torch.Tensor, max_tokens: int) -> list[list[int]]:
-    """Split `indices` into micro-batches whose padded size (rows x longest row) fits `max_tokens`;
-    rows are sorted by length first so little padding is computed. A longer row goes alone."""
-    order = sorted(indices, key=lambda i: int(lengths[i]), reverse=True)
-    batches, current = [], []
+def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
+    """Split `rows` into micro-batches whose computed size fits `max_tokens`: `slice_rows` pads a
+    micro-batch to its longest prompt plus its longest response, so that is what is counted
+    (rows x (longest prompt + longest response), which can be up to twice rows x longest row).
+    Rows are sorted by length first (then by response length, so that long-prompt and
+    long-response rows of equal total do not pad each other), so little padding is computed. A
+    row longer than the budget goes alone."""
+    prompt_lengths, response_lengths = batch.prompt_mask.sum(-1).tolist(), batch.response_mask.sum(-1).tolist()
+    order = sorted(rows, key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]), reverse=True)
+    batches, current, longest_prompt, longest_response = [], [], 0, 0
     for i in order:
-        if current and (len(current) + 1) * int(lengths[current[0]]) > max_tokens:
+        prompt, response = max(longest_prompt, prompt_lengths[i]), max(longest_response, response_lengths[i])
+        if current and (len(current) + 1) * (prompt + response) > max_tokens:
             batches.append(current)
-            current = []
+            current, prompt, response = [], prompt_lengths[i], response_lengths[i]
         current.append(i)
+        longest_prompt, longest_response = prompt, response
     return batches + [current] if current else batches
 
 
@@ -291,10 +298,9 @@ def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int]
     policy: a `Policy` (or its DDP/FSDP wrapper)."""
     rows = list(range(len(batch.advantages))) if rows is None else rows
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
-    lengths = batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
     device = next(policy.parameters()).device
     with torch.no_grad():
-        for mb in micro_batches(rows, lengths, cfg.micro_batch_tokens):
+        for mb in micro_batches(batch, rows, cfg.micro_batch_tokens):
             input_ids, attention_mask, r = slice_rows(batch, mb)
             logprobs, _ = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
                                  cfg.logprob_chunk_tokens)
@@ -317,7 +323,6 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     device = next(policy.parameters()).device
     n_rows = len(batch.advantages)
     weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
-    lengths = batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
     minibatch_of = (split_minibatches(weights, cfg.minibatches, generator) if batch.minibatch is None
                     else batch.minibatch)
     processes = float(reduce_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
@@ -335,7 +340,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         if n_tokens == 0:  # no process has a row in this mini-batch
             continue
         optimizer.zero_grad(set_to_none=True)
-        chunks = micro_batches(minibatch, lengths, cfg.micro_batch_tokens)
+        chunks = micro_batches(batch, minibatch, cfg.micro_batch_tokens)
         for i, mb in enumerate(chunks):
             input_ids, attention_mask, r = slice_rows(batch, mb)
             mask = batch.response_mask[mb, :r].to(device).float() * row_weights[mb, None].to(device)

@@ -87,12 +87,22 @@ def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_p
     assert (entropy[batch.response_mask[:, :r] == 1] > 0).all() and (entropy[batch.response_mask[:, :r] == 0] == 0).all()
 
 
-def test_micro_batches_fit_the_token_budget_and_cover_every_row():
-    lengths = torch.tensor([5, 9, 3, 9, 2, 7])
-    batches = update.micro_batches(list(range(6)), lengths, max_tokens=18)
+def batch_of_lengths(prompt_lengths: list[int], response_lengths: list[int]) -> update.TrainBatch:
+    prompt_ids, prompt_mask = rollout.left_pad([[5] * n for n in prompt_lengths], 0)
+    return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad([[7] * n for n in response_lengths], 0),
+                             rollout.right_pad([[1] * n for n in response_lengths], 0), torch.zeros(len(prompt_lengths)))
+
+
+def test_micro_batches_fit_the_token_budget_that_slice_rows_computes_and_cover_every_row():
+    # rows of equal total length 9, half long prompt + short response, half the reverse: two such rows
+    # together are padded to 8 + 8 = 16 columns, so 2 x 9 = 18 tokens of budget are really 32
+    batch = batch_of_lengths([8, 1, 8, 1, 3, 2], [1, 8, 1, 8, 6, 1])
+    batches = update.micro_batches(batch, list(range(6)), max_tokens=18)
     assert sorted(i for b in batches for i in b) == list(range(6))
-    assert all(len(b) * max(int(lengths[i]) for i in b) <= 18 for b in batches)
-    assert update.micro_batches([0], torch.tensor([50]), max_tokens=18) == [[0]]  # too long: alone
+    for rows in batches:
+        input_ids, _, _ = update.slice_rows(batch, rows)
+        assert input_ids.numel() <= 18, rows
+    assert update.micro_batches(batch_of_lengths([30], [20]), [0], max_tokens=18) == [[0]]  # too long: alone
 
 
 def run_update(model, batch, old=None, **cfg_overrides):
