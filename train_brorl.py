@@ -448,6 +448,9 @@ def train(cfg: Config) -> Path:
     def reduce_sum(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's token mean and whitening)
         return tensor if processes == 1 else accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()
 
+    def reduce_max(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's pass counts, for FSDP)
+        return tensor if processes == 1 else accelerator.gather(tensor.reshape(1).to(accelerator.device)).max().cpu()
+
     output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     checkpoint = latest_checkpoint(output_dir)
     if checkpoint and not cfg.resume:
@@ -553,29 +556,29 @@ def train(cfg: Config) -> Path:
         kept_rows = (kept[:, None].expand_as(rewards)).flatten().nonzero().squeeze(-1).tolist()
         batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()), cfg.minibatches,
                                         step_generator(cfg, step, 1, rank))  # split into mini-batches, then merged
-        if not kept_rows:  # other processes may still update: take part with one zero-weight row
-            batch = rows_batch(rollouts, [0], torch.zeros(1), weights=torch.zeros(1))
 
         # the knowledge-shrinkage monitor, part 1: correct responses' sequence log-probs before the update
+        # (its passes run on every process, also one with no correct response: FSDP gathers in each pass)
         watch = monitor_rows(rollouts, rewards, cfg.shrink_monitor_samples) if cfg.shrink_monitor_samples else []
         watch_batch = rows_batch(rollouts, watch, torch.zeros(len(watch)))
-        before = update.batch_logprobs(policy, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
+        before = update.batch_logprobs(policy, watch_batch, update_cfg, reduce_max=reduce_max).sum(-1)
 
         # ALGO LOGIC: the clipped policy-gradient step against π_old (and π_ref if β > 0)
         stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
-        old_logprobs = update.batch_logprobs(policy, batch, update_cfg)
+        old_logprobs = update.batch_logprobs(policy, batch, update_cfg, reduce_max=reduce_max)
         mismatch = update.sampler_mismatch(old_logprobs, batch.sampler_logprobs,
                                            batch.response_mask * (batch.weights > 0)[:, None])
         if float(reduce_sum(torch.tensor(float(len(kept_rows))))) > 0:
-            ref_logprobs = update.batch_logprobs(ref_policy, batch, update_cfg) if ref_policy is not None else None
+            ref_logprobs = (update.batch_logprobs(ref_policy, batch, update_cfg, reduce_max=reduce_max)
+                            if ref_policy is not None else None)
             stats = update.ppo_update(policy, optimizer, batch, old_logprobs, update_cfg, ref_logprobs,
-                                      step_generator(cfg, step, 1, rank), reduce_sum)
+                                      step_generator(cfg, step, 1, rank), reduce_sum, reduce_max)
         if ref_policy is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
             # ProRL's reference reset; the optimizer state is kept
             ref_policy.load_state_dict(accelerator.unwrap_model(policy).state_dict())
 
         # the knowledge-shrinkage monitor, part 2: did any correct response lose probability?
-        after = update.batch_logprobs(policy, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
+        after = update.batch_logprobs(policy, watch_batch, update_cfg, reduce_max=reduce_max).sum(-1)
         shrink_frac, shrink_worst = update.shrinkage(before, after)
         if engine is not None:
             engine.wake_up()

@@ -49,7 +49,7 @@ def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: floa
 
 
 def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
-    """The single-process `reduce_sum`: the local value is the global one."""
+    """The single-process `reduce_sum` (and `reduce_max`): the local value is the global one."""
     return tensor
 
 
@@ -292,15 +292,40 @@ def slice_rows(batch: TrainBatch, rows: list[int]) -> tuple[torch.Tensor, torch.
     return input_ids, attention_mask, r
 
 
-def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None) -> torch.Tensor:
+def lockstep_passes(local_passes: int, reduce_max: Callable) -> int:
+    """How many forward (and backward) passes every process runs: the most that any process needs.
+
+    Under FSDP every pass gathers each layer's shards from all processes, so a process that ran
+    fewer passes than another would leave it waiting in a collective until the process-group
+    timeout; the processes with fewer rows pad with `idle_pass`."""
+    return int(reduce_max(torch.tensor(local_passes)))
+
+
+def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
+    """A forward over two placeholder tokens (id 0), for a process that has no rows left but must take
+    part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
+    backward with zero gradient that still runs DDP's all-reduce / FSDP's reduce-scatter."""
+    input_ids = torch.zeros(1, 2, dtype=torch.long, device=device)
+    return policy(input_ids, torch.ones_like(input_ids), 1, cfg.temperature, cfg.logprob_chunk_tokens)[0]
+
+
+def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None,
+                   reduce_max: Callable = no_reduce) -> torch.Tensor:
     """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like the update.
 
-    policy: a `Policy` (or its DDP/FSDP wrapper)."""
+    policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: `reduce_max` takes the largest
+    count over processes, and every process runs as many passes as the one with the most (padded
+    with `idle_pass`), also a process with no rows at all."""
     rows = list(range(len(batch.advantages))) if rows is None else rows
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
     device = next(policy.parameters()).device
+    chunks = micro_batches(batch, rows, cfg.micro_batch_tokens)
     with torch.no_grad():
-        for mb in micro_batches(batch, rows, cfg.micro_batch_tokens):
+        for i in range(lockstep_passes(len(chunks), reduce_max)):
+            if i >= len(chunks):
+                idle_pass(policy, cfg, device)
+                continue
+            mb = chunks[i]
             input_ids, attention_mask, r = slice_rows(batch, mb)
             logprobs, _ = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
                                  cfg.logprob_chunk_tokens)
@@ -310,19 +335,20 @@ def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int]
 
 def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor, cfg: UpdateConfig,
                ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None,
-               reduce_sum: Callable = no_reduce) -> dict:
+               reduce_sum: Callable = no_reduce, reduce_max: Callable = no_reduce) -> dict:
     """One BroRL step: `cfg.minibatches` optimizer steps over a random split of the batch (the paper
     keeps the number of mini-batches per step fixed when N grows), or over the split that
     `merge_duplicates` recorded. Rows of weight w count w times (in the token mean and the
     statistics alike); a mini-batch holds about 1/minibatches of the total weight. Returns
     token-mean statistics and the mean gradient norm.
 
-    policy: a `Policy`, or its DDP wrapper with this process's share of the batch (`reduce_sum` then
-    sums over processes). Every process runs the same number of forward/backward passes and
-    optimizer steps; a process with no rows in a mini-batch runs a zero-weight one."""
+    policy: a `Policy`, or its DDP/FSDP wrapper with this process's share of the batch (`reduce_sum`
+    then sums over processes, `reduce_max` takes the largest count). Every process runs the same
+    number of optimizer steps and, in each mini-batch, the same number of forward/backward passes:
+    as many as the process with the most micro-batches, the others padding with zero-gradient
+    passes (`lockstep_passes`), also when they have no rows in the mini-batch."""
     device = next(policy.parameters()).device
-    n_rows = len(batch.advantages)
-    weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
+    weights = torch.ones(len(batch.advantages)) if batch.weights is None else batch.weights.float()
     minibatch_of = (split_minibatches(weights, cfg.minibatches, generator) if batch.minibatch is None
                     else batch.minibatch)
     processes = float(reduce_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
@@ -331,21 +357,22 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     policy.train()
     for k in range(cfg.minibatches):
         minibatch = (minibatch_of == k).nonzero().squeeze(-1).tolist()
-        row_weights = weights.clone()
-        if not minibatch:  # keep step with the other processes: one row, weight 0
-            minibatch = list(range(n_rows))[:1]
-            row_weights[minibatch] = 0.0
-        local_tokens = (batch.response_mask[minibatch].sum(-1) * row_weights[minibatch]).sum()
+        local_tokens = (batch.response_mask[minibatch].sum(-1) * weights[minibatch]).sum()
         n_tokens = float(reduce_sum(local_tokens))
         if n_tokens == 0:  # no process has a row in this mini-batch
             continue
         optimizer.zero_grad(set_to_none=True)
         chunks = micro_batches(batch, minibatch, cfg.micro_batch_tokens)
-        for i, mb in enumerate(chunks):
-            input_ids, attention_mask, r = slice_rows(batch, mb)
-            mask = batch.response_mask[mb, :r].to(device).float() * row_weights[mb, None].to(device)
-            last = i == len(chunks) - 1  # DDP: all-reduce gradients once, after the last micro-batch
+        passes = lockstep_passes(len(chunks), reduce_max)
+        for i in range(passes):
+            last = i == passes - 1  # DDP: all-reduce gradients once, after the last micro-batch
             with contextlib.nullcontext() if last or not hasattr(policy, "no_sync") else policy.no_sync():
+                if i >= len(chunks):  # no rows left here: a zero-gradient pass in step with the others
+                    (idle_pass(policy, cfg, device).sum() * 0.0).backward()
+                    continue
+                mb = chunks[i]
+                input_ids, attention_mask, r = slice_rows(batch, mb)
+                mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
                 logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
                                            cfg.logprob_chunk_tokens)
                 old = old_logprobs[mb, :r].to(device)

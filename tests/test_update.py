@@ -2,6 +2,7 @@
 
 import copy
 import dataclasses
+import json
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 import rollout
 import update
+from test_train import accelerate_launch
 
 
 def test_grpo_advantages_match_hand_computed_values():
@@ -204,3 +206,14 @@ def test_sampler_mismatch_statistics():
     assert stats["mismatch_abs_mean"] == pytest.approx(0.25) and stats["mismatch_abs_max"] == pytest.approx(0.5)
     assert stats["mismatch_kl"] == pytest.approx((math.exp(0.5) - 1 - 0.5) / 2)
 
+
+
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
+def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path, sharding):
+    """FSDP gathers every layer's shards in each forward/backward: all processes must run the same passes."""
+    accelerate_launch("tests/unequal_shares_update.py", str(untrained_model_dir), str(tmp_path), sharding)
+    counts = [json.loads((tmp_path / f"passes_{rank}.json").read_text()) for rank in (0, 1)]
+    assert counts[0]["ppo_update"] > 2  # process 0 needs several micro-batches per mini-batch
+    for phase in ("monitor", "old_logprobs", "ppo_update", "monitor_after", "update_without_rows"):
+        assert counts[0][phase] == counts[1][phase], phase
+    assert counts[0]["grad_norm"] == pytest.approx(counts[1]["grad_norm"]) and counts[0]["grad_norm"] > 0
