@@ -128,7 +128,8 @@ class Config:
     kl_coef: float = 0.0
     """β, weight of the KL penalty to the reference policy (0: no reference model)"""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """KL estimator: k1 log-ratio, k2 half squared log-ratio (ProRLv2), k3 low-variance"""
+    """KL penalty with l = log π_θ - log π_ref: k1 = l (zero expected gradient as a loss);
+    k2 = l²/2 (ProRLv2; gradient of KL(π_θ||π_ref)); k3 = exp(-l) - 1 + l (GRPO; gradient of KL(π_ref||π_θ))"""
     ref_reset_every: int = 0
     """reset the reference policy to the current one every this many steps (ProRL; 0: never)"""
     minibatches: int = 2

@@ -143,10 +143,18 @@ def naive_token_logprobs(model, input_ids, attention_mask, response_len: int, te
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token estimate of KL(π_θ || π_ref) from samples of π_θ (Schulman, "Approximating KL").
+    """Per-token KL penalty to the reference policy on tokens sampled from π_θ (Schulman,
+    "Approximating KL Divergence", 2020).
 
     With log-ratio l = log π_θ - log π_ref, clamped to [-10, 10] as in ProRLv2:
-    k1 = l, k2 = l²/2 (ProRLv2's choice), k3 = exp(-l) - 1 + l (low variance, unbiased; GRPO's).
+    k1 = l, k2 = l²/2 (ProRLv2's choice), k3 = exp(-l) - 1 + l (GRPO's).
+
+    As values, k1 and k3 are unbiased estimates of KL(π_θ || π_ref) and k2 a biased one. As losses,
+    what matters is their gradient with the samples held fixed, and in expectation over y ~ π_θ:
+      k1: E[∇ log π_θ(y)] = 0, zero expected gradient: it only adds noise;
+      k2: E[l · ∇ log π_θ(y)] = ∇ KL(π_θ || π_ref), the gradient of the KL it estimates;
+      k3: E[(1 - π_ref/π_θ) · ∇ log π_θ(y)] = ∇ KL(π_ref || π_θ), the other direction's gradient.
+    (tests/test_update.py checks all three on a small categorical distribution.)
     """
     log_ratio = (logprobs - ref_logprobs).clamp(-10.0, 10.0)
     if estimator == "k1":

@@ -65,6 +65,29 @@ def test_kl_estimators_match_their_formulas():
         update.kl_penalty(logprobs, ref, "k4")
 
 
+def test_kl_estimators_as_losses_have_the_gradients_their_docstring_states():
+    """Expected gradient over y ~ π_θ of each estimator as a loss (samples held fixed), exactly, on 5 tokens."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, generator=g, dtype=torch.float64).requires_grad_(True)
+    ref_logprobs = torch.randn(5, generator=g, dtype=torch.float64).log_softmax(-1)
+
+    def expected_gradient(estimator):
+        logprobs = logits.log_softmax(-1)
+        loss = (logprobs.exp().detach() * update.kl_penalty(logprobs, ref_logprobs, estimator)).sum()
+        return torch.autograd.grad(loss, logits)[0]
+
+    def kl_gradient(reverse: bool):
+        logprobs = logits.log_softmax(-1)
+        p, q = (ref_logprobs, logprobs) if reverse else (logprobs, ref_logprobs)
+        return torch.autograd.grad((p.exp() * (p - q)).sum(), logits)[0]
+
+    forward, reverse = kl_gradient(reverse=False), kl_gradient(reverse=True)  # ∇KL(π_θ||π_ref), ∇KL(π_ref||π_θ)
+    assert not torch.allclose(forward, reverse, atol=1e-3)
+    assert torch.allclose(expected_gradient("k1"), torch.zeros(5, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(expected_gradient("k2"), forward, atol=1e-12)
+    assert torch.allclose(expected_gradient("k3"), reverse, atol=1e-12)
+
+
 def make_batch(tokenizer, n_rows=6, seed=0) -> update.TrainBatch:
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(3, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
