@@ -102,3 +102,5 @@ def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     assert "PASS" in result.stdout and "worst relative error" in result.stdout
     bad = run_script("simulate.py", "--n-correct", "0", check=False)
     assert bad.returncode == 2 and "--n-correct must be in [1, vocab - 1]" in bad.stderr
+    bad = run_script("simulate.py", "--weight-decay", "-0.01", check=False)
+    assert bad.returncode == 2 and "--weight-decay must be >= 0" in bad.stderr and "Traceback" not in bad.stderr
