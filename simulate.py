@@ -361,7 +361,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-anchor", action="store_true", help="let the anchor's logit be trained")
     parser.add_argument("--temperature", type=float, default=d.temperature, help="softmax temperature")
     parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
-    parser.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW weight decay (torch's default; the paper states none)")
+    parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                        help="AdamW weight decay (torch's default; the paper states none)")
     parser.add_argument("--steps", type=int, default=d.steps, help="RL steps")
     parser.add_argument("--ns", type=int, nargs="+", default=d.ns, help="rollouts per step N to compare")
     parser.add_argument("--seeds", type=int, default=d.seeds, help="independent runs per N (vectorised)")

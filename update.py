@@ -221,10 +221,11 @@ class TrainBatch:
     advantages: torch.Tensor  # [B]
     weights: torch.Tensor | None = None  # [B] multiplicity of each row (see merge_duplicates); None: all 1
     sampler_logprobs: torch.Tensor | None = None  # [B, R] the inference engine's log-probs, when known
-    minibatch: torch.Tensor | None = None  # [B] the PPO mini-batch of each row (see merge_duplicates); None: drawn by ppo_update
+    minibatch: torch.Tensor | None = None  # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
 
 
-def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.Generator | None = None
+                      ) -> torch.Tensor:
     """[B] mini-batch index of each row: the rows in a random order, cut into `minibatches` runs of
     about equal total weight (equal row counts when every weight is 1).
 

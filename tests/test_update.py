@@ -81,7 +81,7 @@ def test_kl_estimators_as_losses_have_the_gradients_their_docstring_states():
         p, q = (ref_logprobs, logprobs) if reverse else (logprobs, ref_logprobs)
         return torch.autograd.grad((p.exp() * (p - q)).sum(), logits)[0]
 
-    forward, reverse = kl_gradient(reverse=False), kl_gradient(reverse=True)  # ∇KL(π_θ||π_ref), ∇KL(π_ref||π_θ)
+    forward, reverse = kl_gradient(reverse=False), kl_gradient(reverse=True)  # of KL(π_θ||π_ref), KL(π_ref||π_θ)
     assert not torch.allclose(forward, reverse, atol=1e-3)
     assert torch.allclose(expected_gradient("k1"), torch.zeros(5, dtype=torch.float64), atol=1e-12)
     assert torch.allclose(expected_gradient("k2"), forward, atol=1e-12)
@@ -114,8 +114,9 @@ def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_p
 
 def batch_of_lengths(prompt_lengths: list[int], response_lengths: list[int]) -> update.TrainBatch:
     prompt_ids, prompt_mask = rollout.left_pad([[5] * n for n in prompt_lengths], 0)
-    return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad([[7] * n for n in response_lengths], 0),
-                             rollout.right_pad([[1] * n for n in response_lengths], 0), torch.zeros(len(prompt_lengths)))
+    response_ids = rollout.right_pad([[7] * n for n in response_lengths], 0)
+    response_mask = rollout.right_pad([[1] * n for n in response_lengths], 0)
+    return update.TrainBatch(prompt_ids, prompt_mask, response_ids, response_mask, torch.zeros(len(prompt_lengths)))
 
 
 def test_micro_batches_fit_the_token_budget_that_slice_rows_computes_and_cover_every_row():

@@ -9,8 +9,9 @@ that runs fewer passes leaves the others waiting in a collective. Process 0 hold
 responses (several micro-batches per mini-batch), process 1 holds 1 short row (one micro-batch in
 one mini-batch, none in the other), no correct response for the shrinkage monitor, and in a second
 update no kept group at all. `fsdp2` shards the policy with torch's `fully_shard` over gloo (it runs
-on CPU); `ddp` lets accelerate wrap it in DDP. Each process writes its forward-pass counts per phase to OUT_DIR/passes_RANK.json; a process
-that waits in a collective for a pass another never runs fails after a 60 s process-group timeout.
+on CPU); `ddp` lets accelerate wrap it in DDP. Each process writes its forward-pass counts per phase
+to OUT_DIR/passes_RANK.json; a process that waits in a collective for a pass another never runs
+fails after a 60 s process-group timeout.
 """
 
 import json
