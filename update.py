@@ -169,13 +169,15 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
 def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor) -> dict:
     """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean and
     max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old), estimated from
-    the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance estimator)."""
+    the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance estimator), in float64
+    with expm1: for an fp32 engine |Δ| is ~1e-6 and k3 ~1e-12, below float32's rounding of exp(Δ) - 1,
+    which gave k3 a random sign."""
     live = mask.bool()
-    delta = (old_logprobs - sampler_logprobs)[live]
+    delta = (old_logprobs - sampler_logprobs)[live].double()
     if delta.numel() == 0:
         return {"mismatch_abs_mean": 0.0, "mismatch_abs_max": 0.0, "mismatch_kl": 0.0}
     return {"mismatch_abs_mean": float(delta.abs().mean()), "mismatch_abs_max": float(delta.abs().max()),
-            "mismatch_kl": float((delta.exp() - 1 - delta).mean())}
+            "mismatch_kl": float((torch.expm1(delta) - delta).mean())}
 
 
 def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):

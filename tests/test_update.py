@@ -231,6 +231,16 @@ def test_sampler_mismatch_statistics():
     assert stats["mismatch_kl"] == pytest.approx((math.exp(0.5) - 1 - 0.5) / 2)
 
 
+def test_sampler_mismatch_kl_of_a_nearly_identical_fp32_engine_is_tiny_and_never_negative():
+    for seed in range(20):  # float32 log-probs 1e-6 apart, as an fp32 engine gives: k3 ≈ Δ²/2 ≈ 5e-13
+        g = torch.Generator().manual_seed(seed)
+        sampler = torch.randn(4, 50, generator=g) - 3.0
+        old = sampler + 1e-6 * torch.randn(4, 50, generator=g)
+        delta = (old - sampler).double()
+        kl = update.sampler_mismatch(old, sampler, torch.ones(4, 50))["mismatch_kl"]
+        assert kl == pytest.approx(float((delta**2 / 2).mean()), rel=1e-3)
+
+
 
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
 def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path, sharding):
