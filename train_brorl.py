@@ -179,7 +179,7 @@ PRESETS: dict[str, dict] = {
                   eval_max_problems=32, shrink_monitor_samples=32),
 }
 
-# The paper's recipe (Sec. 3-4.2, see ../shared/paper.md): continue RL from the ProRLv2 checkpoint at
+# The paper's recipe (arXiv 2510.01180, Sec. 3-4.2): continue RL from the ProRLv2 checkpoint at
 # 16K response length, BroRL with N=512 x 128 prompts, the ProRL baseline with N=16 x 512, both with
 # the same number of PPO mini-batches per step and η = η_0·sqrt(B_new/B_0). Values the paper does not
 # give are marked "open" with the source used instead.

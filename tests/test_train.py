@@ -48,7 +48,7 @@ def test_presets_are_plain_overrides_and_flags_win():
     assert cfg.preset == "smoke" and cfg.n_rollouts == 16 and cfg.total_steps == 5
 
 
-# The paper's recipe (paper.md, Sec. 3-4.2); a silent change to a preset fails here.
+# The paper's recipe (arXiv 2510.01180, Sec. 3-4.2); a silent change to a preset fails here.
 PAPER_PRESET_TABLE = {
     #  option               brorl-paper               prorl-paper
     "model": ("nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",) * 2,
