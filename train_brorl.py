@@ -426,6 +426,31 @@ def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
     return rewards.max(dim=1).values > rewards.min(dim=1).values
 
 
+def kept_group_quotas(counts: list[int], target: int) -> list[int]:
+    """How many informative groups each process keeps so that all together keep exactly `target` (or all,
+    when fewer were found): each process up to its equal share first, then the shortfall is filled from
+    processes that found more, lowest rank first. Identical on every process (it sees every count)."""
+    quotas = [min(count, target // len(counts)) for count in counts]
+    left = target - sum(quotas)
+    for process, count in enumerate(counts):
+        extra = min(count - quotas[process], left)
+        quotas[process] += extra
+        left -= extra
+    return quotas
+
+
+def keep_target_groups(informative: torch.Tensor, target: int, rank: int, processes: int, reduce_sum) -> torch.Tensor:
+    """[G] bool: this process's share of exactly `target` informative groups over all processes, as DAPO and
+    verl keep a fixed batch size after a dynamic-sampling refill. Groups are in collection order (round by
+    round), so the first ones collected are kept and the surplus of the last round is dropped."""
+    counts = torch.zeros(processes)
+    counts[rank] = informative.sum()
+    quota = kept_group_quotas([int(c) for c in reduce_sum(counts).tolist()], target)[rank]
+    keep = informative.clone()
+    keep[informative.nonzero().squeeze(-1)[quota:]] = False
+    return keep
+
+
 def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) -> list[int]:
     """Up to `limit` distinct correct responses (one row per distinct (prompt, response)), evenly spread."""
     seen, rows = set(), []
@@ -522,9 +547,9 @@ def train(cfg: Config) -> Path:
         # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds), then
         # verifiable rewards [G prompts, N rollouts] (each distinct answer checked once). Dynamic sampling
         # keeps groups with 0 < #correct < N (all-equal groups carry no signal); with refill_rounds, more
-        # prompts are drawn until prompts_per_step groups are kept (DAPO), and every kept group is used.
+        # prompts are drawn until prompts_per_step groups are found, and exactly that many are kept (DAPO).
         verify_stats = reward.VerifyStats()
-        parts, part_rewards, gen_time, kept_so_far = [], [], 0.0, 0.0
+        parts, part_rewards, gen_time, found_so_far = [], [], 0.0, 0.0
         for refill in range(1 + cfg.refill_rounds):
             round_start = time.time()
             round_tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)[rank::processes]
@@ -537,15 +562,16 @@ def train(cfg: Config) -> Path:
                      for g, text in zip(parts[-1].group.tolist(), parts[-1].texts)]
             round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats))
             part_rewards.append(round_rewards.view(len(round_tasks), -1))
-            kept_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
-            if not cfg.dynamic_sampling or kept_so_far >= cfg.prompts_per_step:
+            found_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
+            if not cfg.dynamic_sampling or found_so_far >= cfg.prompts_per_step:
                 break
         if engine is not None:
             engine.sleep()  # hand the GPU memory to the update
         rollouts = rollout.concat_rollouts(parts, tokenizer.pad_token_id) if len(parts) > 1 else parts[0]
         rewards = torch.cat(part_rewards)
         informative = informative_groups(rewards)
-        kept = informative if cfg.dynamic_sampling else torch.ones_like(informative)
+        kept = (keep_target_groups(informative, cfg.prompts_per_step, rank, processes, reduce_sum)
+                if cfg.dynamic_sampling else torch.ones_like(informative))
         if cfg.advantage == "grpo":
             advantages = update.grpo_advantages(rewards[kept], cfg.normalize_std)
         else:
@@ -597,6 +623,7 @@ def train(cfg: Config) -> Path:
             "shrink_watched": len(watch),
             "distinct_frac": len(batch.advantages) / max(len(kept_rows), 1),
             "gen_rounds": len(parts),
+            "kept_groups": float(kept.sum()),
             "step_time": step_time,
             **stats,
             **mismatch,
@@ -606,7 +633,7 @@ def train(cfg: Config) -> Path:
             values = torch.tensor(list(scalars.values()), dtype=torch.float64, device=accelerator.device)
             means = accelerator.reduce(values, "mean")
             scalars = dict(zip(scalars, means.cpu().tolist()))
-            for key in ("samples_per_s", "gen_samples_per_s"):
+            for key in ("samples_per_s", "gen_samples_per_s", "kept_groups"):
                 scalars[key] *= processes
         if main_process:
             metrics.log(step, scalars, prefix="train")

@@ -227,7 +227,25 @@ def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_pat
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "gen_rounds" in line]
     prompts = train_brorl.PRESETS["smoke"]["prompts_per_step"]
     for row in rows:
-        kept = round(row["pass_rate"] * prompts * row["gen_rounds"])
-        assert row["gen_rounds"] == 4 or kept >= prompts  # stopped early only once the batch was full
+        found = round(row["pass_rate"] * prompts * row["gen_rounds"])
+        assert row["gen_rounds"] == 4 or found >= prompts  # stopped early only once the batch was full
         assert row["gen_rounds"] > 1 or row["pass_rate"] == 1.0
+        assert row["kept_groups"] == min(found, prompts)  # exactly the batch size, never the surplus
     assert any(row["gen_rounds"] > 1 for row in rows)  # this seed needs a refill at step 2
+
+
+@pytest.mark.parametrize("counts, quotas", [
+    ([5, 5], [4, 4]),  # both found more than their share of 8: each keeps its share
+    ([1, 9], [1, 7]),  # process 0 found too few: process 1 fills the shortfall
+    ([2, 3], [2, 3]),  # fewer than 8 in all: every informative group is kept
+    ([6, 6, 1, 0], [5, 1, 1, 0]),  # 4 processes, target 7: shares of 1, then the lowest rank fills
+])
+def test_refilled_batch_keeps_exactly_the_target_across_processes(counts, quotas):
+    target = 8 if len(counts) == 2 else 7
+    assert train_brorl.kept_group_quotas(counts, target) == quotas
+
+
+def test_the_last_collected_informative_groups_are_the_ones_dropped():
+    informative = torch.tensor([True, False, True, True, False, True, True])  # two rounds, in collection order
+    keep = train_brorl.keep_target_groups(informative, target=3, rank=0, processes=1, reduce_sum=lambda t: t)
+    assert keep.tolist() == [True, False, True, True, False, False, False]
