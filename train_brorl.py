@@ -96,6 +96,8 @@ class Config:
     """rollout nucleus sampling mass"""
     max_new_tokens: int = 8
     """response length limit (tokens)"""
+    zero_truncated_reward: bool = False
+    """score a response cut at max_new_tokens as 0, whatever answer it holds (ProRLv2's stop-properly penalty at 0)"""
     gen_batch_seqs: int = 2048
     """most sequences decoded at once (vLLM: max_num_seqs, kept >= N)"""
     engine: Literal["auto", "hf", "vllm"] = "auto"
@@ -193,6 +195,11 @@ PAPER_RECIPE = dict(
     train_data=str(DATA_DIR / "paper_mix_train.jsonl"),  # python data/make_paper_mix.py
     test_data=str(DATA_DIR / "paper_mix_val.jsonl"),
     max_new_tokens=16384,  # "continued at 16,384 context"
+    # Length handling: the paper gives only the 16K limit. Its framework's recipe, ProRLv2, scores truncated
+    # responses 0 (NeMo-RL ProRLv2 guide and examples/configs/prorlv2.yaml: stop_properly_penalty_coef 0.0;
+    # OpenRLHF's ProRLv2 example: --stop_properly_penalty_coef) and adds a scheduled cosine length penalty
+    # (ProRLv2 blog post, Aug 2025), which is NOT implemented here: its constants are not published.
+    zero_truncated_reward=True,
     temperature=1.2,  # open: ProRL v1's rollout temperature
     top_p=1.0,
     advantage="reinforce_pp_baseline",  # ProRLv2/BroRL
@@ -561,6 +568,8 @@ def train(cfg: Config) -> Path:
             items = [(round_tasks[g]["task"], text, round_tasks[g]["answer"])
                      for g, text in zip(parts[-1].group.tolist(), parts[-1].texts)]
             round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats))
+            if cfg.zero_truncated_reward:  # an unfinished response earns nothing, even with a \boxed{} answer
+                round_rewards[parts[-1].truncated] = 0.0
             part_rewards.append(round_rewards.view(len(round_tasks), -1))
             found_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
             if not cfg.dynamic_sampling or found_so_far >= cfg.prompts_per_step:

@@ -65,6 +65,7 @@ PAPER_PRESET_TABLE = {
     "refill_rounds": (4, 4),
     "tis_cap": (2.0, 2.0),
     "max_new_tokens": (16384, 16384),
+    "zero_truncated_reward": (True, True),
     "temperature": (1.2, 1.2),
     "engine": ("vllm", "vllm"),
     "total_steps": (191, 535),
@@ -84,6 +85,19 @@ def test_paper_presets_hold_the_papers_recipe(column, preset):
 def test_paper_preset_demands_a_pinned_revision():
     with pytest.raises(common.InputError, match="--model-revision is required"):
         train_brorl.parse_config(["--preset", "brorl-paper"])
+
+
+def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answer(tmp_path):
+    # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: every response is cut, some are correct
+    args = ["--preset", "smoke", "--max-new-tokens", "4", "--total-steps", "1", "--eval-every", "9"]
+    rows = {}
+    for flag in ("--no-zero-truncated-reward", "--zero-truncated-reward"):
+        run_script("train_brorl.py", *args, flag, "--output-dir", str(tmp_path / flag))
+        rows[flag] = [json.loads(line) for line in (tmp_path / flag / "metrics.jsonl").read_text().splitlines()
+                      if "reward_mean" in line][0]
+    assert rows["--no-zero-truncated-reward"]["truncated_frac"] == 1.0
+    assert rows["--no-zero-truncated-reward"]["reward_mean"] > 0  # boxed answers inside cut responses
+    assert rows["--zero-truncated-reward"]["reward_mean"] == 0.0
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path):
