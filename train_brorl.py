@@ -20,7 +20,8 @@ cached, see tiny_model.py), trained with N=256 rollouts per prompt on a 2-core C
 Several processes (`accelerate launch`): each process generates for its share of the prompts
 (with its own vLLM engine on a GPU), the update is data-parallel (DDP, or FSDP from the accelerate
 config) with the token mean and the advantage whitening taken over the whole batch, per-step
-metrics are averaged over processes, and only the main process logs, evaluates and writes files.
+metrics are averaged over processes, evaluation is sharded over processes, and only the main process logs
+and writes files.
 """
 
 import argparse
@@ -35,6 +36,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -42,7 +44,7 @@ import numpy as np
 import torch
 import tyro
 from accelerate import Accelerator
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, gather_object
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -72,6 +74,9 @@ class Config:
     """auto: the GPU accelerate assigns this process when there is one; cpu: never use a GPU"""
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
+    process_group_timeout_min: float = 60.0
+    """how long a process waits at a collective for the others (a 1.5B checkpoint save or a slow verifier
+    batch on one process must not kill the run; torch's own default is 10-30 min by backend)"""
     # ---- model and data ----
     model: str = "tiny"
     """policy: a local save_pretrained directory, a hub name, or 'tiny' (the embedded warmed-up toy model)"""
@@ -256,6 +261,7 @@ def validate(cfg: Config) -> None:
          "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
         (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
         (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
+        (cfg.process_group_timeout_min > 0, f"process_group_timeout_min must be > 0, got {cfg.process_group_timeout_min}"),
         (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0, "verify_timeout and code_test_timeout must be > 0"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
         (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
@@ -388,18 +394,23 @@ class MetricsLog:
 
 
 def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSettings, step: int,
-             metrics: MetricsLog, output_dir: Path) -> float:
+             metrics: MetricsLog | None, output_dir: Path, shard: evaluation.Shard) -> float:
     """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also writes
-    eval.json (the layout `python eval.py --out` writes) and its per-sample audit file."""
+    eval.json (the layout `python eval.py --out` writes) and its per-sample audit file. Every process calls
+    this and scores its share of the problems (the paper's eval takes hours: one process alone would leave
+    the others waiting past the process-group timeout); the main process (`metrics` given) writes."""
     final = step == cfg.total_steps
     samples_path = output_dir / "eval.samples.jsonl" if final else None
-    if final:
+    if final and metrics is not None:
         samples_path.unlink(missing_ok=True)  # a resumed run's final eval is a new one, not a continuation
     result = evaluation.evaluate_suite(
         sampler, tokenizer, benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else [],
         settings, Path(cfg.eval_data_dir) if cfg.eval_data_dir else None, cfg.eval_max_problems, samples_path,
-        extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None)
+        extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None,
+        shard=shard)
     held_out = result["benchmarks"]["test_data"]
+    if metrics is None:
+        return held_out["pass1"]
     metrics.log(step, {"eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
                        **{f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items() if name != "test_data"},
                        **{f"suite/{suite}": value for suite, value in result["suites"].items()}}, prefix="eval")
@@ -486,7 +497,9 @@ def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) 
 def train(cfg: Config) -> Path:
     """Run (or resume) training; returns the output directory. Under `accelerate launch`, every process runs this."""
     # ---- setup ----
-    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available())  # (else no process group on CPU)
+    process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
+    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),  # (else no process group on CPU)
+                              kwargs_handlers=[process_group])
     main_process, rank, processes = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
 
     def reduce_sum(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's token mean and whitening)
@@ -556,9 +569,11 @@ def train(cfg: Config) -> Path:
                                             verify_workers=cfg.verify_workers, verify_config=verify_cfg)
     if main_process:
         print(eval_protocol(cfg))
-    if step == 0 and main_process:
-        start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir)
-        print(f"step 0: eval_pass1 {start_pass1:.3f}")
+    eval_shard = evaluation.Shard(rank, processes, lambda item: gather_object([item]))
+    if step == 0:
+        start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir, eval_shard)
+        if main_process:
+            print(f"step 0: eval_pass1 {start_pass1:.3f}")
     accelerator.wait_for_everyone()
 
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
@@ -661,8 +676,9 @@ def train(cfg: Config) -> Path:
         if main_process:
             metrics.log(step, scalars, prefix="train")
             progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
-            if step % cfg.eval_every == 0 or step == cfg.total_steps:
-                pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir)
+        if step % cfg.eval_every == 0 or step == cfg.total_steps:
+            pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir, eval_shard)
+            if main_process:
                 progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
         accelerator.wait_for_everyone()
         if step % cfg.save_every == 0 or step == cfg.total_steps:

@@ -236,6 +236,22 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
         assert torch.allclose(one[name], two[name], atol=1e-6), name
 
 
+def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_path):
+    # --total-steps 0: only the step-0 eval, which is then the final one and writes eval.json and its samples;
+    # 16-sequence batches deal 4 batches of the 32 test problems (and of rg/gcd's) out to the 2 processes
+    args = ["train_brorl.py", "--preset", "smoke", "--total-steps", "0", "--gen-batch-seqs", "16", "--threads", "1",
+            "--eval-benchmarks", "rg/gcd", "--process-group-timeout-min", "5"]
+    run_script(*args, "--output-dir", str(tmp_path / "one"))
+    accelerate_launch(*args, "--output-dir", str(tmp_path / "two"))
+    one, two = (json.loads((tmp_path / run / "eval.json").read_text()) for run in ("one", "two"))
+    for name in ("test_data", "rg/gcd"):
+        assert one["benchmarks"][name]["correct_per_problem"] == two["benchmarks"][name]["correct_per_problem"]
+        assert one["benchmarks"][name]["pass1"] == two["benchmarks"][name]["pass1"]
+    samples = [(tmp_path / run / "eval.samples.jsonl").read_text() for run in ("one", "two")]
+    problems = sum(entry["problems"] for entry in one["benchmarks"].values())
+    assert samples[0] == samples[1] and samples[0].count("\n") == 2 * problems  # every sample, written once
+
+
 def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_path):
     out = tmp_path / "refill"
     run_script("train_brorl.py", "--preset", "smoke", "--refill-rounds", "3", "--output-dir", str(out), "--eval-every", "9")
