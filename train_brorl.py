@@ -456,6 +456,21 @@ def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
     return rewards.max(dim=1).values > rewards.min(dim=1).values
 
 
+def check_launch(distributed_type: DistributedType, processes: int, environ=os.environ) -> None:
+    """Refuse a launch that would silently run something other than its accelerate config. On a machine
+    without GPUs accelerate runs an FSDP config as plain data parallelism (`Accelerator(cpu=True)`: unsharded
+    state, no FSDP code path) or, with `cpu=False`, as independent single processes (`DistributedType.NO`)
+    that all write the same output folder. FSDP on CPU is not available through accelerate (its FSDP
+    setup covers accelerator devices only), so both are refused."""
+    if environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and distributed_type != DistributedType.FSDP:
+        raise InputError(f"the accelerate config asks for FSDP, which needs GPUs; here it would run as "
+                         f"{distributed_type.value} instead: use configs/ddp_cpu.yaml on a machine without GPUs")
+    launched = int(environ.get("WORLD_SIZE", "1"))
+    if launched != processes:
+        raise InputError(f"launched as {launched} processes, but each would run alone ({distributed_type.value}) "
+                         "and all would write the same output folder: check the accelerate config")
+
+
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:
     """How many informative groups each process keeps so that all together keep exactly `target` (or all,
     when fewer were found): each process up to its equal share first, then the shortfall is filled from
@@ -501,6 +516,7 @@ def train(cfg: Config) -> Path:
     accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),  # (else no process group on CPU)
                               kwargs_handlers=[process_group])
     main_process, rank, processes = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+    check_launch(accelerator.distributed_type, processes)
 
     def reduce_sum(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's token mean and whitening)
         return tensor if processes == 1 else accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()

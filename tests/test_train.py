@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from accelerate.utils import DistributedType
 from safetensors.torch import load_file
 
 import common
@@ -204,15 +205,15 @@ def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(t
     assert steps == [0, 1, 2, 2, 3, 3]
 
 
-def accelerate_launch(*args: str):
+def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):
     """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU.
 
     A free port per launch, so test runs side by side on one machine do not collide on 29500."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return run_script("-m", "accelerate.commands.launch", "--config_file", "configs/ddp_cpu.yaml",
-                      "--main_process_port", str(port), *args)
+    return run_script("-m", "accelerate.commands.launch", "--config_file", config,
+                      "--main_process_port", str(port), *args, check=check)
 
 
 def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):
@@ -224,6 +225,38 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert [r["step"] for r in rows] == [0, 1, 2, 2]  # one writer: the main process
     accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
     assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
+
+
+def test_an_fsdp_config_on_a_machine_without_gpus_is_refused_in_one_line(tmp_path):
+    config = tmp_path / "fsdp_cpu.yaml"  # the 8-GPU config, shrunk to this machine's 2 processes
+    config.write_text((ROOT / "configs" / "fsdp_8gpu.yaml").read_text().replace("num_processes: 8", "num_processes: 2")
+                      .replace("mixed_precision: bf16", "mixed_precision: 'no'"))
+    result = accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "out"),
+                               config=str(config), check=False)
+    assert result.returncode != 0
+    assert "error: the accelerate config asks for FSDP, which needs GPUs; here it would run as MULTI_CPU" in result.stderr
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("distributed_type, processes, environ, message", [
+    # Accelerator(cpu=True) under an FSDP config: gloo data parallelism, unsharded
+    (DistributedType.MULTI_CPU, 2, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "2"}, "asks for FSDP"),
+    # Accelerator(cpu=False) on a machine without GPUs: every process alone
+    (DistributedType.NO, 1, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "2"}, "asks for FSDP"),
+    (DistributedType.NO, 1, {"WORLD_SIZE": "2"}, "launched as 2 processes, but each would run alone"),
+])
+def test_a_launch_that_would_degrade_silently_is_refused(distributed_type, processes, environ, message):
+    with pytest.raises(common.InputError, match=message):
+        train_brorl.check_launch(distributed_type, processes, environ)
+
+
+@pytest.mark.parametrize("distributed_type, processes, environ", [
+    (DistributedType.MULTI_CPU, 2, {"WORLD_SIZE": "2"}),  # configs/ddp_cpu.yaml
+    (DistributedType.FSDP, 8, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "8"}),  # configs/fsdp_8gpu.yaml on GPUs
+    (DistributedType.NO, 1, {}),  # python train_brorl.py
+])
+def test_launches_that_run_what_they_ask_for_pass(distributed_type, processes, environ):
+    train_brorl.check_launch(distributed_type, processes, environ)
 
 
 def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch(untrained_model_dir, tmp_path):
