@@ -110,6 +110,24 @@ def test_training_smoke_run_with_the_vllm_engine(tmp_path):
     assert all(r["mismatch_abs_max"] < 1e-3 and r["mismatch_kl"] >= 0 for r in train_rows)  # fp32 engine, synced weights
 
 
+@pytest.mark.slow  # about 2 min here: two vLLM engines start, twice
+def test_two_processes_each_with_its_own_vllm_engine_checkpoint_and_resume(tmp_path):
+    """The 8-GPU topology in miniature: one in-process engine per process (`external_launcher`), DDP update."""
+    from test_train import accelerate_launch
+
+    out = tmp_path / "vllm-ddp"
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir", str(out))
+    state = out / "checkpoints" / "step_000002" / "state"
+    assert (state / "random_states_0.pkl").is_file() and (state / "random_states_1.pkl").is_file()
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir", str(out),
+                      "--resume", "--total-steps", "3")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 2, 3, 3]  # one writer; the resumed run goes on at step 3
+    train_rows = [r for r in rows if "reward_mean" in r]
+    assert all(r["mismatch_abs_max"] < 1e-3 for r in train_rows)  # both engines sample the synced policy
+    assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
+
+
 def test_eval_cli_with_the_vllm_engine(tmp_path, untrained_model_dir):
     out = tmp_path / "eval.json"
     run_script("eval.py", "--model", str(untrained_model_dir), "--engine", "vllm", "--data", "data/arith_test.jsonl",
