@@ -113,6 +113,10 @@ class Config:
     """vLLM: share of GPU memory for its weights and KV cache (the trainer needs the rest)"""
     vllm_max_model_len: int = 0
     """vLLM: longest prompt + response it must hold (0: the model's context length)"""
+    vllm_request_seeds: bool = False
+    """vLLM: seed every request from the step's generator (reproducible request by request: a resumed run draws
+    what an uninterrupted one would, a sharded eval equals one process's); slow on a GPU at large N. Off: each
+    engine is seeded once (--seed + process index)"""
     tis_cap: float = 0.0
     """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
@@ -554,7 +558,7 @@ def train(cfg: Config) -> Path:
     engine = None
     if engine_name == "vllm":
         engine = rollout.VLLMEngine(model_path, dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype,
-                                    revision=revision, seed=cfg.seed + rank,
+                                    revision=revision, seed=cfg.seed + rank, request_seeds=cfg.vllm_request_seeds,
                                     max_model_len=cfg.vllm_max_model_len or None,
                                     max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
                                     gpu_memory_utilization=cfg.gpu_memory_utilization)
@@ -657,8 +661,7 @@ def train(cfg: Config) -> Path:
         after = update.batch_logprobs(policy, watch_batch, update_cfg).sum(-1) if watch else torch.zeros(0)
         shrink_frac, shrink_worst = update.shrinkage(before, after)
         if engine is not None:
-            engine.wake_up()
-            engine.load_weights(accelerator.unwrap_model(policy).model)  # the next rollouts sample the new policy
+            engine.wake_up(accelerator.unwrap_model(policy).model)  # the next rollouts sample the new policy
 
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint
         step_time = time.time() - step_start
