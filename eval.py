@@ -135,7 +135,8 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
     reward.py, and return the benchmark's metrics; problems already in `log` are not redone.
 
     With a `shard`, each process generates every `shard.count`-th batch and the rows are gathered after each
-    round; a batch's seed depends only on its position, so the numbers equal one process's on the same problems.
+    round; a batch's seed depends only on its position, so the numbers equal one process's on the same problems
+    (with a vLLM engine, when it seeds requests: rollout.VLLMEngine's request_seeds).
 
     policy: a transformers model (the hf engine) or a rollout.VLLMEngine."""
     log = log or SampleLog(None, settings.samples)
