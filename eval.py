@@ -12,7 +12,7 @@ from are in benchmarks.py; one with no data is listed as skipped with the reason
     python eval.py --model PATH --suite math --engine vllm                  # vLLM (GPU default)
     python eval.py --compare runs/eval/prorl.json runs/eval/brorl.json
 
-Defaults follow the paper's protocol (arXiv 2510.01180, Table 1 and its caption): k=16 samples, temperature 0.6, top-p 0.95,
+Defaults follow the paper's protocol (arXiv 2510.01180, Table 1): k=16 samples, temperature 0.6, top-p 0.95,
 32K-token responses (never more than the model's context). Every sample goes to `<out>.samples.jsonl`
 (benchmark, problem id, response, extracted answer, reward) so any score can be audited; an
 interrupted run started again with the same --out resumes from that file without redoing finished

@@ -234,7 +234,8 @@ def test_an_fsdp_config_on_a_machine_without_gpus_is_refused_in_one_line(tmp_pat
     result = accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "out"),
                                config=str(config), check=False)
     assert result.returncode != 0
-    assert "error: the accelerate config asks for FSDP, which needs GPUs; here it would run as MULTI_CPU" in result.stderr
+    assert "error: the accelerate config asks for FSDP, which needs GPUs; here it would run as MULTI_CPU" \
+        in result.stderr
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
 
