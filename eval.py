@@ -12,7 +12,7 @@ from are in benchmarks.py; one with no data is listed as skipped with the reason
     python eval.py --model PATH --suite math --engine vllm                  # vLLM (GPU default)
     python eval.py --compare runs/eval/prorl.json runs/eval/brorl.json
 
-Defaults follow the paper's protocol (paper.md, Sec. 5): k=16 samples, temperature 0.6, top-p 0.95,
+Defaults follow the paper's protocol (arXiv 2510.01180, Table 1): k=16 samples, temperature 0.6, top-p 0.95,
 32K-token responses (never more than the model's context). Every sample goes to `<out>.samples.jsonl`
 (benchmark, problem id, response, extracted answer, reward) so any score can be audited; an
 interrupted run started again with the same --out resumes from that file without redoing finished
@@ -25,6 +25,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -114,10 +115,28 @@ class SampleLog:
                 f.flush()
 
 
+def gather_nothing(item) -> list:
+    return [item]
+
+
+@dataclass
+class Shard:
+    """This process's part of an evaluation run by several processes (the trainer under `accelerate launch`):
+    batches of problems are dealt out round-robin, `gather(item)` returns every process's item in rank order
+    (collective: every process calls it equally often), and only process 0 writes the sample log."""
+    index: int = 0
+    count: int = 1
+    gather: Callable[[object], list] = gather_nothing
+
+
 def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: EvalSettings,
-                  log: SampleLog | None = None) -> dict:
+                  log: SampleLog | None = None, shard: Shard = Shard()) -> dict:
     """Sample `settings.samples` responses per problem (all k of a problem in one request), score them with
     reward.py, and return the benchmark's metrics; problems already in `log` are not redone.
+
+    With a `shard`, each process generates every `shard.count`-th batch and the rows are gathered after each
+    round; a batch's seed depends only on its position, so the numbers equal one process's on the same problems
+    (with a vLLM engine, when it seeds requests: rollout.VLLMEngine's request_seeds).
 
     policy: a transformers model (the hf engine) or a rollout.VLLMEngine."""
     log = log or SampleLog(None, settings.samples)
@@ -128,31 +147,39 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
     stats = reward.VerifyStats()
     todo = [r for r in records if (name, r["id"]) not in log.done]
     per_batch = settings.problems_per_batch or max(1, settings.max_batch_seqs // settings.samples)
-    for start in range(0, len(todo), per_batch):
-        batch = todo[start:start + per_batch]
-        prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch], settings.chat_template)
-        generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + len(log.done) + start)
-        rollouts = rollout.generate(policy, tokenizer, prompt_ids, params, generator)
-        groups = rollouts.group.tolist()
-        items = [(batch[g]["task"], text, batch[g]["answer"]) for g, text in zip(groups, rollouts.texts)]
-        rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config, stats)
-        rows = [{"benchmark": name, "id": batch[g]["id"], "sample": j % settings.samples, "response": text,
-                 "extracted": reward.final_answer(batch[g]["task"], text), "reward": r}
-                for j, (g, text, r) in enumerate(zip(groups, rollouts.texts, rewards))]
+    starts, done_before = list(range(0, len(todo), per_batch)), len(log.done)
+    for round_start in range(0, len(starts), shard.count):
+        rows = []
+        if round_start + shard.index < len(starts):
+            start = starts[round_start + shard.index]
+            batch = todo[start:start + per_batch]
+            prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch], settings.chat_template)
+            generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + done_before + start)
+            rollouts = rollout.generate(policy, tokenizer, prompt_ids, params, generator)
+            groups = rollouts.group.tolist()
+            items = [(batch[g]["task"], text, batch[g]["answer"]) for g, text in zip(groups, rollouts.texts)]
+            rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config, stats)
+            rows = [{"benchmark": name, "id": batch[g]["id"], "sample": j % settings.samples, "response": text,
+                     "extracted": reward.final_answer(batch[g]["task"], text), "reward": r}
+                    for j, (g, text, r) in enumerate(zip(groups, rollouts.texts, rewards))]
+        rows = [row for part in shard.gather(rows) for row in part]  # in batch order, as one process writes them
         log.append(rows)
         for row in rows:
             log.done.setdefault((name, row["id"]), []).append(row)
     correct = [int(sum(row["reward"] == 1.0 for row in log.done[(name, r["id"])])) for r in records]
+    timeouts, errors = (sum(counts) for counts in zip(*shard.gather((stats.timeouts, stats.errors))))
     return {**metrics(correct, settings.samples), "correct_per_problem": correct,
-            "verifier_timeouts": stats.timeouts, "verifier_errors": stats.errors}
+            "verifier_timeouts": timeouts, "verifier_errors": errors}
 
 
 def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
                    data_dir: Path | None = None, max_problems: int = 0, samples_path: Path | None = None,
-                   extra: dict[str, list[dict]] | None = None, progress=print) -> dict:
-    """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists."""
+                   extra: dict[str, list[dict]] | None = None, progress=print, shard: Shard = Shard()) -> dict:
+    """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists.
+    Under a `shard`, every process calls this and gets the same result."""
     start = time.time()
-    log = SampleLog(samples_path, settings.samples)
+    log = SampleLog(samples_path if shard.index == 0 else None, settings.samples)
+    log.done = shard.gather(log.done)[0]  # the finished problems process 0 read back
     result = {"settings": asdict(settings), "benchmarks": {}, "skipped": {}}
     loaded = [(name, records, {"suite": "", "source": "given", "note": "", "category": ""})
               for name, records in (extra or {}).items()]
@@ -167,7 +194,7 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
     for name, records, about in loaded:
         records = records[:max_problems] if max_problems else records
         check_answers(records, f"{name} ({about['source']})")
-        scores = run_benchmark(policy, tokenizer, name, records, settings, log)
+        scores = run_benchmark(policy, tokenizer, name, records, settings, log, shard)
         result["benchmarks"][name] = {**about, **scores}
         problems += len(records)
         progress(f"{name}: pass@1 {100 * scores['pass1']:.2f} over {len(records)} problems ({about['source']})")

@@ -246,11 +246,17 @@ class VLLMEngine:
     (vLLM's `external_launcher` executor, tensor parallel size 1) for its share of the prompts.
     Between generation and the update the engine sleeps (weights and KV cache off the GPU) so the
     trainer has the memory; sleep and wake are no-ops on vLLM's CPU backend.
+
+    Seeds: the engine is seeded once (`seed`) and samples from its own generator. With `request_seeds`,
+    every request instead gets a seed drawn from the caller's generator, so the same generator gives the
+    same samples request by request (needed for a resumed run to draw what an uninterrupted one would,
+    and for a sharded eval to equal one process's); on a GPU that is slow at large N, because vLLM
+    draws the noise of seeded requests one by one in a Python loop.
     """
 
     def __init__(self, model_path: str, *, dtype: str = "bfloat16", max_model_len: int | None = None,
                  max_num_seqs: int = 1024, gpu_memory_utilization: float = 0.5, seed: int = 0,
-                 revision: str | None = None):
+                 revision: str | None = None, request_seeds: bool = False):
         if importlib.util.find_spec("vllm") is None:
             raise EngineError("--engine vllm needs vLLM: pip install -r requirements-vllm.txt "
                               "(GPU; on a CPU-only machine: requirements-vllm-cpu.txt)")
@@ -274,13 +280,14 @@ class VLLMEngine:
         except (ValueError, RuntimeError) as e:
             raise EngineError(f"vLLM could not start on {model_path}: {startup_failure(e)}") from None
         self.config = self.llm.llm_engine.model_config.hf_config
-        self.sleeping = False
+        self.sleeping, self.request_seeds = False, request_seeds
 
     def generate(self, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
                  generator: torch.Generator | None = None) -> Rollouts:
         import vllm
 
-        base = int(torch.randint(0, 2**30, (1,), generator=generator)) if generator is not None else None
+        seeded = self.request_seeds and generator is not None
+        base = int(torch.randint(0, 2**30, (1,), generator=generator)) if seeded else None
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
         sampling = [vllm.SamplingParams(n=params.n, temperature=params.temperature, top_p=params.top_p,
                                         max_tokens=params.max_new_tokens, logprobs=0,
@@ -315,9 +322,18 @@ class VLLMEngine:
             self.llm.sleep(level=1)
             self.sleeping = True
 
-    def wake_up(self) -> None:
+    def wake_up(self, model=None) -> None:
+        """Back from sleep, with `model`'s weights loaded when given. The order keeps the GPU's peak low:
+        the trainer's cached blocks go back to the GPU first (torch.cuda.empty_cache), then the weights
+        wake and are overwritten tensor by tensor, and only then the KV cache, the big allocation, wakes
+        (vLLM's `wake_up(tags=...)`; RLHF colocation as in vLLM's sleep-mode docs)."""
         if self.sleeping:
-            self.llm.wake_up()
+            torch.cuda.empty_cache()
+            self.llm.wake_up(tags=["weights"])
+        if model is not None:
+            self.load_weights(model)
+        if self.sleeping:
+            self.llm.wake_up(tags=["kv_cache"])
             self.sleeping = False
 
     def close(self) -> None:

@@ -20,7 +20,8 @@ cached, see tiny_model.py), trained with N=256 rollouts per prompt on a 2-core C
 Several processes (`accelerate launch`): each process generates for its share of the prompts
 (with its own vLLM engine on a GPU), the update is data-parallel (DDP, or FSDP from the accelerate
 config) with the token mean and the advantage whitening taken over the whole batch, per-step
-metrics are averaged over processes, and only the main process logs, evaluates and writes files.
+metrics are averaged over processes, evaluation is sharded over processes, and only the main process logs
+and writes files.
 """
 
 import argparse
@@ -35,6 +36,7 @@ import shutil
 import sys
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -42,7 +44,7 @@ import numpy as np
 import torch
 import tyro
 from accelerate import Accelerator
-from accelerate.utils import DistributedType
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, gather_object
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
@@ -72,6 +74,9 @@ class Config:
     """auto: the GPU accelerate assigns this process when there is one; cpu: never use a GPU"""
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
+    process_group_timeout_min: float = 60.0
+    """how long a process waits at a collective for the others (a 1.5B checkpoint save or a slow verifier
+    batch on one process must not kill the run; torch's own default is 10-30 min by backend)"""
     # ---- model and data ----
     model: str = "tiny"
     """policy: a local save_pretrained directory, a hub name, or 'tiny' (the embedded warmed-up toy model)"""
@@ -96,6 +101,8 @@ class Config:
     """rollout nucleus sampling mass"""
     max_new_tokens: int = 8
     """response length limit (tokens)"""
+    zero_truncated_reward: bool = False
+    """score a response cut at max_new_tokens as 0, whatever answer it holds (ProRLv2's stop-properly penalty at 0)"""
     gen_batch_seqs: int = 2048
     """most sequences decoded at once (vLLM: max_num_seqs, kept >= N)"""
     engine: Literal["auto", "hf", "vllm"] = "auto"
@@ -106,6 +113,10 @@ class Config:
     """vLLM: share of GPU memory for its weights and KV cache (the trainer needs the rest)"""
     vllm_max_model_len: int = 0
     """vLLM: longest prompt + response it must hold (0: the model's context length)"""
+    vllm_request_seeds: bool = False
+    """vLLM: seed every request from the step's generator (reproducible request by request: a resumed run draws
+    what an uninterrupted one would, a sharded eval equals one process's); slow on a GPU at large N. Off: each
+    engine is seeded once (--seed + process index)"""
     tis_cap: float = 0.0
     """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
@@ -146,7 +157,8 @@ class Config:
     total_steps: int = 120
     """RL steps"""
     eval_every: int = 20
-    """evaluate every this many steps (and always at step 0 and at the end)"""
+    """in-training eval every this many steps (and at step 0 and the end): a cheap proxy at the training length;
+    the paper's numbers come from eval.py on the saved checkpoints"""
     eval_samples: int = 4
     """samples per test problem; eval_pass1 is their mean reward"""
     eval_temperature: float = 1.0
@@ -180,7 +192,7 @@ PRESETS: dict[str, dict] = {
                   eval_max_problems=32, shrink_monitor_samples=32),
 }
 
-# The paper's recipe (Sec. 3-4.2, see ../shared/paper.md): continue RL from the ProRLv2 checkpoint at
+# The paper's recipe (arXiv 2510.01180, Sec. 3-4.2): continue RL from the ProRLv2 checkpoint at
 # 16K response length, BroRL with N=512 x 128 prompts, the ProRL baseline with N=16 x 512, both with
 # the same number of PPO mini-batches per step and η = η_0·sqrt(B_new/B_0). Values the paper does not
 # give are marked "open" with the source used instead.
@@ -194,6 +206,11 @@ PAPER_RECIPE = dict(
     train_data=str(DATA_DIR / "paper_mix_train.jsonl"),  # python data/make_paper_mix.py
     test_data=str(DATA_DIR / "paper_mix_val.jsonl"),
     max_new_tokens=16384,  # "continued at 16,384 context"
+    # Length handling: the paper gives only the 16K limit. Its framework's recipe, ProRLv2, scores truncated
+    # responses 0 (NeMo-RL ProRLv2 guide and examples/configs/prorlv2.yaml: stop_properly_penalty_coef 0.0;
+    # OpenRLHF's ProRLv2 example: --stop_properly_penalty_coef) and adds a scheduled cosine length penalty
+    # (ProRLv2 blog post, Aug 2025), which is NOT implemented here: its constants are not published.
+    zero_truncated_reward=True,
     temperature=1.2,  # open: ProRL v1's rollout temperature
     top_p=1.0,
     advantage="reinforce_pp_baseline",  # ProRLv2/BroRL
@@ -208,7 +225,10 @@ PAPER_RECIPE = dict(
     engine="vllm", gpu_memory_utilization=0.5, vllm_max_model_len=20480,  # 16K response + up to 4K prompt
     gen_batch_seqs=1024,
     micro_batch_tokens=32768, logprob_chunk_tokens=4096, gradient_checkpointing=True,
-    eval_every=20, eval_samples=16, eval_temperature=0.6, eval_top_p=0.95, eval_max_problems=0,  # Table 1 protocol
+    # In-training eval: a cheap proxy (64 problems per benchmark x 4 samples at the 16K training length) to
+    # watch the run; Table 1's protocol (every problem x 16 samples at 32K tokens, hours on 8 GPUs) is
+    # `eval.py --suite all` on the saved checkpoints. Sampling as in Table 1: T 0.6, top-p 0.95.
+    eval_every=20, eval_samples=4, eval_temperature=0.6, eval_top_p=0.95, eval_max_problems=64,
     eval_benchmarks=("aime2024", "aime2025", "amc2023", "math500", "minerva", "olympiadbench", "humaneval"),
     save_every=10,  # a 1.5B checkpoint with optimizer state is ~20 GB: not every step
     shrink_monitor_samples=256,
@@ -246,6 +266,8 @@ def validate(cfg: Config) -> None:
          "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
         (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
         (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
+        (cfg.process_group_timeout_min > 0,
+         f"process_group_timeout_min must be > 0, got {cfg.process_group_timeout_min}"),
         (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0, "verify_timeout and code_test_timeout must be > 0"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
         (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
@@ -378,18 +400,23 @@ class MetricsLog:
 
 
 def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSettings, step: int,
-             metrics: MetricsLog, output_dir: Path) -> float:
+             metrics: MetricsLog | None, output_dir: Path, shard: evaluation.Shard) -> float:
     """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also writes
-    eval.json (the layout `python eval.py --out` writes) and its per-sample audit file."""
+    eval.json (the layout `python eval.py --out` writes) and its per-sample audit file. Every process calls
+    this and scores its share of the problems (the paper's eval takes hours: one process alone would leave
+    the others waiting past the process-group timeout); the main process (`metrics` given) writes."""
     final = step == cfg.total_steps
     samples_path = output_dir / "eval.samples.jsonl" if final else None
-    if final:
+    if final and metrics is not None:
         samples_path.unlink(missing_ok=True)  # a resumed run's final eval is a new one, not a continuation
     result = evaluation.evaluate_suite(
         sampler, tokenizer, benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else [],
         settings, Path(cfg.eval_data_dir) if cfg.eval_data_dir else None, cfg.eval_max_problems, samples_path,
-        extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None)
+        extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None,
+        shard=shard)
     held_out = result["benchmarks"]["test_data"]
+    if metrics is None:
+        return held_out["pass1"]
     metrics.log(step, {"eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
                        **{f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items() if name != "test_data"},
                        **{f"suite/{suite}": value for suite, value in result["suites"].items()}}, prefix="eval")
@@ -397,6 +424,14 @@ def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSe
         result["model"] = str(output_dir)
         (output_dir / "eval.json").write_text(json.dumps(result, indent=2))
     return held_out["pass1"]
+
+
+def eval_protocol(cfg: Config) -> str:
+    """What the in-training eval measures, printed at the start so no one mistakes it for the paper's table."""
+    problems = f"the first {cfg.eval_max_problems} problems" if cfg.eval_max_problems else "all problems"
+    return (f"in-training eval (a proxy): {problems} of the test data and of each benchmark x {cfg.eval_samples} "
+            f"samples at {cfg.max_new_tokens} tokens; the paper's Table 1 protocol (every problem x 16 samples at "
+            "32K tokens) is eval.py on the saved checkpoints")
 
 
 def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> torch.Generator:
@@ -427,6 +462,46 @@ def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
     return rewards.max(dim=1).values > rewards.min(dim=1).values
 
 
+def check_launch(distributed_type: DistributedType, processes: int, environ=os.environ) -> None:
+    """Refuse a launch that would silently run something other than its accelerate config. On a machine
+    without GPUs accelerate runs an FSDP config as plain data parallelism (`Accelerator(cpu=True)`: unsharded
+    state, no FSDP code path) or, with `cpu=False`, as independent single processes (`DistributedType.NO`)
+    that all write the same output folder. FSDP on CPU is not available through accelerate (its FSDP
+    setup covers accelerator devices only), so both are refused."""
+    if environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and distributed_type != DistributedType.FSDP:
+        raise InputError(f"the accelerate config asks for FSDP, which needs GPUs; here it would run as "
+                         f"{distributed_type.value} instead: use configs/ddp_cpu.yaml on a machine without GPUs")
+    launched = int(environ.get("WORLD_SIZE", "1"))
+    if launched != processes:
+        raise InputError(f"launched as {launched} processes, but each would run alone ({distributed_type.value}) "
+                         "and all would write the same output folder: check the accelerate config")
+
+
+def kept_group_quotas(counts: list[int], target: int) -> list[int]:
+    """How many informative groups each process keeps so that all together keep exactly `target` (or all,
+    when fewer were found): each process up to its equal share first, then the shortfall is filled from
+    processes that found more, lowest rank first. Identical on every process (it sees every count)."""
+    quotas = [min(count, target // len(counts)) for count in counts]
+    left = target - sum(quotas)
+    for process, count in enumerate(counts):
+        extra = min(count - quotas[process], left)
+        quotas[process] += extra
+        left -= extra
+    return quotas
+
+
+def keep_target_groups(informative: torch.Tensor, target: int, rank: int, processes: int, reduce_sum) -> torch.Tensor:
+    """[G] bool: this process's share of exactly `target` informative groups over all processes, as DAPO and
+    verl keep a fixed batch size after a dynamic-sampling refill. Groups are in collection order (round by
+    round), so the first ones collected are kept and the surplus of the last round is dropped."""
+    counts = torch.zeros(processes)
+    counts[rank] = informative.sum()
+    quota = kept_group_quotas([int(c) for c in reduce_sum(counts).tolist()], target)[rank]
+    keep = informative.clone()
+    keep[informative.nonzero().squeeze(-1)[quota:]] = False
+    return keep
+
+
 def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) -> list[int]:
     """Up to `limit` distinct correct responses (one row per distinct (prompt, response)), evenly spread."""
     seen, rows = set(), []
@@ -443,8 +518,11 @@ def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) 
 def train(cfg: Config) -> Path:
     """Run (or resume) training; returns the output directory. Under `accelerate launch`, every process runs this."""
     # ---- setup ----
-    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available())  # (else no process group on CPU)
+    process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
+    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),  # (else no process group on CPU)
+                              kwargs_handlers=[process_group])
     main_process, rank, processes = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+    check_launch(accelerator.distributed_type, processes)
 
     def reduce_sum(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's token mean and whitening)
         return tensor if processes == 1 else accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()
@@ -485,7 +563,7 @@ def train(cfg: Config) -> Path:
     engine = None
     if engine_name == "vllm":
         engine = rollout.VLLMEngine(model_path, dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype,
-                                    revision=revision, seed=cfg.seed + rank,
+                                    revision=revision, seed=cfg.seed + rank, request_seeds=cfg.vllm_request_seeds,
                                     max_model_len=cfg.vllm_max_model_len or None,
                                     max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
                                     gpu_memory_utilization=cfg.gpu_memory_utilization)
@@ -514,9 +592,13 @@ def train(cfg: Config) -> Path:
     eval_settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
                                             cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
                                             verify_workers=cfg.verify_workers, verify_config=verify_cfg)
-    if step == 0 and main_process:
-        start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir)
-        print(f"step 0: eval_pass1 {start_pass1:.3f}")
+    if main_process:
+        print(eval_protocol(cfg))
+    eval_shard = evaluation.Shard(rank, processes, lambda item: gather_object([item]))
+    if step == 0:
+        start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir, eval_shard)
+        if main_process:
+            print(f"step 0: eval_pass1 {start_pass1:.3f}")
     accelerator.wait_for_everyone()
 
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
@@ -526,9 +608,9 @@ def train(cfg: Config) -> Path:
         # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds), then
         # verifiable rewards [G prompts, N rollouts] (each distinct answer checked once). Dynamic sampling
         # keeps groups with 0 < #correct < N (all-equal groups carry no signal); with refill_rounds, more
-        # prompts are drawn until prompts_per_step groups are kept (DAPO), and every kept group is used.
+        # prompts are drawn until prompts_per_step groups are found, and exactly that many are kept (DAPO).
         verify_stats = reward.VerifyStats()
-        parts, part_rewards, gen_time, kept_so_far = [], [], 0.0, 0.0
+        parts, part_rewards, gen_time, found_so_far = [], [], 0.0, 0.0
         for refill in range(1 + cfg.refill_rounds):
             round_start = time.time()
             round_tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)[rank::processes]
@@ -540,16 +622,19 @@ def train(cfg: Config) -> Path:
             items = [(round_tasks[g]["task"], text, round_tasks[g]["answer"])
                      for g, text in zip(parts[-1].group.tolist(), parts[-1].texts)]
             round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats))
+            if cfg.zero_truncated_reward:  # an unfinished response earns nothing, even with a \boxed{} answer
+                round_rewards[parts[-1].truncated] = 0.0
             part_rewards.append(round_rewards.view(len(round_tasks), -1))
-            kept_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
-            if not cfg.dynamic_sampling or kept_so_far >= cfg.prompts_per_step:
+            found_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
+            if not cfg.dynamic_sampling or found_so_far >= cfg.prompts_per_step:
                 break
         if engine is not None:
             engine.sleep()  # hand the GPU memory to the update
         rollouts = rollout.concat_rollouts(parts, tokenizer.pad_token_id) if len(parts) > 1 else parts[0]
         rewards = torch.cat(part_rewards)
         informative = informative_groups(rewards)
-        kept = informative if cfg.dynamic_sampling else torch.ones_like(informative)
+        kept = (keep_target_groups(informative, cfg.prompts_per_step, rank, processes, reduce_sum)
+                if cfg.dynamic_sampling else torch.ones_like(informative))
         if cfg.advantage == "grpo":
             advantages = update.grpo_advantages(rewards[kept], cfg.normalize_std)
         else:
@@ -582,8 +667,7 @@ def train(cfg: Config) -> Path:
         after = update.batch_logprobs(policy, watch_batch, update_cfg, reduce_max=reduce_max).sum(-1)
         shrink_frac, shrink_worst = update.shrinkage(before, after)
         if engine is not None:
-            engine.wake_up()
-            engine.load_weights(accelerator.unwrap_model(policy).model)  # the next rollouts sample the new policy
+            engine.wake_up(accelerator.unwrap_model(policy).model)  # the next rollouts sample the new policy
 
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint
         step_time = time.time() - step_start
@@ -602,6 +686,7 @@ def train(cfg: Config) -> Path:
             "shrink_watched": len(watch),
             "distinct_frac": len(batch.advantages) / max(len(kept_rows), 1),
             "gen_rounds": len(parts),
+            "kept_groups": float(kept.sum()),
             "step_time": step_time,
             **stats,
             **mismatch,
@@ -611,13 +696,14 @@ def train(cfg: Config) -> Path:
             values = torch.tensor(list(scalars.values()), dtype=torch.float64, device=accelerator.device)
             means = accelerator.reduce(values, "mean")
             scalars = dict(zip(scalars, means.cpu().tolist()))
-            for key in ("samples_per_s", "gen_samples_per_s"):
+            for key in ("samples_per_s", "gen_samples_per_s", "kept_groups"):
                 scalars[key] *= processes
         if main_process:
             metrics.log(step, scalars, prefix="train")
             progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
-            if step % cfg.eval_every == 0 or step == cfg.total_steps:
-                pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir)
+        if step % cfg.eval_every == 0 or step == cfg.total_steps:
+            pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir, eval_shard)
+            if main_process:
                 progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
         accelerator.wait_for_everyone()
         if step % cfg.save_every == 0 or step == cfg.total_steps:

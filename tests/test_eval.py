@@ -3,11 +3,13 @@
 import itertools
 import json
 import math
+import threading
 
 import pytest
 
 from conftest import ROOT, run_script
-from eval import bootstrap_ci, k_values, metrics, pass_at_k
+from common import load_tasks
+from eval import EvalSettings, Shard, bootstrap_ci, k_values, metrics, pass_at_k, run_benchmark
 
 FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
 
@@ -88,6 +90,44 @@ def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained
     after = samples.read_text().splitlines()
     assert after[:4] == lines[:4] and len(after) == 12  # finished problems kept as they were, nothing twice
     assert json.loads(out.read_text())["benchmarks"]["arith_test"]["problems"] == 6
+
+
+class ThreadedGather:
+    """Stands in for accelerate's gather_object between `count` threads playing processes."""
+
+    def __init__(self, count: int):
+        self.barrier, self.slots, self.sent = threading.Barrier(count), [None] * count, [[] for _ in range(count)]
+
+    def shard(self, index: int) -> Shard:
+        def gather(item):
+            self.sent[index].append(item)
+            self.slots[index] = item
+            self.barrier.wait()
+            everyone = list(self.slots)
+            self.barrier.wait()
+            return everyone
+        return Shard(index, len(self.slots), gather)
+
+
+def test_two_shards_each_score_half_the_batches_and_get_one_process_numbers(untrained_policy):
+    model, tokenizer = untrained_policy
+    records = [{**t, "id": str(i)} for i, t in enumerate(load_tasks(ROOT / "data" / "arith_test.jsonl")[:10])]
+    settings = EvalSettings(samples=2, max_new_tokens=8, problems_per_batch=2)  # 5 batches of 2 problems
+    alone = run_benchmark(model, tokenizer, "arith", records, settings)
+    gather, results = ThreadedGather(2), [None, None]
+
+    def process(index):
+        results[index] = run_benchmark(model, tokenizer, "arith", records, settings, shard=gather.shard(index))
+
+    threads = [threading.Thread(target=process, args=(index,)) for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for result in results:
+        assert result["correct_per_problem"] == alone["correct_per_problem"] and result["pass1"] == alone["pass1"]
+    rows_sent = [sum(len(item) for item in sent if isinstance(item, list)) for sent in gather.sent]
+    assert rows_sent == [3 * 2 * 2, 2 * 2 * 2]  # batches 0, 2, 4 and 1, 3: 2 problems x 2 samples each
 
 
 def test_compare_prints_two_runs_side_by_side(tmp_path):

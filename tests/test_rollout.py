@@ -62,3 +62,35 @@ def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch
     with pytest.raises(rollout.EngineError, match="pip install -r requirements-vllm"):
         rollout.VLLMEngine(str(untrained_model_dir))
     assert rollout.default_engine() == "hf"
+
+
+class RecordingLLM:
+    """Stands in for vllm.LLM on a GPU, recording the calls VLLMEngine makes (vLLM's sleep is a no-op on CPU)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sleep(self, level):
+        self.calls.append(("sleep", level))
+
+    def wake_up(self, tags=None):
+        self.calls.append(("wake_up", tags))
+
+    def collective_rpc(self, method, kwargs):
+        self.calls.append((method, [name for name, _ in kwargs["weights_iterator"]]))
+
+    def reset_prefix_cache(self):
+        self.calls.append(("reset_prefix_cache",))
+
+
+def test_vllm_wakes_its_weights_then_loads_the_new_ones_then_wakes_its_kv_cache(untrained_policy):
+    model, _ = untrained_policy
+    engine = object.__new__(rollout.VLLMEngine)  # no vLLM needed: only the order of calls is checked
+    engine.llm, engine.on_gpu, engine.sleeping = RecordingLLM(), True, False
+    engine.sleep()
+    engine.wake_up(model)
+    assert [call[0] for call in engine.llm.calls] == ["sleep", "wake_up", "reload_weights", "reset_prefix_cache",
+                                                      "wake_up"]
+    assert engine.llm.calls[1] == ("wake_up", ["weights"]) and engine.llm.calls[-1] == ("wake_up", ["kv_cache"])
+    assert engine.llm.calls[2][1] == list(model.state_dict())  # every tensor, streamed while the KV cache sleeps
+    assert not engine.sleeping

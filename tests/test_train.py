@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+from accelerate.utils import DistributedType
 from safetensors.torch import load_file
 
 import common
@@ -48,7 +49,7 @@ def test_presets_are_plain_overrides_and_flags_win():
     assert cfg.preset == "smoke" and cfg.n_rollouts == 16 and cfg.total_steps == 5
 
 
-# The paper's recipe (paper.md, Sec. 3-4.2); a silent change to a preset fails here.
+# The paper's recipe (arXiv 2510.01180, Sec. 3-4.2); a silent change to a preset fails here.
 PAPER_PRESET_TABLE = {
     #  option               brorl-paper               prorl-paper
     "model": ("nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",) * 2,
@@ -65,10 +66,12 @@ PAPER_PRESET_TABLE = {
     "refill_rounds": (4, 4),
     "tis_cap": (2.0, 2.0),
     "max_new_tokens": (16384, 16384),
+    "zero_truncated_reward": (True, True),
     "temperature": (1.2, 1.2),
     "engine": ("vllm", "vllm"),
     "total_steps": (191, 535),
-    "eval_samples": (16, 16),
+    "eval_samples": (4, 4),  # the in-training eval is a cheap proxy; Table 1's protocol is eval.py's defaults
+    "eval_max_problems": (64, 64),
     "eval_temperature": (0.6, 0.6),
     "eval_top_p": (0.95, 0.95),
 }
@@ -84,6 +87,19 @@ def test_paper_presets_hold_the_papers_recipe(column, preset):
 def test_paper_preset_demands_a_pinned_revision():
     with pytest.raises(common.InputError, match="--model-revision is required"):
         train_brorl.parse_config(["--preset", "brorl-paper"])
+
+
+def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answer(tmp_path):
+    # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: every response is cut, some are correct
+    args = ["--preset", "smoke", "--max-new-tokens", "4", "--total-steps", "1", "--eval-every", "9"]
+    rows = {}
+    for flag in ("--no-zero-truncated-reward", "--zero-truncated-reward"):
+        run_script("train_brorl.py", *args, flag, "--output-dir", str(tmp_path / flag))
+        rows[flag] = [json.loads(line) for line in (tmp_path / flag / "metrics.jsonl").read_text().splitlines()
+                      if "reward_mean" in line][0]
+    assert rows["--no-zero-truncated-reward"]["truncated_frac"] == 1.0
+    assert rows["--no-zero-truncated-reward"]["reward_mean"] > 0  # boxed answers inside cut responses
+    assert rows["--zero-truncated-reward"]["reward_mean"] == 0.0
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path):
@@ -189,15 +205,15 @@ def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(t
     assert steps == [0, 1, 2, 2, 3, 3]
 
 
-def accelerate_launch(*args: str):
+def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):
     """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU.
 
     A free port per launch, so test runs side by side on one machine do not collide on 29500."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    return run_script("-m", "accelerate.commands.launch", "--config_file", "configs/ddp_cpu.yaml",
-                      "--main_process_port", str(port), *args)
+    return run_script("-m", "accelerate.commands.launch", "--config_file", config,
+                      "--main_process_port", str(port), *args, check=check)
 
 
 def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):
@@ -211,6 +227,39 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
 
 
+def test_an_fsdp_config_on_a_machine_without_gpus_is_refused_in_one_line(tmp_path):
+    config = tmp_path / "fsdp_cpu.yaml"  # the 8-GPU config, shrunk to this machine's 2 processes
+    config.write_text((ROOT / "configs" / "fsdp_8gpu.yaml").read_text().replace("num_processes: 8", "num_processes: 2")
+                      .replace("mixed_precision: bf16", "mixed_precision: 'no'"))
+    result = accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "out"),
+                               config=str(config), check=False)
+    assert result.returncode != 0
+    assert "error: the accelerate config asks for FSDP, which needs GPUs; here it would run as MULTI_CPU" \
+        in result.stderr
+    assert not (tmp_path / "out" / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("distributed_type, processes, environ, message", [
+    # Accelerator(cpu=True) under an FSDP config: gloo data parallelism, unsharded
+    (DistributedType.MULTI_CPU, 2, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "2"}, "asks for FSDP"),
+    # Accelerator(cpu=False) on a machine without GPUs: every process alone
+    (DistributedType.NO, 1, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "2"}, "asks for FSDP"),
+    (DistributedType.NO, 1, {"WORLD_SIZE": "2"}, "launched as 2 processes, but each would run alone"),
+])
+def test_a_launch_that_would_degrade_silently_is_refused(distributed_type, processes, environ, message):
+    with pytest.raises(common.InputError, match=message):
+        train_brorl.check_launch(distributed_type, processes, environ)
+
+
+@pytest.mark.parametrize("distributed_type, processes, environ", [
+    (DistributedType.MULTI_CPU, 2, {"WORLD_SIZE": "2"}),  # configs/ddp_cpu.yaml
+    (DistributedType.FSDP, 8, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "8"}),  # configs/fsdp_8gpu.yaml on GPUs
+    (DistributedType.NO, 1, {}),  # python train_brorl.py
+])
+def test_launches_that_run_what_they_ask_for_pass(distributed_type, processes, environ):
+    train_brorl.check_launch(distributed_type, processes, environ)
+
+
 def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch(untrained_model_dir, tmp_path):
     run_script("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "one.pt"))
     accelerate_launch("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "two.pt"))
@@ -221,13 +270,47 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
         assert torch.allclose(one[name], two[name], atol=1e-6), name
 
 
+def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_path):
+    # --total-steps 0: only the step-0 eval, which is then the final one and writes eval.json and its samples;
+    # 16-sequence batches deal 4 batches of the 32 test problems (and of rg/gcd's) out to the 2 processes
+    args = ["train_brorl.py", "--preset", "smoke", "--total-steps", "0", "--gen-batch-seqs", "16", "--threads", "1",
+            "--eval-benchmarks", "rg/gcd", "--process-group-timeout-min", "5"]
+    run_script(*args, "--output-dir", str(tmp_path / "one"))
+    accelerate_launch(*args, "--output-dir", str(tmp_path / "two"))
+    one, two = (json.loads((tmp_path / run / "eval.json").read_text()) for run in ("one", "two"))
+    for name in ("test_data", "rg/gcd"):
+        assert one["benchmarks"][name]["correct_per_problem"] == two["benchmarks"][name]["correct_per_problem"]
+        assert one["benchmarks"][name]["pass1"] == two["benchmarks"][name]["pass1"]
+    samples = [(tmp_path / run / "eval.samples.jsonl").read_text() for run in ("one", "two")]
+    problems = sum(entry["problems"] for entry in one["benchmarks"].values())
+    assert samples[0] == samples[1] and samples[0].count("\n") == 2 * problems  # every sample, written once
+
+
 def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_path):
     out = tmp_path / "refill"
     run_script("train_brorl.py", "--preset", "smoke", "--refill-rounds", "3", "--output-dir", str(out), "--eval-every", "9")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "gen_rounds" in line]
     prompts = train_brorl.PRESETS["smoke"]["prompts_per_step"]
     for row in rows:
-        kept = round(row["pass_rate"] * prompts * row["gen_rounds"])
-        assert row["gen_rounds"] == 4 or kept >= prompts  # stopped early only once the batch was full
+        found = round(row["pass_rate"] * prompts * row["gen_rounds"])
+        assert row["gen_rounds"] == 4 or found >= prompts  # stopped early only once the batch was full
         assert row["gen_rounds"] > 1 or row["pass_rate"] == 1.0
+        assert row["kept_groups"] == min(found, prompts)  # exactly the batch size, never the surplus
     assert any(row["gen_rounds"] > 1 for row in rows)  # this seed needs a refill at step 2
+
+
+@pytest.mark.parametrize("counts, quotas", [
+    ([5, 5], [4, 4]),  # both found more than their share of 8: each keeps its share
+    ([1, 9], [1, 7]),  # process 0 found too few: process 1 fills the shortfall
+    ([2, 3], [2, 3]),  # fewer than 8 in all: every informative group is kept
+    ([6, 6, 1, 0], [5, 1, 1, 0]),  # 4 processes, target 7: shares of 1, then the lowest rank fills
+])
+def test_refilled_batch_keeps_exactly_the_target_across_processes(counts, quotas):
+    target = 8 if len(counts) == 2 else 7
+    assert train_brorl.kept_group_quotas(counts, target) == quotas
+
+
+def test_the_last_collected_informative_groups_are_the_ones_dropped():
+    informative = torch.tensor([True, False, True, True, False, True, True])  # two rounds, in collection order
+    keep = train_brorl.keep_target_groups(informative, target=3, rank=0, processes=1, reduce_sum=lambda t: t)
+    assert keep.tolist() == [True, False, True, True, False, False, False]
