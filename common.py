@@ -81,6 +81,17 @@ def check_model_path(name_or_path: str) -> None:
         raise InputError(f"model path does not exist: {name_or_path}")
 
 
+def model_fingerprint(name_or_path: str) -> dict:
+    """What identifies a model without reading its weights: a local directory's absolute path with the
+    size and modification time of each of its files (so a re-saved model counts as another one, even
+    with the same weights: eval.py refuses rather than mixes), or a hub name."""
+    path = Path(name_or_path)
+    if not path.is_dir():
+        return {"hub": name_or_path}
+    files = {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(path.iterdir()) if f.is_file()}
+    return {"path": str(path.resolve()), "files": files}
+
+
 def load_tokenizer(name_or_path: str, revision: str | None = None):
     """The policy's tokenizer (with a pad token: the EOS token if it has none)."""
     check_model_path(name_or_path)
