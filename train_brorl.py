@@ -264,18 +264,70 @@ def validate(cfg: Config) -> None:
             raise InputError(f"data file not found: {path}{hint}")
 
 
+# What a resumed run may change (each change is printed): how long it runs, how often it evaluates and
+# saves, and how many threads and verifier processes do the work. Everything else defines the run.
+RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads", "verify_workers")
+
+
+def saved_config(output_dir: Path) -> Config | None:
+    """The config.json an earlier run wrote in `output_dir` (None when there is none)."""
+    path = output_dir / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new --output-dir") from None
+    defaults = dataclasses.asdict(Config())
+    if not isinstance(saved, dict) or set(saved) - set(defaults):
+        raise InputError(f"{path} is not a train_brorl.py config (unknown keys: "
+                         f"{sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved!r})")
+    return Config(**{k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in saved.items()})
+
+
+def config_changes(before: Config, after: Config) -> list[str]:
+    """The settings that differ ("total_steps 2 -> 3"), leaving out --resume and how the folder was spelled."""
+    return [f"{f.name} {getattr(before, f.name)!r} -> {getattr(after, f.name)!r}" for f in dataclasses.fields(Config)
+            if f.name not in ("resume", "output_dir") and getattr(before, f.name) != getattr(after, f.name)]
+
+
 def parse_config(argv: list[str] | None = None) -> Config:
-    """`--preset NAME` picks the defaults; every other flag overrides them."""
+    """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's own
+    config.json is the default instead, and a flag may change it only if it is in RESUME_MAY_CHANGE:
+    resuming without retyping the flags continues the same run, never another preset's."""
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default=Config.preset)
-    preset = pre.parse_known_args(argv)[0].preset
-    if preset not in PRESETS:
-        raise InputError(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
-    defaults = dataclasses.replace(Config(preset=preset), **PRESETS[preset])
+    pre.add_argument("--output-dir")
+    pre.add_argument("--resume", action="store_true")
+    known = pre.parse_known_args(argv)[0]
+    saved = saved_config(Path(known.output_dir)) if known.resume and known.output_dir else None
+    if saved is None and known.preset not in PRESETS:
+        raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
+    defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
     cfg = tyro.cli(Config, default=defaults, args=argv, description=__doc__)
+    if saved is not None:
+        refused = [change for change in config_changes(saved, cfg) if change.split()[0] not in RESUME_MAY_CHANGE]
+        if refused:
+            raise InputError(f"--resume continues the run in {known.output_dir} with its config.json, and these flags "
+                             f"change what it is: {'; '.join(refused)} (drop them, or start a new --output-dir)")
     validate(cfg)
     return cfg
+
+
+def write_config(output_dir: Path, cfg: Config) -> None:
+    """config.json, printing what differs from the one already there (a resume's allowed changes, or a
+    restart from scratch with other settings): it is never replaced by another config silently."""
+    try:
+        earlier = saved_config(output_dir)
+    except InputError as e:  # torn by a kill before the first checkpoint: nothing to keep
+        print(f"replacing {e}")
+        earlier = None
+    for change in config_changes(earlier, cfg) if earlier else []:
+        print(f"config.json: {change}")
+    tmp = output_dir / "config.json.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    os.replace(tmp, output_dir / "config.json")
 
 
 # ---- checkpoints: atomic (temp dir, fsync, rename); a save_pretrained model and accelerate's state ---
@@ -499,7 +551,7 @@ def train(cfg: Config) -> Path:
     metrics = None
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+        write_config(output_dir, cfg)
         metrics = MetricsLog(output_dir, resume_step=step if checkpoint else None)
         metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
     sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)

@@ -86,6 +86,17 @@ def test_paper_preset_demands_a_pinned_revision():
         train_brorl.parse_config(["--preset", "brorl-paper"])
 
 
+def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the_run(tmp_path):
+    smoke = train_brorl.parse_config(["--preset", "smoke", "--output-dir", str(tmp_path), "--eval-temperature", "0.6"])
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(smoke)))
+    resumed = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume"])  # no flags retyped
+    assert dataclasses.replace(resumed, resume=False) == smoke
+    longer = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--total-steps", "9", "--preset", "smoke"])
+    assert longer.total_steps == 9 and train_brorl.config_changes(smoke, longer) == ["total_steps 2 -> 9"]
+    with pytest.raises(common.InputError, match=r"change what it is: preset 'smoke' -> 'cpu-demo'; n_rollouts 16 -> 32 "):
+        train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32", "--preset", "cpu-demo"])
+
+
 def test_malformed_data_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "2+2=", "answer": 4, "task": "arith"}\n')
@@ -111,7 +122,9 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
     assert model.config.tie_word_embeddings is False
     again = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), check=False)
     assert again.returncode != 0 and "pass --resume" in again.stderr
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
+    resumed = run_script("train_brorl.py", "--output-dir", str(out), "--resume", "--total-steps", "3")  # smoke, restored
+    assert "config.json: total_steps 2 -> 3" in resumed.stdout.splitlines()
+    assert json.loads((out / "config.json").read_text())["n_rollouts"] == train_brorl.PRESETS["smoke"]["n_rollouts"]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 2, 3, 3]
 
