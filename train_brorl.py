@@ -398,14 +398,22 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
 
 
 class MetricsLog:
-    def __init__(self, output_dir: Path, resume_step: int | None):
+    """metrics.jsonl and tensorboard, continued after `start_step` (the checkpoint's step; -1 without one):
+    rows and events an earlier attempt logged past it (after its last checkpoint, or all of them when it
+    died before the first) are dropped, so a resumed or rerun folder logs every step once and in order."""
+
+    def __init__(self, output_dir: Path, start_step: int):
         self.path = output_dir / "metrics.jsonl"
-        if resume_step is not None and self.path.exists():  # drop rows of the step(s) the kill lost
-            rows = [line for line in self.path.read_text().splitlines() if self.row_step(line) <= resume_step]
+        if self.path.exists():
+            lines = self.path.read_text(errors="replace").splitlines()
+            rows = [line for line in lines if self.row_step(line) <= start_step]
+            if len(rows) < len(lines):
+                print(f"metrics.jsonl: dropped {len(lines) - len(rows)} rows an earlier attempt logged after step {start_step}")
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(row + "\n" for row in rows))
             os.replace(tmp, self.path)
-        self.writer = SummaryWriter(str(output_dir), purge_step=None if resume_step is None else resume_step + 1)
+        # purge_step: tensorboard hides the earlier event files' events at steps >= it
+        self.writer = SummaryWriter(str(output_dir), purge_step=start_step + 1)
         self.file = open(self.path, "a")
 
     @staticmethod
@@ -552,7 +560,7 @@ def train(cfg: Config) -> Path:
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
         write_config(output_dir, cfg)
-        metrics = MetricsLog(output_dir, resume_step=step if checkpoint else None)
+        metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
         metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
     sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)
     update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,

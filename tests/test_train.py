@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import common
 import train_brorl
@@ -125,8 +126,25 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
     resumed = run_script("train_brorl.py", "--output-dir", str(out), "--resume", "--total-steps", "3")  # smoke, restored
     assert "config.json: total_steps 2 -> 3" in resumed.stdout.splitlines()
     assert json.loads((out / "config.json").read_text())["n_rollouts"] == train_brorl.PRESETS["smoke"]["n_rollouts"]
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 2, 3, 3]
+    # one train row and one eval row per step (step 2's eval: the final eval of the 2-step run), none twice
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"), (3, "eval")]
+
+
+def logged_steps(out_dir) -> list[tuple[int, str]]:
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], "eval" if "eval_pass1" in r else "train") for r in rows]
+
+
+def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(tmp_path):
+    out = tmp_path / "run"
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--total-steps", "0")  # the step-0 eval only
+    assert train_brorl.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
+    rerun = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
+    assert "metrics.jsonl: dropped 1 rows an earlier attempt logged after step -1" in rerun.stdout
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval")]
+    events = EventAccumulator(str(out))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/eval_pass1")] == [0, 2]  # the first attempt's step 0 purged
 
 
 def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
@@ -198,8 +216,7 @@ def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(t
     (out / "checkpoints" / "step_000003" / "model").mkdir(parents=True)  # killed before trainer_state.pt
     assert train_brorl.latest_checkpoint(out).name == "step_000002"
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 2, 3, 3]
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"), (3, "eval")]
 
 
 def accelerate_launch(*args: str):
