@@ -36,7 +36,8 @@ import torch
 import benchmarks
 import reward
 import rollout
-from common import InputError, check_answers, load_policy, load_tasks, load_tokenizer, model_fingerprint
+from common import (InputError, check_answers, load_policy, load_tasks, load_tokenizer, model_fingerprint,
+                    resolve_model_dir)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -258,9 +259,22 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def read_result(path: Path) -> dict:
+    """A results JSON eval.py wrote (--out), or InputError in one line."""
+    try:
+        result = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise InputError(f"no such result file: {path}") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path} is not a readable JSON file ({e})") from None
+    if not isinstance(result, dict) or not all(isinstance(result.get(key), dict) for key in ("benchmarks", "suites")):
+        raise InputError(f"{path} is not an eval.py result file (it needs 'benchmarks' and 'suites')")
+    return result
+
+
 def compare(path_a: Path, path_b: Path) -> str:
     """Two result files side by side: pass@1 per benchmark and suite, and B - A."""
-    a, b = (json.loads(Path(p).read_text()) for p in (path_a, path_b))
+    a, b = (read_result(p) for p in (path_a, path_b))
     lines = [f"{'':<30} {Path(path_a).stem[:12]:>12} {Path(path_b).stem[:12]:>12} {'B - A':>8}"]
     for section in ("benchmarks", "suites"):
         names = list(dict.fromkeys([*a[section], *b[section]]))
@@ -332,31 +346,36 @@ def main() -> None:
                              "and --max-batch-seqs >= 1")
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
+        model = resolve_model_dir(args.model)
         extra = {Path(args.data).stem: [{**t, "id": str(i)} for i, t in enumerate(load_tasks(args.data))]} if args.data else {}
         selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
         if args.engine == "vllm":  # the checkpoint's own dtype; every k samples of a problem in one request
-            tokenizer = load_tokenizer(args.model)
-            policy = rollout.VLLMEngine(args.model, dtype="auto", max_num_seqs=max(args.max_batch_seqs, args.samples),
+            tokenizer = load_tokenizer(model)
+            policy = rollout.VLLMEngine(model, dtype="auto", max_num_seqs=max(args.max_batch_seqs, args.samples),
                                         gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
         else:
-            policy, tokenizer = load_policy(args.model)
+            policy, tokenizer = load_policy(model)
         settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
                                 not args.no_chat_template, args.max_batch_seqs, args.problems_per_batch,
                                 verify_workers=args.verify_workers,
                                 verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
         result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra,
-                                model=model_fingerprint(args.model))
+                                model=model_fingerprint(model))
+        result["model"] = model
+        print(format_table(result))
+        print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=2))
+        if args.plot:
+            plot_pass_at_k(result, args.plot)
     except (InputError, rollout.EngineError) as e:
         sys.exit(f"error: {e}")
-    result["model"] = args.model
-    print(format_table(result))
-    print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
-    if args.plot:
-        plot_pass_at_k(result, args.plot)
+    except KeyboardInterrupt:
+        sys.exit(f"\ninterrupted: {'the same command resumes from ' + str(args.out.with_suffix('.samples.jsonl')) if args.out else 'no --out, nothing kept'}")
+    except OSError as e:  # --out in a read-only folder, a full disk, a folder where a file should be
+        sys.exit(f"error: {e.strerror or e}: {e.filename or ''}")
 
 
 if __name__ == "__main__":

@@ -26,11 +26,11 @@ metrics are averaged over processes, and only the main process logs, evaluates a
 import argparse
 import copy
 import dataclasses
+import errno
 import json
 import math
 import os
 import random
-import re
 import shutil
 import sys
 import time
@@ -51,7 +51,8 @@ import eval as evaluation
 import reward
 import rollout
 import update
-from common import InputError, check_answers, check_model_path, load_policy, load_tasks
+from common import (CHECKPOINT, InputError, check_answers, check_model_path, check_prompt_lengths, latest_checkpoint,
+                    load_policy, load_tasks)
 from tiny_model import ensure_tiny_model
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -306,6 +307,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
         raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
     defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
     cfg = tyro.cli(Config, default=defaults, args=argv, description=__doc__)
+    if cfg.output_dir is None:  # named here, so config.json and an interrupted run's message name it
+        cfg = dataclasses.replace(cfg, output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     if saved is not None:
         refused = [change for change in config_changes(saved, cfg) if change.split()[0] not in RESUME_MAY_CHANGE]
         if refused:
@@ -333,9 +336,6 @@ def write_config(output_dir: Path, cfg: Config) -> None:
 # ---- checkpoints: atomic (temp dir, fsync, rename); a save_pretrained model and accelerate's state ---
 
 
-CHECKPOINT = re.compile(r"^step_(\d{6})$")
-
-
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -354,11 +354,26 @@ def fsync_tree(path: Path) -> None:
     fsync_dir(path)
 
 
-def latest_checkpoint(output_dir: Path) -> Path | None:
+def remove_leftovers(output_dir: Path) -> None:
+    """`.step_N.tmp` (a save that died) and `.step_N.deleting` (a pruning that died) are never read again,
+    and each is a whole checkpoint (about 20 GB at paper scale): removed when a run starts or resumes."""
     root = output_dir / "checkpoints"
-    found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
-    found = [p for p in found if (p / "trainer_state.pt").is_file()]
-    return found[-1] if found else None
+    for leftover in sorted(root.glob(".step_*")) if root.is_dir() else []:
+        print(f"removing {leftover}, left by an interrupted save or pruning")
+        shutil.rmtree(leftover)
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """One line, before any work, when the output folder can't be written (a file, read-only, no access)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise InputError(f"--output-dir is a file, not a folder: {output_dir}")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write_probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"cannot write to --output-dir {output_dir}: {e.strerror}") from None
 
 
 def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer, state: dict,
@@ -379,7 +394,8 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
         tokenizer.save_pretrained(tmp / "model")
     accelerator.save_state(tmp / "state")
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
+    if accelerator.is_main_process:  # the size of every file, so a damaged checkpoint is recognised on resume
+        state = {**state, "files": {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*") if f.is_file()}}
         torch.save(state, tmp / "trainer_state.pt")
         fsync_tree(tmp)
         shutil.rmtree(final, ignore_errors=True)
@@ -509,7 +525,10 @@ def train(cfg: Config) -> Path:
         return tensor if processes == 1 else accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()
 
     output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
-    checkpoint = latest_checkpoint(output_dir)
+    if main_process:
+        check_output_dir(output_dir)
+        remove_leftovers(output_dir)
+    checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
     if checkpoint and not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or another --output-dir")
     if cfg.resume and checkpoint is None and main_process:
@@ -530,6 +549,9 @@ def train(cfg: Config) -> Path:
                       str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
     revision = None if checkpoint else cfg.model_revision
     model, tokenizer = load_policy(model_path, cfg.dtype, "cpu", revision)
+    prompt_limit = min(model.config.max_position_embeddings, cfg.vllm_max_model_len or math.inf) - cfg.max_new_tokens
+    for path in (cfg.train_data, cfg.test_data):
+        check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_policy = update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0 else None
@@ -687,12 +709,46 @@ def train(cfg: Config) -> Path:
     return output_dir
 
 
+def where_to_resume(cfg: Config | None) -> str:
+    """What an interrupted run left: the checkpoint it continues from, and the command that does it."""
+    checkpoint = latest_checkpoint(Path(cfg.output_dir), say=lambda message: None) if cfg and cfg.output_dir else None
+    if checkpoint is None:
+        return "no checkpoint was saved yet (a rerun starts from step 0)"
+    return (f"the last complete checkpoint is {checkpoint}; continue with: "
+            f"python train_brorl.py --output-dir {cfg.output_dir} --resume")
+
+
+# Environment failures that deserve one line, not a traceback: the disk, the folder, the permissions.
+ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                      errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+
+
+def write_failure(e: Exception) -> str | None:
+    """The one-line name of a failed write, or None for any other error. torch.save reports a full disk
+    as a RuntimeError ("file write failed") with no errno, Python and safetensors as an OSError."""
+    if isinstance(e, OSError) and e.errno in ONE_LINE_OS_ERRORS:
+        return f"{ONE_LINE_OS_ERRORS[e.errno]} writing {e.filename or 'a file'}"
+    if "No space left on device" in str(e) or "file write failed" in str(e):
+        return "no space left on device (a file write failed)"
+    return None
+
+
 def main() -> None:
+    cfg = None
     try:
         cfg = parse_config()
         output_dir = train(cfg)
     except (InputError, rollout.EngineError) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit(f"\ninterrupted: {where_to_resume(cfg)}")
+    except (OSError, RuntimeError) as e:
+        failure = write_failure(e)
+        if failure is None:
+            raise
+        if cfg is not None and cfg.output_dir:
+            remove_leftovers(Path(cfg.output_dir))  # the half-written checkpoint: free its space now
+        sys.exit(f"error: {failure}; {where_to_resume(cfg)}")
     print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "
           f"curves: tensorboard --logdir {output_dir}")
 

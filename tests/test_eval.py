@@ -6,7 +6,9 @@ import math
 import shutil
 
 import pytest
+import torch
 
+import common
 from conftest import ROOT, run_script
 from eval import bootstrap_ci, k_values, metrics, pass_at_k
 
@@ -124,6 +126,30 @@ def test_compare_prints_two_runs_side_by_side(tmp_path):
     assert any(line.split() == ["aime2024", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
     assert any(line.split() == ["humaneval", "50.00", "-"] for line in printed.splitlines())
     assert any(line.split() == ["suite", "math", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
+
+
+def test_eval_model_may_be_a_training_run_or_a_checkpoint_folder(untrained_model_dir, tmp_path):
+    run = tmp_path / "run"
+    for step in (1, 2):  # the trainer's layout: checkpoints/step_N/{model, trainer_state.pt}
+        checkpoint = run / "checkpoints" / f"step_{step:06d}"
+        shutil.copytree(untrained_model_dir, checkpoint / "model")
+        torch.save({"step": step}, checkpoint / "trainer_state.pt")
+    latest = run / "checkpoints" / "step_000002"
+    assert common.resolve_model_dir(str(run)) == str(latest / "model")
+    assert common.resolve_model_dir(str(latest)) == str(latest / "model")
+    assert common.resolve_model_dir(str(untrained_model_dir)) == str(untrained_model_dir)
+    result = eval_cli(run, tmp_path / "run.json", "--data", "data/arith_test.jsonl", "--max-problems", "2")
+    assert f"{run} is a training run: evaluating its latest checkpoint, {latest / 'model'}" in result.stdout
+    assert json.loads((tmp_path / "run.json").read_text())["model"] == str(latest / "model")
+
+
+def test_compare_with_a_missing_or_foreign_file_is_one_line(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"benchmarks": {}, "suites": {}}))
+    (tmp_path / "config.json").write_text(json.dumps({"n_rollouts": 16}))
+    for other, message in [("missing.json", f"no such result file: {tmp_path / 'missing.json'}"),
+                           ("config.json", f"{tmp_path / 'config.json'} is not an eval.py result file")]:
+        result = run_script("eval.py", "--compare", str(tmp_path / "a.json"), str(tmp_path / other), check=False)
+        assert result.returncode != 0 and result.stderr.startswith(f"error: {message}") and "Traceback" not in result.stderr
 
 
 def test_eval_cli_missing_model_is_one_clear_line(tmp_path):

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -106,6 +108,23 @@ def test_malformed_data_line_names_file_and_line(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(common.InputError, match=f"{path}:1: not valid JSON"):
         common.load_tasks(path)
+    path.write_bytes(b'{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "\xe9t\xe9", "answer": "2", "task": "arith"}\n')
+    with pytest.raises(common.InputError, match=f"{path}:2: not UTF-8 text"):  # latin-1, say
+        common.load_tasks(path)
+    path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n' + "x" * 200 + "\n")
+    with pytest.raises(common.InputError, match=f"{path}:2: line longer than"):
+        common.read_jsonl(path, max_line_bytes=100)
+
+
+def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming_file_and_line(tmp_path):
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"task": "arith", "prompt": "1+1=", "answer": "2"}) + "\n"
+                    + json.dumps({"task": "arith", "prompt": "9" * 300 + "+1=", "answer": "1"}) + "\n")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data), "--output-dir",
+                        str(tmp_path / "run"), check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    # the tiny model's context is 256 positions, 8 of them for the response; "<|user|>"-style wrapping adds a few
+    assert re.fullmatch(rf"error: {data}:2: prompt is 3\d\d tokens, over the limit of 248 \(.*\)", result.stderr.strip())
 
 
 def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path):
@@ -208,15 +227,78 @@ def test_default_run_raises_held_out_pass1_by_20_points(tmp_path):
     assert time.time() - start < 600
 
 
-def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(tmp_path):
+def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_do_not_break_resume(tmp_path):
     out = tmp_path / "run"
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--eval-every", "100")
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward_me')  # killed mid-write
-    (out / "checkpoints" / "step_000003" / "model").mkdir(parents=True)  # killed before trainer_state.pt
-    assert train_brorl.latest_checkpoint(out).name == "step_000002"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
-    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"), (3, "eval")]
+    checkpoints = out / "checkpoints"
+    (checkpoints / "step_000003" / "model").mkdir(parents=True)  # killed before trainer_state.pt
+    (checkpoints / ".step_000003.tmp" / "model").mkdir(parents=True)  # killed during a save
+    (checkpoints / ".step_000000.deleting").mkdir()  # killed while pruning
+    weights = checkpoints / "step_000002" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a damaged disk
+    resumed = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
+    assert f"skipping the damaged checkpoint {checkpoints / 'step_000002'} (model/model.safetensors is" in resumed.stdout
+    assert "resumed from" in resumed.stdout and "step_000001 at step 1" in resumed.stdout
+    assert not list(checkpoints.glob(".step_*"))  # the leftovers are gone
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
+
+
+def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "train_brorl.py", "--preset", "smoke", "--total-steps", "50",
+                             "--eval-every", "100", "--output-dir", str(out)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step_000001").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, None) and "Traceback" not in stderr, stderr
+    last = train_brorl.latest_checkpoint(out)
+    assert stderr.strip().splitlines()[-1] == (f"interrupted: the last complete checkpoint is {last}; continue with: "
+                                               f"python train_brorl.py --output-dir {out} --resume")
+
+
+DISK_FULL_AT_STEP_2 = """
+import errno, sys, torch, train_brorl
+save = torch.save
+def save_or_fail(obj, path, *args, **kwargs):
+    if isinstance(obj, dict) and obj.get("step") == 2:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    return save(obj, path, *args, **kwargs)
+torch.save = save_or_fail
+sys.argv[0] = "train_brorl.py"
+train_brorl.main()
+"""
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    result = run_script("-c", DISK_FULL_AT_STEP_2, "--preset", "smoke", "--output-dir", str(out), check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    last = out / "checkpoints" / "step_000001"
+    assert result.stderr.strip().splitlines()[-1] == (  # after the progress bar
+        f"error: no space left on device writing {out / 'checkpoints' / '.step_000002.tmp' / 'trainer_state.pt'}; "
+        f"the last complete checkpoint is {last}; continue with: python train_brorl.py --output-dir {out} --resume")
+    assert train_brorl.latest_checkpoint(out) == last and not list((out / "checkpoints").glob(".step_*"))
+
+
+def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(a_file), check=False)
+    assert result.returncode != 0 and result.stderr.strip() == f"error: --output-dir is a file, not a folder: {a_file}"
+    if shutil.which("bwrap") is None:
+        pytest.skip("bwrap is needed to mount a read-only folder")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    result = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only), str(read_only), sys.executable,
+                             "train_brorl.py", "--preset", "smoke", "--output-dir", str(read_only / "run")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"error: cannot write to --output-dir {read_only / 'run'}: Read-only file system"
 
 
 def accelerate_launch(*args: str):
