@@ -465,7 +465,9 @@ def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSe
         settings, Path(cfg.eval_data_dir) if cfg.eval_data_dir else None, cfg.eval_max_problems, samples_path,
         extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None)
     held_out = result["benchmarks"]["test_data"]
-    metrics.log(step, {"eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
+    protocol = {f"eval_{name}": value for name, value in result["settings"].items()  # which pass@1 this is (T=1 or 0.6)
+                if name in ("samples", "temperature", "top_p", "max_new_tokens")}
+    metrics.log(step, {**protocol, "eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
                        **{f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items() if name != "test_data"},
                        **{f"suite/{suite}": value for suite, value in result["suites"].items()}}, prefix="eval")
     if final:
@@ -594,7 +596,7 @@ def train(cfg: Config) -> Path:
                                             verify_workers=cfg.verify_workers, verify_config=verify_cfg)
     if step == 0 and main_process:
         start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir)
-        print(f"step 0: eval_pass1 {start_pass1:.3f}")
+        print(f"step 0: eval_pass1 {start_pass1:.3f} ({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")
     accelerator.wait_for_everyone()
 
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
@@ -695,7 +697,8 @@ def train(cfg: Config) -> Path:
             progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
             if step % cfg.eval_every == 0 or step == cfg.total_steps:
                 pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir)
-                progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
+                progress.write(f"step {step}: eval_pass1 {pass1:.3f} "
+                               f"({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")
         accelerator.wait_for_everyone()
         if step % cfg.save_every == 0 or step == cfg.total_steps:
             save_checkpoint(output_dir, step, accelerator, policy, tokenizer,

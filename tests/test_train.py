@@ -135,6 +135,8 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
     eval_rows = [r for r in rows if "eval_pass1" in r]
     assert [r["step"] for r in train_rows] == [1, 2] and all(SMOKE_KEYS <= set(r) for r in train_rows)
     assert [r["step"] for r in eval_rows] == [0, 2]
+    protocol = {"eval_samples": 2, "eval_temperature": 1.0, "eval_top_p": 1.0, "eval_max_new_tokens": 8}
+    assert all(protocol.items() <= r.items() for r in eval_rows)  # every score says how it was sampled
     assert list(out.glob("events.out.tfevents.*"))
     checkpoint = out / "checkpoints" / "step_000002"
     assert (checkpoint / "model" / "config.json").is_file() and (checkpoint / "trainer_state.pt").is_file()
