@@ -360,7 +360,7 @@ def remove_leftovers(output_dir: Path) -> None:
     root = output_dir / "checkpoints"
     for leftover in sorted(root.glob(".step_*")) if root.is_dir() else []:
         print(f"removing {leftover}, left by an interrupted save or pruning")
-        shutil.rmtree(leftover)
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -551,7 +551,8 @@ def train(cfg: Config) -> Path:
                       str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
     revision = None if checkpoint else cfg.model_revision
     model, tokenizer = load_policy(model_path, cfg.dtype, "cpu", revision)
-    prompt_limit = min(model.config.max_position_embeddings, cfg.vllm_max_model_len or math.inf) - cfg.max_new_tokens
+    context = min(getattr(model.config, "max_position_embeddings", math.inf), cfg.vllm_max_model_len or math.inf)
+    prompt_limit = context - cfg.max_new_tokens
     for path in (cfg.train_data, cfg.test_data):
         check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
     if cfg.gradient_checkpointing:
@@ -727,12 +728,13 @@ ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "di
 
 
 def write_failure(e: Exception) -> str | None:
-    """The one-line name of a failed write, or None for any other error. torch.save reports a full disk
-    as a RuntimeError ("file write failed") with no errno, Python and safetensors as an OSError."""
+    """The one-line name of a failed write, or None for any other error. Python reports a full disk as an
+    OSError with errno ENOSPC; torch.save as a RuntimeError from its zip writer, with no errno (on a full
+    device: "unexpected pos 704 vs 598", or "PytorchStreamWriter failed writing file ...")."""
     if isinstance(e, OSError) and e.errno in ONE_LINE_OS_ERRORS:
         return f"{ONE_LINE_OS_ERRORS[e.errno]} writing {e.filename or 'a file'}"
-    if "No space left on device" in str(e) or "file write failed" in str(e):
-        return "no space left on device (a file write failed)"
+    if isinstance(e, RuntimeError) and any(sign in str(e) for sign in ("PytorchStreamWriter", "unexpected pos")):
+        return "a checkpoint file could not be written (no space left on device?)"
     return None
 
 
