@@ -299,7 +299,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default=Config.preset)
-    pre.add_argument("--output-dir")
+    pre.add_argument("--output-dir", "--output_dir")
     pre.add_argument("--resume", action="store_true")
     known = pre.parse_known_args(argv)[0]
     saved = saved_config(Path(known.output_dir)) if known.resume and known.output_dir else None
