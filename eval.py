@@ -97,12 +97,13 @@ SAMPLE_DEFINING_SETTINGS = ("samples", "temperature", "top_p", "max_new_tokens",
 
 def samples_header(settings: EvalSettings, model: dict | None, loaded: list[tuple[str, list[dict], dict]]) -> dict:
     """What produced a samples file: the model, the sampling settings, the verifier's limits and a hash of
-    each benchmark's records (its data version)."""
-    return {"model": model,
-            "settings": {**{name: getattr(settings, name) for name in SAMPLE_DEFINING_SETTINGS},
-                         "verify_config": asdict(settings.verify_config)},
-            "benchmarks": {name: hashlib.sha256(json.dumps(records, sort_keys=True, default=str).encode()).hexdigest()[:16]
-                           for name, records, _ in loaded}}
+    each benchmark's records (its data version); as it reads back from JSON, so it compares equal to itself."""
+    header = {"model": model,
+              "settings": {**{name: getattr(settings, name) for name in SAMPLE_DEFINING_SETTINGS},
+                           "verify_config": asdict(settings.verify_config)},
+              "benchmarks": {name: hashlib.sha256(json.dumps(records, sort_keys=True, default=str).encode()).hexdigest()[:16]
+                             for name, records, _ in loaded}}
+    return json.loads(json.dumps(header, default=str))
 
 
 def header_differences(earlier: dict, now: dict) -> list[str]:

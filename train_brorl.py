@@ -307,14 +307,14 @@ def parse_config(argv: list[str] | None = None) -> Config:
         raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
     defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
     cfg = tyro.cli(Config, default=defaults, args=argv, description=__doc__)
-    if cfg.output_dir is None:  # named here, so config.json and an interrupted run's message name it
-        cfg = dataclasses.replace(cfg, output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     if saved is not None:
         refused = [change for change in config_changes(saved, cfg) if change.split()[0] not in RESUME_MAY_CHANGE]
         if refused:
             raise InputError(f"--resume continues the run in {known.output_dir} with its config.json, and these flags "
                              f"change what it is: {'; '.join(refused)} (drop them, or start a new --output-dir)")
     validate(cfg)
+    if cfg.output_dir is None:  # named here, so config.json and an interrupted run's message name it
+        cfg = dataclasses.replace(cfg, output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     return cfg
 
 
