@@ -16,10 +16,14 @@ Defaults follow the paper's protocol (arXiv 2510.01180, Table 1): k=16 samples, 
 32K-token responses (never more than the model's context). Every sample goes to `<out>.samples.jsonl`
 (benchmark, problem id, response, extracted answer, reward) so any score can be audited; an
 interrupted run started again with the same --out resumes from that file without redoing finished
-problems (the redone ones draw new samples: same distribution, not the same tokens).
+problems (the redone ones draw new samples: same distribution, not the same tokens), and refuses when
+the model, the sampling settings or a benchmark's data differ from the run that wrote it. Every score
+is printed and stored with the sampling settings that produced it (pass@1 at T=1 and at T=0.6 are
+different numbers for one model).
 """
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -33,7 +37,8 @@ import torch
 import benchmarks
 import reward
 import rollout
-from common import InputError, check_answers, load_policy, load_tasks, load_tokenizer
+from common import (InputError, check_answers, load_policy, load_tasks, load_tokenizer, model_fingerprint,
+                    resolve_model_dir)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -86,26 +91,66 @@ class EvalSettings:
     verify_config: reward.VerifyConfig = field(default_factory=reward.VerifyConfig)
 
 
-class SampleLog:
-    """The per-sample jsonl: read back on start (torn lines and unfinished problems dropped), appended after
-    each batch of problems."""
+# Settings that change what a sample is (its distribution or its reward). The seed and the batching are
+# not among them: a resumed run redraws unfinished problems anyway (same distribution, new tokens).
+SAMPLE_DEFINING_SETTINGS = ("samples", "temperature", "top_p", "max_new_tokens", "chat_template")
 
-    def __init__(self, path: Path | None, samples: int):
+
+def samples_header(settings: EvalSettings, model: dict | None, loaded: list[tuple[str, list[dict], dict]]) -> dict:
+    """What produced a samples file: the model, the sampling settings, the verifier's limits and a hash of
+    each benchmark's records (its data version); as it reads back from JSON, so it compares equal to itself."""
+    header = {"model": model,
+              "settings": {**{name: getattr(settings, name) for name in SAMPLE_DEFINING_SETTINGS},
+                           "verify_config": asdict(settings.verify_config)},
+              "benchmarks": {name: hashlib.sha256(json.dumps(records, sort_keys=True, default=str).encode()).hexdigest()[:16]
+                             for name, records, _ in loaded}}
+    return json.loads(json.dumps(header, default=str))
+
+
+def header_differences(earlier: dict, now: dict) -> list[str]:
+    """What differs between two samples headers; a benchmark in only one of them is no difference."""
+    differences = [] if earlier.get("model") == now["model"] else ["model"]
+    differences += [name for name in {**earlier.get("settings", {}), **now["settings"]}
+                    if earlier.get("settings", {}).get(name) != now["settings"].get(name)]
+    return differences + [f"{name} data" for name, digest in now["benchmarks"].items()
+                          if earlier.get("benchmarks", {}).get(name, digest) != digest]
+
+
+class SampleLog:
+    """The per-sample jsonl. Its first line, {"header": ...}, says what produced the samples (model,
+    sampling settings, benchmark data versions): a run started again with the same --out resumes only
+    when they match, and otherwise stops with one line, leaving the file as it was, so samples of two
+    models or two protocols are never mixed. On a match the file is read back (torn lines and
+    unfinished problems dropped) and appended after each batch of problems."""
+
+    def __init__(self, path: Path | None, samples: int, header: dict | None = None):
         self.path, self.done = path, {}
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
+        header = header or {"model": None, "settings": {}, "benchmarks": {}}
         rows: dict[tuple[str, str], list[dict]] = {}
         if path.is_file():
-            for line in path.read_text().splitlines():
+            lines = path.read_text(errors="replace").splitlines()
+            try:
+                earlier = json.loads(lines[0])["header"] if lines else header
+            except (json.JSONDecodeError, KeyError, TypeError):
+                earlier = {"model": "unknown (no header line)", "settings": {}, "benchmarks": {}}
+            differences = header_differences(earlier, header)
+            if differences:
+                raise InputError(f"{path} holds samples from another model or protocol (differs in: "
+                                 f"{', '.join(differences)}): pass another --out, or delete it to start over")
+            header = {**header, "benchmarks": {**earlier.get("benchmarks", {}), **header["benchmarks"]}}
+            for line in lines[1:]:
                 try:
                     row = json.loads(line)
                     rows.setdefault((row["benchmark"], row["id"]), []).append(row)
                 except (json.JSONDecodeError, KeyError, TypeError):
                     continue
         self.done = {key: r[:samples] for key, r in rows.items() if len(r) >= samples}
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")  # keep only finished problems, atomically
-        tmp.write_text("".join(json.dumps(r) + "\n" for rs in self.done.values() for r in rs))
+        tmp.write_text(json.dumps({"header": header}) + "\n"
+                       + "".join(json.dumps(r) + "\n" for rs in self.done.values() for r in rs))
         tmp.replace(path)
 
     def append(self, rows: list[dict]) -> None:
@@ -174,12 +219,12 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
 
 def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
                    data_dir: Path | None = None, max_problems: int = 0, samples_path: Path | None = None,
-                   extra: dict[str, list[dict]] | None = None, progress=print, shard: Shard = Shard()) -> dict:
-    """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists.
+                   extra: dict[str, list[dict]] | None = None, progress=print, model: dict | None = None,
+                   shard: Shard = Shard()) -> dict:
+    """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists;
+    `model` identifies the policy in the samples file's header (common.model_fingerprint).
     Under a `shard`, every process calls this and gets the same result."""
     start = time.time()
-    log = SampleLog(samples_path if shard.index == 0 else None, settings.samples)
-    log.done = shard.gather(log.done)[0]  # the finished problems process 0 read back
     result = {"settings": asdict(settings), "benchmarks": {}, "skipped": {}}
     loaded = [(name, records, {"suite": "", "source": "given", "note": "", "category": ""})
               for name, records in (extra or {}).items()]
@@ -190,6 +235,9 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
             continue
         loaded.append((bench.name, records, {"suite": bench.suite, "source": origin, "note": bench.note,
                                              "category": bench.category}))
+    log = SampleLog(samples_path if shard.index == 0 else None, settings.samples,
+                    samples_header(settings, model, loaded))
+    log.done = shard.gather(log.done)[0]  # the finished problems process 0 read back
     problems = 0
     for name, records, about in loaded:
         records = records[:max_problems] if max_problems else records
@@ -216,9 +264,16 @@ def group_means(pairs) -> dict[str, float]:
     return {group: float(np.mean(values)) for group, values in groups.items()}
 
 
+def sampling_protocol(settings: dict) -> str:
+    """The sampling settings a score depends on, in one line: "k=16, T=0.6, top-p 0.95, max 32768 tokens"."""
+    return (f"k={settings['samples']}, T={settings['temperature']}, top-p {settings['top_p']}, "
+            f"max {settings['max_new_tokens']} tokens")
+
+
 def format_table(result: dict) -> str:
     ks = sorted({k for e in result["benchmarks"].values() for k in e["pass_at_k"]}, key=int)
-    lines = [f"{'benchmark':<28} {'problems':>8}  {'pass@1 (95% CI)':<22}" + "".join(f"{'pass@' + k:>9}" for k in ks)]
+    lines = [f"sampling: {sampling_protocol(result['settings'])}",
+             f"{'benchmark':<28} {'problems':>8}  {'pass@1 (95% CI)':<22}" + "".join(f"{'pass@' + k:>9}" for k in ks)]
     for name, e in result["benchmarks"].items():
         label = f"{name} [{e['note']}]" if e["note"] else name
         ci = f"{100 * e['pass1']:.2f} ({100 * e['ci95'][0]:.1f}-{100 * e['ci95'][1]:.1f})"
@@ -234,9 +289,22 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def read_result(path: Path) -> dict:
+    """A results JSON eval.py wrote (--out), or InputError in one line."""
+    try:
+        result = json.loads(Path(path).read_bytes())
+    except FileNotFoundError:
+        raise InputError(f"no such result file: {path}") from None
+    except (OSError, ValueError) as e:
+        raise InputError(f"{path} is not a readable JSON file ({e})") from None
+    if not isinstance(result, dict) or not all(isinstance(result.get(key), dict) for key in ("benchmarks", "suites")):
+        raise InputError(f"{path} is not an eval.py result file (it needs 'benchmarks' and 'suites')")
+    return result
+
+
 def compare(path_a: Path, path_b: Path) -> str:
     """Two result files side by side: pass@1 per benchmark and suite, and B - A."""
-    a, b = (json.loads(Path(p).read_text()) for p in (path_a, path_b))
+    a, b = (read_result(p) for p in (path_a, path_b))
     lines = [f"{'':<30} {Path(path_a).stem[:12]:>12} {Path(path_b).stem[:12]:>12} {'B - A':>8}"]
     for section in ("benchmarks", "suites"):
         names = list(dict.fromkeys([*a[section], *b[section]]))
@@ -308,30 +376,36 @@ def main() -> None:
                              "and --max-batch-seqs >= 1")
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
+        model = resolve_model_dir(args.model)
         extra = {Path(args.data).stem: [{**t, "id": str(i)} for i, t in enumerate(load_tasks(args.data))]} if args.data else {}
         selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
         if args.engine == "vllm":  # the checkpoint's own dtype; every k samples of a problem in one request
-            tokenizer = load_tokenizer(args.model)
-            policy = rollout.VLLMEngine(args.model, dtype="auto", max_num_seqs=max(args.max_batch_seqs, args.samples),
+            tokenizer = load_tokenizer(model)
+            policy = rollout.VLLMEngine(model, dtype="auto", max_num_seqs=max(args.max_batch_seqs, args.samples),
                                         gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
         else:
-            policy, tokenizer = load_policy(args.model)
+            policy, tokenizer = load_policy(model)
         settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
                                 not args.no_chat_template, args.max_batch_seqs, args.problems_per_batch,
                                 verify_workers=args.verify_workers,
                                 verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
-        result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra)
+        result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra,
+                                model=model_fingerprint(model))
+        result["model"] = model
+        print(format_table(result))
+        print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")
+        if args.out:
+            args.out.write_text(json.dumps(result, indent=2))
+        if args.plot:
+            plot_pass_at_k(result, args.plot)
     except (InputError, rollout.EngineError) as e:
         sys.exit(f"error: {e}")
-    result["model"] = args.model
-    print(format_table(result))
-    print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")
-    if args.out:
-        args.out.write_text(json.dumps(result, indent=2))
-    if args.plot:
-        plot_pass_at_k(result, args.plot)
+    except KeyboardInterrupt:
+        sys.exit(f"\ninterrupted: {'the same command resumes from ' + str(args.out.with_suffix('.samples.jsonl')) if args.out else 'no --out, nothing kept'}")
+    except OSError as e:  # --out in a read-only folder, a full disk, a folder where a file should be
+        sys.exit(f"error: {e.strerror or e}: {e.filename or ''}")
 
 
 if __name__ == "__main__":

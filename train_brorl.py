@@ -27,11 +27,11 @@ and writes files.
 import argparse
 import copy
 import dataclasses
+import errno
 import json
 import math
 import os
 import random
-import re
 import shutil
 import sys
 import time
@@ -53,7 +53,8 @@ import eval as evaluation
 import reward
 import rollout
 import update
-from common import InputError, check_answers, check_model_path, load_policy, load_tasks
+from common import (CHECKPOINT, InputError, check_answers, check_model_path, check_prompt_lengths, latest_checkpoint,
+                    load_policy, load_tasks)
 from tiny_model import ensure_tiny_model
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -287,24 +288,75 @@ def validate(cfg: Config) -> None:
             raise InputError(f"data file not found: {path}{hint}")
 
 
+# What a resumed run may change (each change is printed): how long it runs, how often it evaluates and
+# saves, and how many threads and verifier processes do the work. Everything else defines the run.
+RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads", "verify_workers")
+
+
+def saved_config(output_dir: Path) -> Config | None:
+    """The config.json an earlier run wrote in `output_dir` (None when there is none)."""
+    path = output_dir / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new --output-dir") from None
+    defaults = dataclasses.asdict(Config())
+    if not isinstance(saved, dict) or set(saved) - set(defaults):
+        raise InputError(f"{path} is not a train_brorl.py config (unknown keys: "
+                         f"{sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved!r})")
+    return Config(**{k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in saved.items()})
+
+
+def config_changes(before: Config, after: Config) -> list[str]:
+    """The settings that differ ("total_steps 2 -> 3"), leaving out --resume and how the folder was spelled."""
+    return [f"{f.name} {getattr(before, f.name)!r} -> {getattr(after, f.name)!r}" for f in dataclasses.fields(Config)
+            if f.name not in ("resume", "output_dir") and getattr(before, f.name) != getattr(after, f.name)]
+
+
 def parse_config(argv: list[str] | None = None) -> Config:
-    """`--preset NAME` picks the defaults; every other flag overrides them."""
+    """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's own
+    config.json is the default instead, and a flag may change it only if it is in RESUME_MAY_CHANGE:
+    resuming without retyping the flags continues the same run, never another preset's."""
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default=Config.preset)
-    preset = pre.parse_known_args(argv)[0].preset
-    if preset not in PRESETS:
-        raise InputError(f"unknown preset '{preset}' (known: {', '.join(PRESETS)})")
-    defaults = dataclasses.replace(Config(preset=preset), **PRESETS[preset])
+    pre.add_argument("--output-dir", "--output_dir")
+    pre.add_argument("--resume", action="store_true")
+    known = pre.parse_known_args(argv)[0]
+    saved = saved_config(Path(known.output_dir)) if known.resume and known.output_dir else None
+    if saved is None and known.preset not in PRESETS:
+        raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
+    defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
     cfg = tyro.cli(Config, default=defaults, args=argv, description=__doc__)
+    if saved is not None:
+        refused = [change for change in config_changes(saved, cfg) if change.split()[0] not in RESUME_MAY_CHANGE]
+        if refused:
+            raise InputError(f"--resume continues the run in {known.output_dir} with its config.json, and these flags "
+                             f"change what it is: {'; '.join(refused)} (drop them, or start a new --output-dir)")
     validate(cfg)
+    if cfg.output_dir is None:  # named here, so config.json and an interrupted run's message name it
+        cfg = dataclasses.replace(cfg, output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     return cfg
 
 
+def write_config(output_dir: Path, cfg: Config) -> None:
+    """config.json, printing what differs from the one already there (a resume's allowed changes, or a
+    restart from scratch with other settings): it is never replaced by another config silently."""
+    try:
+        earlier = saved_config(output_dir)
+    except InputError as e:  # torn by a kill before the first checkpoint: nothing to keep
+        print(f"replacing {e}")
+        earlier = None
+    for change in config_changes(earlier, cfg) if earlier else []:
+        print(f"config.json: {change}")
+    tmp = output_dir / "config.json.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    os.replace(tmp, output_dir / "config.json")
+
+
 # ---- checkpoints: atomic (temp dir, fsync, rename); a save_pretrained model and accelerate's state ---
-
-
-CHECKPOINT = re.compile(r"^step_(\d{6})$")
 
 
 def fsync_dir(path: Path) -> None:
@@ -325,11 +377,26 @@ def fsync_tree(path: Path) -> None:
     fsync_dir(path)
 
 
-def latest_checkpoint(output_dir: Path) -> Path | None:
+def remove_leftovers(output_dir: Path) -> None:
+    """`.step_N.tmp` (a save that died) and `.step_N.deleting` (a pruning that died) are never read again,
+    and each is a whole checkpoint (about 20 GB at paper scale): removed when a run starts or resumes."""
     root = output_dir / "checkpoints"
-    found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
-    found = [p for p in found if (p / "trainer_state.pt").is_file()]
-    return found[-1] if found else None
+    for leftover in sorted(root.glob(".step_*")) if root.is_dir() else []:
+        print(f"removing {leftover}, left by an interrupted save or pruning")
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """One line, before any work, when the output folder can't be written (a file, read-only, no access)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise InputError(f"--output-dir is a file, not a folder: {output_dir}")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write_probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"cannot write to --output-dir {output_dir}: {e.strerror}") from None
 
 
 def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer, state: dict,
@@ -350,7 +417,8 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
         tokenizer.save_pretrained(tmp / "model")
     accelerator.save_state(tmp / "state")
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
+    if accelerator.is_main_process:  # the size of every file, so a damaged checkpoint is recognised on resume
+        state = {**state, "files": {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*") if f.is_file()}}
         torch.save(state, tmp / "trainer_state.pt")
         fsync_tree(tmp)
         shutil.rmtree(final, ignore_errors=True)
@@ -369,14 +437,22 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
 
 
 class MetricsLog:
-    def __init__(self, output_dir: Path, resume_step: int | None):
+    """metrics.jsonl and tensorboard, continued after `start_step` (the checkpoint's step; -1 without one):
+    rows and events an earlier attempt logged past it (after its last checkpoint, or all of them when it
+    died before the first) are dropped, so a resumed or rerun folder logs every step once and in order."""
+
+    def __init__(self, output_dir: Path, start_step: int):
         self.path = output_dir / "metrics.jsonl"
-        if resume_step is not None and self.path.exists():  # drop rows of the step(s) the kill lost
-            rows = [line for line in self.path.read_text().splitlines() if self.row_step(line) <= resume_step]
+        if self.path.exists():
+            lines = self.path.read_text(errors="replace").splitlines()
+            rows = [line for line in lines if self.row_step(line) <= start_step]
+            if len(rows) < len(lines):
+                print(f"metrics.jsonl: dropped {len(lines) - len(rows)} rows an earlier attempt logged after step {start_step}")
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(row + "\n" for row in rows))
             os.replace(tmp, self.path)
-        self.writer = SummaryWriter(str(output_dir), purge_step=None if resume_step is None else resume_step + 1)
+        # purge_step: tensorboard hides the earlier event files' events at steps >= it
+        self.writer = SummaryWriter(str(output_dir), purge_step=start_step + 1)
         self.file = open(self.path, "a")
 
     @staticmethod
@@ -417,7 +493,9 @@ def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSe
     held_out = result["benchmarks"]["test_data"]
     if metrics is None:
         return held_out["pass1"]
-    metrics.log(step, {"eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
+    protocol = {f"eval_{name}": value for name, value in result["settings"].items()  # which pass@1 this is (T=1 or 0.6)
+                if name in ("samples", "temperature", "top_p", "max_new_tokens")}
+    metrics.log(step, {**protocol, "eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
                        **{f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items() if name != "test_data"},
                        **{f"suite/{suite}": value for suite, value in result["suites"].items()}}, prefix="eval")
     if final:
@@ -531,7 +609,10 @@ def train(cfg: Config) -> Path:
         return tensor if processes == 1 else accelerator.gather(tensor.reshape(1).to(accelerator.device)).max().cpu()
 
     output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
-    checkpoint = latest_checkpoint(output_dir)
+    if main_process:
+        check_output_dir(output_dir)
+        remove_leftovers(output_dir)
+    checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
     if checkpoint and not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or another --output-dir")
     if cfg.resume and checkpoint is None and main_process:
@@ -552,6 +633,10 @@ def train(cfg: Config) -> Path:
                       str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
     revision = None if checkpoint else cfg.model_revision
     model, tokenizer = load_policy(model_path, cfg.dtype, "cpu", revision)
+    context = min(getattr(model.config, "max_position_embeddings", math.inf), cfg.vllm_max_model_len or math.inf)
+    prompt_limit = context - cfg.max_new_tokens
+    for path in (cfg.train_data, cfg.test_data):
+        check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_policy = update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0 else None
@@ -581,8 +666,8 @@ def train(cfg: Config) -> Path:
     metrics = None
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
-        metrics = MetricsLog(output_dir, resume_step=step if checkpoint else None)
+        write_config(output_dir, cfg)
+        metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
         metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
     sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)
     update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
@@ -598,7 +683,7 @@ def train(cfg: Config) -> Path:
     if step == 0:
         start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir, eval_shard)
         if main_process:
-            print(f"step 0: eval_pass1 {start_pass1:.3f}")
+            print(f"step 0: eval_pass1 {start_pass1:.3f} ({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")
     accelerator.wait_for_everyone()
 
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
@@ -704,7 +789,8 @@ def train(cfg: Config) -> Path:
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
             pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir, eval_shard)
             if main_process:
-                progress.write(f"step {step}: eval_pass1 {pass1:.3f}")
+                progress.write(f"step {step}: eval_pass1 {pass1:.3f} "
+                               f"({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")
         accelerator.wait_for_everyone()
         if step % cfg.save_every == 0 or step == cfg.total_steps:
             save_checkpoint(output_dir, step, accelerator, policy, tokenizer,
@@ -718,12 +804,47 @@ def train(cfg: Config) -> Path:
     return output_dir
 
 
+def where_to_resume(cfg: Config | None) -> str:
+    """What an interrupted run left: the checkpoint it continues from, and the command that does it."""
+    checkpoint = latest_checkpoint(Path(cfg.output_dir), say=lambda message: None) if cfg and cfg.output_dir else None
+    if checkpoint is None:
+        return "no checkpoint was saved yet (a rerun starts from step 0)"
+    return (f"the last complete checkpoint is {checkpoint}; continue with: "
+            f"python train_brorl.py --output-dir {cfg.output_dir} --resume")
+
+
+# Environment failures that deserve one line, not a traceback: the disk, the folder, the permissions.
+ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                      errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+
+
+def write_failure(e: Exception) -> str | None:
+    """The one-line name of a failed write, or None for any other error. Python reports a full disk as an
+    OSError with errno ENOSPC; torch.save as a RuntimeError from its zip writer, with no errno (on a full
+    device: "unexpected pos 704 vs 598", or "PytorchStreamWriter failed writing file ...")."""
+    if isinstance(e, OSError) and e.errno in ONE_LINE_OS_ERRORS:
+        return f"{ONE_LINE_OS_ERRORS[e.errno]} writing {e.filename or 'a file'}"
+    if isinstance(e, RuntimeError) and any(sign in str(e) for sign in ("PytorchStreamWriter", "unexpected pos")):
+        return "a checkpoint file could not be written (no space left on device?)"
+    return None
+
+
 def main() -> None:
+    cfg = None
     try:
         cfg = parse_config()
         output_dir = train(cfg)
     except (InputError, rollout.EngineError) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit(f"\ninterrupted: {where_to_resume(cfg)}")
+    except (OSError, RuntimeError) as e:
+        failure = write_failure(e)
+        if failure is None:
+            raise
+        if cfg is not None and cfg.output_dir:
+            remove_leftovers(Path(cfg.output_dir))  # the half-written checkpoint: free its space now
+        sys.exit(f"error: {failure}; {where_to_resume(cfg)}")
     print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "
           f"curves: tensorboard --logdir {output_dir}")
 

@@ -3,10 +3,13 @@
 import itertools
 import json
 import math
+import shutil
 import threading
 
 import pytest
+import torch
 
+import common
 from conftest import ROOT, run_script
 from common import load_tasks
 from eval import EvalSettings, Shard, bootstrap_ci, k_values, metrics, pass_at_k, run_benchmark
@@ -68,9 +71,12 @@ def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrai
     assert saved["benchmarks"]["math500"]["source"].endswith("math500.jsonl")
     assert set(saved["suites"]) == {"math", "code", "reasoning_gym"}
     assert saved["reasoning_gym_categories"] == {"arithmetic": saved["benchmarks"]["rg/gcd"]["pass1"]}
-    samples = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
+    header, *samples = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * sum(e["problems"] for e in saved["benchmarks"].values())
     assert set(samples[0]) == {"benchmark", "id", "sample", "response", "extracted", "reward"}
+    assert header["header"]["settings"]["temperature"] == 0.6 and set(header["header"]["benchmarks"]) == set(saved["benchmarks"])
+    assert "\nsampling: k=2, T=0.6, top-p 0.95, max 12 tokens\n" in result.stdout
+    assert saved["settings"]["temperature"] == 0.6 and saved["settings"]["samples"] == 2
     assert (tmp_path / "curves.png").stat().st_size > 5_000
     empty = tmp_path / "no-data"
     empty.mkdir()
@@ -84,11 +90,11 @@ def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained
     eval_cli(untrained_model_dir, out, *args)
     samples = out.with_suffix(".samples.jsonl")
     lines = samples.read_text().splitlines()
-    kept = lines[:5]  # problems 0 and 1 finished, problem 2 half written, then a torn line
+    kept = lines[:6]  # the header, problems 0 and 1 finished, problem 2 half written, then a torn line
     samples.write_text("\n".join(kept) + '\n{"benchmark": "arith_te')
     eval_cli(untrained_model_dir, out, *args)
     after = samples.read_text().splitlines()
-    assert after[:4] == lines[:4] and len(after) == 12  # finished problems kept as they were, nothing twice
+    assert after[:5] == lines[:5] and len(after) == 13  # finished problems kept as they were, nothing twice
     assert json.loads(out.read_text())["benchmarks"]["arith_test"]["problems"] == 6
 
 
@@ -130,6 +136,24 @@ def test_two_shards_each_score_half_the_batches_and_get_one_process_numbers(untr
     assert rows_sent == [3 * 2 * 2, 2 * 2 * 2]  # batches 0, 2, 4 and 1, 3: 2 problems x 2 samples each
 
 
+def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refuses_and_keeps_the_samples(
+        untrained_model_dir, tmp_path):
+    out = tmp_path / "run.json"
+    args = ("--data", "data/arith_test.jsonl", "--max-problems", "2")
+    eval_cli(untrained_model_dir, out, *args)
+    samples = out.with_suffix(".samples.jsonl")
+    before = samples.read_text()
+    other_model = shutil.copytree(untrained_model_dir, tmp_path / "other-model")
+    for model, changed, named in [(other_model, (), "model"), (untrained_model_dir, ("--temperature", "1.0"), "temperature"),
+                                  (untrained_model_dir, ("--samples", "3", "--max-new-tokens", "9"), "samples, max_new_tokens")]:
+        result = eval_cli(model, out, *args, *changed, check=False)
+        assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert f"holds samples from another model or protocol (differs in: {named})" in result.stderr
+        assert samples.read_text() == before  # the earlier samples are neither reused nor truncated
+    eval_cli(untrained_model_dir, out, *args, "--max-problems", "3")  # same model and protocol: resumes
+    assert samples.read_text().startswith(before)
+
+
 def test_compare_prints_two_runs_side_by_side(tmp_path):
     def result(math, code):
         return {"benchmarks": {"aime2024": {"pass1": math}, "humaneval": {"pass1": code}},
@@ -142,6 +166,30 @@ def test_compare_prints_two_runs_side_by_side(tmp_path):
     assert any(line.split() == ["aime2024", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
     assert any(line.split() == ["humaneval", "50.00", "-"] for line in printed.splitlines())
     assert any(line.split() == ["suite", "math", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
+
+
+def test_eval_model_may_be_a_training_run_or_a_checkpoint_folder(untrained_model_dir, tmp_path):
+    run = tmp_path / "run"
+    for step in (1, 2):  # the trainer's layout: checkpoints/step_N/{model, trainer_state.pt}
+        checkpoint = run / "checkpoints" / f"step_{step:06d}"
+        shutil.copytree(untrained_model_dir, checkpoint / "model")
+        torch.save({"step": step}, checkpoint / "trainer_state.pt")
+    latest = run / "checkpoints" / "step_000002"
+    assert common.resolve_model_dir(str(run)) == str(latest / "model")
+    assert common.resolve_model_dir(str(latest)) == str(latest / "model")
+    assert common.resolve_model_dir(str(untrained_model_dir)) == str(untrained_model_dir)
+    result = eval_cli(run, tmp_path / "run.json", "--data", "data/arith_test.jsonl", "--max-problems", "2")
+    assert f"{run} is a training run: evaluating its latest checkpoint, {latest / 'model'}" in result.stdout
+    assert json.loads((tmp_path / "run.json").read_text())["model"] == str(latest / "model")
+
+
+def test_compare_with_a_missing_or_foreign_file_is_one_line(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"benchmarks": {}, "suites": {}}))
+    (tmp_path / "config.json").write_text(json.dumps({"n_rollouts": 16}))
+    for other, message in [("missing.json", f"no such result file: {tmp_path / 'missing.json'}"),
+                           ("config.json", f"{tmp_path / 'config.json'} is not an eval.py result file")]:
+        result = run_script("eval.py", "--compare", str(tmp_path / "a.json"), str(tmp_path / other), check=False)
+        assert result.returncode != 0 and result.stderr.startswith(f"error: {message}") and "Traceback" not in result.stderr
 
 
 def test_eval_cli_missing_model_is_one_clear_line(tmp_path):

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +15,7 @@ import pytest
 import torch
 from accelerate.utils import DistributedType
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import common
 import train_brorl
@@ -102,6 +105,17 @@ def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answe
     assert rows["--zero-truncated-reward"]["reward_mean"] == 0.0
 
 
+def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the_run(tmp_path):
+    smoke = train_brorl.parse_config(["--preset", "smoke", "--output-dir", str(tmp_path), "--eval-temperature", "0.6"])
+    (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(smoke)))
+    resumed = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume"])  # no flags retyped
+    assert dataclasses.replace(resumed, resume=False) == smoke
+    longer = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--total-steps", "9", "--preset", "smoke"])
+    assert longer.total_steps == 9 and train_brorl.config_changes(smoke, longer) == ["total_steps 2 -> 9"]
+    with pytest.raises(common.InputError, match=r"change what it is: preset 'smoke' -> 'cpu-demo'; n_rollouts 16 -> 32 "):
+        train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32", "--preset", "cpu-demo"])
+
+
 def test_malformed_data_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "2+2=", "answer": 4, "task": "arith"}\n')
@@ -110,6 +124,23 @@ def test_malformed_data_line_names_file_and_line(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(common.InputError, match=f"{path}:1: not valid JSON"):
         common.load_tasks(path)
+    path.write_bytes(b'{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "\xe9t\xe9", "answer": "2", "task": "arith"}\n')
+    with pytest.raises(common.InputError, match=f"{path}:2: not UTF-8 text"):  # latin-1, say
+        common.load_tasks(path)
+    path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n' + "x" * 200 + "\n")
+    with pytest.raises(common.InputError, match=f"{path}:2: line longer than"):
+        common.read_jsonl(path, max_line_bytes=100)
+
+
+def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming_file_and_line(tmp_path):
+    data = tmp_path / "long.jsonl"
+    data.write_text(json.dumps({"task": "arith", "prompt": "1+1=", "answer": "2"}) + "\n"
+                    + json.dumps({"task": "arith", "prompt": "9" * 300 + "+1=", "answer": "1"}) + "\n")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data), "--output-dir",
+                        str(tmp_path / "run"), check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    # the tiny model's context is 256 positions, 8 of them for the response; "<|user|>"-style wrapping adds a few
+    assert re.fullmatch(rf"error: {data}:2: prompt is 3\d\d tokens, over the limit of 248 \(.*\)", result.stderr.strip())
 
 
 def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path):
@@ -120,6 +151,8 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
     eval_rows = [r for r in rows if "eval_pass1" in r]
     assert [r["step"] for r in train_rows] == [1, 2] and all(SMOKE_KEYS <= set(r) for r in train_rows)
     assert [r["step"] for r in eval_rows] == [0, 2]
+    protocol = {"eval_samples": 2, "eval_temperature": 1.0, "eval_top_p": 1.0, "eval_max_new_tokens": 8}
+    assert all(protocol.items() <= r.items() for r in eval_rows)  # every score says how it was sampled
     assert list(out.glob("events.out.tfevents.*"))
     checkpoint = out / "checkpoints" / "step_000002"
     assert (checkpoint / "model" / "config.json").is_file() and (checkpoint / "trainer_state.pt").is_file()
@@ -127,9 +160,28 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
     assert model.config.tie_word_embeddings is False
     again = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), check=False)
     assert again.returncode != 0 and "pass --resume" in again.stderr
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 2, 3, 3]
+    resumed = run_script("train_brorl.py", "--output-dir", str(out), "--resume", "--total-steps", "3")  # smoke, restored
+    assert "config.json: total_steps 2 -> 3" in resumed.stdout.splitlines()
+    assert json.loads((out / "config.json").read_text())["n_rollouts"] == train_brorl.PRESETS["smoke"]["n_rollouts"]
+    # one train row and one eval row per step (step 2's eval: the final eval of the 2-step run), none twice
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"), (3, "eval")]
+
+
+def logged_steps(out_dir) -> list[tuple[int, str]]:
+    rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], "eval" if "eval_pass1" in r else "train") for r in rows]
+
+
+def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(tmp_path):
+    out = tmp_path / "run"
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--total-steps", "0")  # the step-0 eval only
+    assert train_brorl.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
+    rerun = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
+    assert "metrics.jsonl: dropped 1 rows an earlier attempt logged after step -1" in rerun.stdout
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval")]
+    events = EventAccumulator(str(out))
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/eval_pass1")] == [0, 2]  # the first attempt's step 0 purged
 
 
 def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
@@ -193,16 +245,78 @@ def test_default_run_raises_held_out_pass1_by_20_points(tmp_path):
     assert time.time() - start < 600
 
 
-def test_a_torn_metrics_line_and_a_half_written_checkpoint_do_not_break_resume(tmp_path):
+def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_do_not_break_resume(tmp_path):
     out = tmp_path / "run"
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--eval-every", "100")
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward_me')  # killed mid-write
-    (out / "checkpoints" / "step_000003" / "model").mkdir(parents=True)  # killed before trainer_state.pt
-    assert train_brorl.latest_checkpoint(out).name == "step_000002"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
-    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 2, 3, 3]
+    checkpoints = out / "checkpoints"
+    (checkpoints / "step_000003" / "model").mkdir(parents=True)  # killed before trainer_state.pt
+    (checkpoints / ".step_000003.tmp" / "model").mkdir(parents=True)  # killed during a save
+    (checkpoints / ".step_000000.deleting").mkdir()  # killed while pruning
+    weights = checkpoints / "step_000002" / "model" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a damaged disk
+    resumed = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
+    assert f"skipping the damaged checkpoint {checkpoints / 'step_000002'} (model/model.safetensors is" in resumed.stdout
+    assert "resumed from" in resumed.stdout and "step_000001 at step 1" in resumed.stdout
+    assert not list(checkpoints.glob(".step_*"))  # the leftovers are gone
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
+
+
+def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "train_brorl.py", "--preset", "smoke", "--total-steps", "50",
+                             "--eval-every", "100", "--output-dir", str(out)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.time() + 300
+    while not (out / "checkpoints" / "step_000001").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode not in (0, None) and "Traceback" not in stderr, stderr
+    last = train_brorl.latest_checkpoint(out)
+    assert stderr.strip().splitlines()[-1] == (f"interrupted: the last complete checkpoint is {last}; continue with: "
+                                               f"python train_brorl.py --output-dir {out} --resume")
+
+
+DISK_FULL_AT_STEP_2 = """
+import errno, sys, torch, train_brorl
+save = torch.save
+def save_or_fail(obj, path, *args, **kwargs):
+    if isinstance(obj, dict) and obj.get("step") == 2:
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    return save(obj, path, *args, **kwargs)
+torch.save = save_or_fail
+sys.argv[0] = "train_brorl.py"
+train_brorl.main()
+"""
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    result = run_script("-c", DISK_FULL_AT_STEP_2, "--preset", "smoke", "--output-dir", str(out), check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    last = out / "checkpoints" / "step_000001"
+    assert result.stderr.strip().splitlines()[-1] == (  # after the progress bar
+        f"error: no space left on device writing {out / 'checkpoints' / '.step_000002.tmp' / 'trainer_state.pt'}; "
+        f"the last complete checkpoint is {last}; continue with: python train_brorl.py --output-dir {out} --resume")
+    assert train_brorl.latest_checkpoint(out) == last and not list((out / "checkpoints").glob(".step_*"))
+
+
+def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
+    a_file = tmp_path / "taken"
+    a_file.write_text("")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(a_file), check=False)
+    assert result.returncode != 0 and result.stderr.strip() == f"error: --output-dir is a file, not a folder: {a_file}"
+    if shutil.which("bwrap") is None:
+        pytest.skip("bwrap is needed to mount a read-only folder")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    result = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only), str(read_only), sys.executable,
+                             "train_brorl.py", "--preset", "smoke", "--output-dir", str(read_only / "run")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    assert result.stderr.strip() == f"error: cannot write to --output-dir {read_only / 'run'}: Read-only file system"
 
 
 def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):

@@ -150,8 +150,8 @@ def test_eval_cli_with_the_vllm_engine(tmp_path, untrained_model_dir):
                "--max-problems", "8", "--samples", "4", "--temperature", "1.0", "--top-p", "1.0", "--out", str(out))
     result = json.loads(out.read_text())["benchmarks"]["arith_test"]
     assert result["problems"] == 8 and 0.0 <= result["pass1"] <= 1.0
-    samples = (tmp_path / "eval.samples.jsonl").read_text().splitlines()
-    assert len(samples) == 8 * 4
+    header, *samples = (tmp_path / "eval.samples.jsonl").read_text().splitlines()
+    assert json.loads(header)["header"]["settings"]["samples"] == 4 and len(samples) == 8 * 4
 
 
 def test_many_long_prompts_in_one_seeded_call(engine, untrained_policy):
