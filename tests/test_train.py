@@ -397,7 +397,7 @@ def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_pa
         assert one["benchmarks"][name]["pass1"] == two["benchmarks"][name]["pass1"]
     samples = [(tmp_path / run / "eval.samples.jsonl").read_text() for run in ("one", "two")]
     problems = sum(entry["problems"] for entry in one["benchmarks"].values())
-    assert samples[0] == samples[1] and samples[0].count("\n") == 2 * problems  # every sample, written once
+    assert samples[0] == samples[1] and samples[0].count("\n") == 1 + 2 * problems  # header + every sample, once
 
 
 def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_path):
