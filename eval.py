@@ -403,7 +403,8 @@ def main() -> None:
     except (InputError, rollout.EngineError) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        sys.exit(f"\ninterrupted: {'the same command resumes from ' + str(args.out.with_suffix('.samples.jsonl')) if args.out else 'no --out, nothing kept'}")
+        kept = f"the same command resumes from {args.out.with_suffix('.samples.jsonl')}" if args.out else "no --out, nothing kept"
+        sys.exit(f"\ninterrupted: {kept}")
     except OSError as e:  # --out in a read-only folder, a full disk, a folder where a file should be
         sys.exit(f"error: {e.strerror or e}: {e.filename or ''}")
 
