@@ -75,7 +75,7 @@ def sandbox_processes() -> list[str]:
     """Live processes of the sandbox uids (zombies waiting for init to reap them are dead already)."""
     ps = subprocess.run(["ps", "-eo", "uid=,stat=,args="], capture_output=True, text=True).stdout
     return [line for line in ps.splitlines()
-            if int(line.split()[0]) >= reward.SANDBOX_UID and not line.split()[1].startswith("Z")]
+            if reward.sandbox_uid(0) <= int(line.split()[0]) <= reward.sandbox_uid(reward.PROBE_SLOT) and not line.split()[1].startswith("Z")]
 
 
 @needs_bwrap
@@ -111,13 +111,15 @@ def test_the_sandbox_sees_no_environment_and_no_parent():
         del os.environ["BRORL_SECRET"]
 
 
-def test_the_fallback_without_bubblewrap_still_limits_and_cleans_up(monkeypatch):
-    fallback = reward.Sandbox("rlimits", reward.sandbox().python)
+def test_the_unsafe_fallback_without_bubblewrap_still_limits_and_cleans_up(monkeypatch):
+    fallback = reward.Sandbox("rlimits", reward.sandbox().python, "bubblewrap is not installed")
     monkeypatch.setattr(reward, "sandbox", lambda: fallback)
-    assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD) == 1.0
-    assert reward.run_program("while True:\n    pass", ADD, FAST).status == "timeout"
-    assert reward.run_program("x = bytearray(8 << 30)", ADD, FAST).status == "error: MemoryError"
-    grandchild = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\nprint('pwned')"
-    assert reward.score("code", fenced(grandchild), ADD, FAST) == 0.0
+    unsafe = reward.VerifyConfig(test_timeout=1.0, unsafe_no_sandbox=True)
+    with pytest.warns(RuntimeWarning, match="NO network or file-system isolation"):
+        assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, unsafe) == 1.0
+        assert reward.run_program("while True:\n    pass", ADD, unsafe).status == "timeout"
+        assert reward.run_program("x = bytearray(8 << 30)", ADD, unsafe).status == "error: MemoryError"
+        grandchild = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\nprint('pwned')"
+        assert reward.score("code", fenced(grandchild), ADD, unsafe) == 0.0
     if os.geteuid() == 0:  # as root the fallback kills every process of the sandbox uid
         assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
