@@ -1021,7 +1021,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     a response (timeouts and crashes score 0 and are counted in `stats`); raises ValueError for an
     unknown task or a malformed answer (the data's fault, not the model's)."""
     if not 1 <= workers < PROBE_SLOT:
-        raise ValueError(f"workers must be in [1, {PROBE_SLOT}), got {workers}")
+        raise ValueError(f"workers must be >= 1 and < {PROBE_SLOT}, got {workers}")
     config = config or VerifyConfig()
     stats = stats if stats is not None else VerifyStats()
     start = time.perf_counter()
