@@ -348,3 +348,11 @@ def test_the_reward_cli_refuses_code_in_one_line_without_bubblewrap():
     done = subprocess.run(command + ["--unsafe-no-sandbox"], cwd=Path(reward.__file__).parent, env=env,
                           capture_output=True, text=True)
     assert done.stdout == "reward: 0.0\n"
+
+
+def test_eval_refuses_code_benchmarks_in_one_line_without_bubblewrap():
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}
+    done = subprocess.run([sys.executable, "eval.py", "--model", "unused", "--benchmarks", "humaneval"],
+                          cwd=Path(reward.__file__).parent, env=env, capture_output=True, text=True)
+    assert done.returncode != 0 and done.stderr.startswith("error: code tasks run untrusted programs")
+    assert done.stderr.count("\n") == 1
