@@ -527,8 +527,10 @@ calls.write(json.dumps({"verdict": verdict}) + "\n")
 calls.flush()
 '''
 
-SANDBOX_UID = 100_000  # as root, slot s of process p runs as uid SANDBOX_UID + UIDS_PER_PROCESS * p + s
-UIDS_PER_PROCESS = 256  # (pid_max <= 2^22, so every uid stays below 2^31)
+# As root, slot s of process p runs as uid SANDBOX_UID + UIDS_PER_PROCESS * p + s: above the ranges systems
+# give users and /etc/subuid (from 100000 up), and, since pid_max <= 2^22, below 2^31.
+SANDBOX_UID = 1 << 30
+UIDS_PER_PROCESS = 256
 PROBE_SLOT = UIDS_PER_PROCESS - 1  # the start-up probe's uid, never a program's
 CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
 START_TIMEOUT = 10.0  # bubblewrap, the interpreter and compile(), before a program's first test, seconds
@@ -683,14 +685,17 @@ def _new_cgroup(memory_bytes: int) -> str | None:
         return None
     directory, version = parent
     path = os.path.join(directory, f"brorl-{os.getpid()}-{next(_CGROUP_IDS)}")
-    limits = ({"memory.max": memory_bytes, "memory.swap.max": 0} if version == 2 else
-              {"memory.limit_in_bytes": memory_bytes, "memory.memsw.limit_in_bytes": memory_bytes})
+    limit, no_swap = (("memory.max", memory_bytes), ("memory.swap.max", 0)) if version == 2 else \
+        (("memory.limit_in_bytes", memory_bytes), ("memory.memsw.limit_in_bytes", memory_bytes))
     try:
         os.mkdir(path)
-        for name, value in limits.items():
-            if os.path.exists(os.path.join(path, name)):
+        for (name, value), required in ((limit, True), (no_swap, False)):
+            try:
                 with open(os.path.join(path, name), "w") as f:
                     f.write(str(value))
+            except OSError:
+                if required:  # (swap accounting may be off: then there is no swap to bound)
+                    raise
     except OSError:
         _remove_cgroup(path)
         return None
@@ -798,9 +803,16 @@ class SandboxedProcess:
             command, cwd = [box.python, "-I", "-c", script], self.workdir
             if uid is not None:
                 os.chown(cwd, uid, uid)
-        self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, cwd=cwd, env={"PATH": CLEAN_PATH},
-                                     start_new_session=True, preexec_fn=enter_sandbox)
+        try:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, cwd=cwd, env={"PATH": CLEAN_PATH},
+                                         start_new_session=True, preexec_fn=enter_sandbox)
+        except BaseException:
+            if self.cgroup:
+                _remove_cgroup(self.cgroup)
+            if self.workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
         os.set_blocking(self.proc.stdin.fileno(), False)
 
     def send(self, message: dict, deadline: float) -> str | None:
@@ -932,7 +944,11 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slo
     cap, cpu_seconds = _reply_cap(max_output), START_TIMEOUT + config.check_timeout
     deadline = time.monotonic() + START_TIMEOUT + config.check_timeout  # the whole check, every call together
     test_box = SandboxedProcess(box, TESTER, config, slot, cpu_seconds)
-    program_box = SandboxedProcess(box, HARNESS, config, slot, cpu_seconds)
+    try:
+        program_box = SandboxedProcess(box, HARNESS, config, slot, cpu_seconds)
+    except BaseException:
+        test_box.close()
+        raise
     try:
         setup = {"program": program, "mode": "humaneval", "fn_name": entry_point, "max_output": max_output}
         reply, status = program_box.ask(setup, time.monotonic() + START_TIMEOUT, cap)
