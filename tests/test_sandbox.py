@@ -221,6 +221,7 @@ HOSTILE_REPORTS = {
     "not an object": "report(b'[1, 2, 3]\\n')",
     "a status that is not a string": "report(b'{\"status\": [\"ok\"]}\\n')",
     "an integer past int()'s limit": "report(b'{\"status\": \"ok\", \"result\": ' + b'9' * 5000 + b'}\\n')",
+    "a line past the cap": "report(b'{\"status\": \"ok\", \"stdout\": \"' + b'7' * (8 << 20) + b'\"}\\n')",
     "a flood of forged passes": "import json\nreport((json.dumps({'status': 'ok', 'stdout': '7', 'result': 7})"
                                 " + '\\n').encode() * 1000000)",
 }
@@ -231,7 +232,8 @@ def test_hostile_report_lines_score_zero_as_counted_errors(attack):
     spec = {"inputs": ["3 4\n"] * 2, "outputs": ["7"] * 2}
     stats = reward.VerifyStats()
     start = time.monotonic()
-    assert reward.score_batch([("code", fenced(REPORT_FDS + HOSTILE_REPORTS[attack]), spec)], config=FAST,
+    program = REPORT_FDS + HOSTILE_REPORTS[attack] + "\nos._exit(0)"  # before the harness's own reply
+    assert reward.score_batch([("code", fenced(program), spec)], config=FAST,
                               stats=stats) == [0.0]
     assert stats.errors == 1 and time.monotonic() - start < 10
 
