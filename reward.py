@@ -13,9 +13,10 @@ Self-contained (copy this file into another trainer): it imports nothing from th
 - "code": `answer` is an APPS/TACO test spec, a dict or its JSON string: {"inputs": [...],
   "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based tests (inputs are
   argument lists, outputs return values); or a HumanEval spec {"prompt", "test", "entry_point"}
-  (the test's `check(candidate)` must not raise; a block that does not define the entry point is
-  taken as a completion of the prompt). The program is the response's last fenced Python block;
-  reward 1 if every test passes (the fraction passed goes to the stats).
+  (the test's `check(candidate)` must return after calling the program at least once, and none of
+  its calls may fail; a block that does not define the entry point is taken as a completion of the
+  prompt). The program is the response's last fenced Python block; reward 1 if every test passes
+  (the fraction passed goes to the stats).
 - "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry}; the answer is
   the last `<answer>...</answer>` of the response and the package's own `score_answer` grades it.
   The RL reward is binary: 1 only at full score (partial "format" credit that some tasks give to
@@ -33,17 +34,27 @@ of final answers):
 4. Programs run in a fresh sandbox each (below), `workers` at a time.
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
-The code sandbox, with bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
-install it) — each program gets: new user, PID, network, IPC, UTS and mount namespaces; the host
-file system read-only, with a private size-limited tmpfs as its working directory, /tmp (nothing
-it writes reaches the host); a non-root uid when the trainer is root (65000 + worker slot, so
-RLIMIT_NPROC binds: it does not bind root); rlimits on CPU time, address space, file size, open
-files, processes and core dumps; a clean environment; stdin from the test; killed with its whole
-PID namespace on timeout (no grandchild survives). What it can still do: read world-readable files.
-Without a working bwrap the sandbox falls back, with a loud warning, to rlimits + non-root uid +
-its own session killed on timeout (and, as root, every process of the sandbox uid killed): no
-network isolation, and writes to world-writable directories are possible. `python reward.py
---sandbox-info` says which mode this machine gets.
+The code sandbox needs bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
+install it). Each program gets: new user, PID, network, IPC, UTS, cgroup and mount namespaces;
+read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard library and
+site-packages, and nothing else of the host (not the repository and its data files, home, /tmp,
+/var/tmp, /run and its unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero,
+full, random and urandom; a private size-limited tmpfs as its working directory, /tmp and /dev/shm,
+the only place it can write; where this process may make memory cgroups (root, or a delegated
+cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
+each process's address-space limit; a non-root uid of this process's own when the trainer is root
+(2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it does
+not for root); rlimits on CPU time, address space, file size, open files, processes and core dumps;
+a clean environment. A harness in its interpreter is sent one test at a time and replies with the
+program's output or return value: the trainer times each test from outside, reads at most a capped
+line per test, compares outputs outside, and treats a malformed, oversized or extra reply as a crash
+of that program (0, counted in the stats). HumanEval-style tests run in a second sandbox and call
+the program through the trainer, so the program never sees the test or can report a pass itself:
+only arguments and plain values (`encode_value`) cross, and a pass is the test sandbox's verdict
+after `check()` returned. Timed-out or finished sandboxes are killed with their PID namespace,
+cgroup and uid. Without a working bwrap, code tasks are refused (`SandboxUnavailable`, naming the
+fix) unless `VerifyConfig.unsafe_no_sandbox` (`--unsafe-no-sandbox`) accepts rlimits + a non-root
+uid + a killed session alone. `python reward.py --sandbox-info` says which mode this machine gets.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
 """
