@@ -254,11 +254,12 @@ def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path)
     secret = Path(reward.__file__).parent / "data" / "hidden-tests-brorl-test.jsonl"
     shared_tmp = Path(tempfile.mkdtemp(dir="/var/tmp")) / "hidden.txt"
     try:
-        for path in (secret, shared_tmp):
+        for path in (secret, shared_tmp, tmp_path / "hidden.txt"):
             path.write_text("answer-7")
             path.chmod(0o644)
         shared_tmp.parent.chmod(0o755)
-        program = ("import os\nfound = []\nfor path in " + repr([str(secret), str(shared_tmp), "/etc/passwd"]) + ":\n"
+        program = ("import os\nfound = []\nfor path in " + repr([str(secret), str(shared_tmp), str(tmp_path / "hidden.txt"),
+                                                            "/etc/passwd"]) + ":\n"
                    "    try:\n        found.append(open(path).read())\n    except OSError:\n        pass\n"
                    "print(found, [p for p in " + repr([reward.__file__, str(secret.parent), "/var", "/run", "/root/.ssh"])
                    + " if os.path.exists(p)])")  # (a venv inside the repository is mounted, the rest of it is not)
