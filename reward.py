@@ -552,6 +552,9 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  
 INTERPRETER_DIRS = ("import json, site, sys, sysconfig; print(json.dumps([sys.prefix, sys.exec_prefix, sys.base_prefix, "
                     "sys.base_exec_prefix, sysconfig.get_path('stdlib'), *site.getsitepackages()]))")
 EXECUTING_TASKS = ("code",)  # tasks whose checks run the response: they need the sandbox
+# One thread each for numpy's math libraries: they start one per core at import, which on a many-core
+# machine would exceed the sandbox's process limit and address space before a test (EvalPlus's) starts.
+SANDBOX_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -602,6 +605,8 @@ def _bwrap_command(python: str, tmpfs_bytes: int) -> list[str]:
     size-limited tmpfs as /tmp (also /dev/shm), the working directory and the only writable place."""
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH",
                CLEAN_PATH, "--setenv", "HOME", "/tmp", "--proc", "/proc"]
+    for variable in SANDBOX_THREADS:
+        command += ["--setenv", variable, "1"]
     for path in SYSTEM_DIRS:
         if os.path.islink(path):
             command += ["--symlink", os.readlink(path), path]

@@ -107,7 +107,8 @@ def test_the_network_is_unreachable_even_on_loopback():
 @needs_bwrap
 def test_the_sandbox_sees_no_environment_and_no_parent():
     program = "import os\nprint(sorted(os.environ), os.getppid(), os.getuid() == 0)"
-    expected = "['HOME', 'LC_CTYPE', 'PATH', 'PWD'] 1 False"  # LC_CTYPE: Python's own UTF-8 coercion
+    expected = ("['HOME', 'LC_CTYPE', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] "
+                "1 False")  # LC_CTYPE: Python's own UTF-8 coercion
     os.environ["BRORL_SECRET"] = "hunter2"
     try:
         assert reward.run_program(program, {"inputs": [""], "outputs": [expected]}, FAST).passed == 1
