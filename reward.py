@@ -569,6 +569,16 @@ class Sandbox:
     mounts: tuple[str, ...] = ()  # host directories the sandbox sees, read-only, besides SYSTEM_DIRS
 
 
+def _slot_pool() -> queue.LifoQueue:
+    pool = queue.LifoQueue()
+    for slot in reversed(range(PROBE_SLOT)):
+        pool.put(slot)
+    return pool
+
+
+_FREE_SLOTS = _slot_pool()  # slots no score_batch call of this process is using, whichever thread it runs in
+
+
 def sandbox_uid(slot: int) -> int:
     """This process's uid for sandbox `slot` (when root): concurrent trainers on one machine never share one,
     so one's clean-up (kill every process of the uid) never touches another's programs."""
@@ -1129,18 +1139,15 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     code_keys = [k for k in checks if k[0] == "code"]
     if code_keys:
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)  # the machine's fault: raised, never scored
-        slots = queue.Queue()
-        for slot in range(workers):
-            slots.put(slot)
 
         def run(key):
-            slot = slots.get()
+            slot = _FREE_SLOTS.get()
             try:
                 return run_program(key[1], specs[key[2]], config, slot)
             except Exception as e:  # whatever a response makes go wrong scores 0 and is counted, never raised
                 return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
             finally:
-                slots.put(slot)
+                _FREE_SLOTS.put(slot)
 
         with ThreadPoolExecutor(workers) as pool:
             for key, result in zip(code_keys, pool.map(run, code_keys)):

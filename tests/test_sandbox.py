@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -323,6 +324,17 @@ def test_concurrent_processes_do_not_kill_each_others_programs():
     while other.poll() is None and time.monotonic() < deadline:  # slot 0 here too, cleaned up after each program
         reward.run_program("print(7)", {"inputs": [""], "outputs": ["7"]}, FAST, slot=0)
     assert other.communicate(timeout=30)[0].split() == ["1", "ok"]
+
+
+@needs_bwrap
+def test_score_batch_calls_in_concurrent_threads_do_not_share_sandbox_slots():
+    slow = [("code", fenced("import time\ntime.sleep(3)\nprint('done')"), {"inputs": [""], "outputs": ["done"]})]
+    long_config = reward.VerifyConfig(test_timeout=8.0)
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(reward.score_batch, slow, 1, long_config)
+        while not other.done():  # each of these cleans up its slot's uid after its program
+            reward.score_batch([("code", fenced("print(7)"), {"inputs": [""], "outputs": ["7"]})], 1, FAST)
+        assert other.result() == [1.0]
 
 
 @pytest.fixture
