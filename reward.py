@@ -922,8 +922,10 @@ class CodeResult:
     memory_peak_mb: float | None = None  # the whole sandbox's peak, where a memory cgroup measured it
 
 
-def _reply_cap(max_output: int) -> int:
-    return 6 * max_output + (1 << 16)  # JSON escapes a byte into at most 6 characters ("\u00ff")
+def _reply_cap(config: VerifyConfig) -> int:
+    """Bytes read back per reply: a test's whole kept stdout, JSON-escaped (at most 6 characters a byte,
+    "\\u00ff"), or a return value of that size; past it the program has crashed."""
+    return 6 * (config.code_output_kb << 10) + (1 << 16)
 
 
 def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0) -> CodeResult:
@@ -938,8 +940,7 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
     else:
         inputs = [x if isinstance(x, list) else [x] for x in inputs]
-    max_output = min(config.code_output_kb << 10, (config.code_file_mb << 20) // (len(inputs) + 1))
-    cap = _reply_cap(max_output)
+    max_output, cap = config.code_output_kb << 10, _reply_cap(config)
     program_box = SandboxedProcess(box, HARNESS, config, slot, START_TIMEOUT + config.test_timeout * len(inputs))
     passed, status = 0, None
     try:
@@ -969,8 +970,7 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slo
     entry_point = spec["entry_point"]
     if not re.search(rf"^def {re.escape(entry_point)}\b", program, re.MULTILINE):
         program = spec.get("prompt", "") + program  # a completion of the prompt's function body
-    max_output = config.code_output_kb << 10
-    cap, cpu_seconds = _reply_cap(max_output), START_TIMEOUT + config.check_timeout
+    max_output, cap, cpu_seconds = config.code_output_kb << 10, _reply_cap(config), START_TIMEOUT + config.check_timeout
     deadline = time.monotonic() + START_TIMEOUT + config.check_timeout  # the whole check, every call together
     test_box = SandboxedProcess(box, TESTER, config, slot, cpu_seconds)
     try:
@@ -1027,7 +1027,8 @@ def _test_passed(record: dict, expected, fn_name: str | None) -> bool:
 def parse_code_spec(answer) -> dict:
     """A task's test spec (dict or JSON string) checked for shape; ValueError naming the problem."""
     spec = json.loads(answer) if isinstance(answer, str) else answer
-    if isinstance(spec, dict) and isinstance(spec.get("test"), str) and isinstance(spec.get("entry_point"), str):
+    if isinstance(spec, dict) and isinstance(spec.get("test"), str) and isinstance(spec.get("entry_point"), str) \
+            and isinstance(spec.get("prompt", ""), str):
         return spec  # HumanEval style: {"test": "def check(candidate): ...", "entry_point", optional "prompt"}
     if not isinstance(spec, dict) or not isinstance(spec.get("inputs"), list) or \
             not isinstance(spec.get("outputs"), list):
