@@ -360,6 +360,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=d.seed, help="sampling seed")
     parser.add_argument("--verify-workers", type=int, default=d.verify_workers, help="verifier processes / concurrent code sandboxes")
     parser.add_argument("--verify-timeout", type=float, default=5.0, help="hard limit per distinct answer, seconds")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="without bubblewrap, run code benchmarks' programs under rlimits only instead of refusing them")
     parser.add_argument("--out", type=Path, help="results JSON; per-sample records go to <out>.samples.jsonl (resumable)")
     parser.add_argument("--plot", type=Path, help="write pass@k curves as a PNG here")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="print two result files side by side")
@@ -380,6 +382,8 @@ def main() -> None:
         extra = {Path(args.data).stem: [{**t, "id": str(i)} for i, t in enumerate(load_tasks(args.data))]} if args.data else {}
         selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
+        reward.require_sandbox({b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts},
+                               args.unsafe_no_sandbox)
         if args.engine == "vllm":  # the checkpoint's own dtype; every k samples of a problem in one request
             tokenizer = load_tokenizer(model)
             policy = rollout.VLLMEngine(model, dtype="auto", max_num_seqs=max(args.max_batch_seqs, args.samples),
@@ -389,7 +393,8 @@ def main() -> None:
         settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
                                 not args.no_chat_template, args.max_batch_seqs, args.problems_per_batch,
                                 verify_workers=args.verify_workers,
-                                verify_config=reward.VerifyConfig(timeout=args.verify_timeout))
+                                verify_config=reward.VerifyConfig(timeout=args.verify_timeout,
+                                                                  unsafe_no_sandbox=args.unsafe_no_sandbox))
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
         result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra,
                                 model=model_fingerprint(model))
@@ -400,7 +405,7 @@ def main() -> None:
             args.out.write_text(json.dumps(result, indent=2))
         if args.plot:
             plot_pass_at_k(result, args.plot)
-    except (InputError, rollout.EngineError) as e:
+    except (InputError, rollout.EngineError, reward.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         kept = f"the same command resumes from {args.out.with_suffix('.samples.jsonl')}" if args.out else "no --out, nothing kept"

@@ -13,9 +13,10 @@ Self-contained (copy this file into another trainer): it imports nothing from th
 - "code": `answer` is an APPS/TACO test spec, a dict or its JSON string: {"inputs": [...],
   "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based tests (inputs are
   argument lists, outputs return values); or a HumanEval spec {"prompt", "test", "entry_point"}
-  (the test's `check(candidate)` must not raise; a block that does not define the entry point is
-  taken as a completion of the prompt). The program is the response's last fenced Python block;
-  reward 1 if every test passes (the fraction passed goes to the stats).
+  (the test's `check(candidate)` must return after calling the program at least once, and none of
+  its calls may fail; a block that does not define the entry point is taken as a completion of the
+  prompt). The program is the response's last fenced Python block; reward 1 if every test passes
+  (the fraction passed goes to the stats).
 - "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry}; the answer is
   the last `<answer>...</answer>` of the response and the package's own `score_answer` grades it.
   The RL reward is binary: 1 only at full score (partial "format" credit that some tasks give to
@@ -33,17 +34,27 @@ of final answers):
 4. Programs run in a fresh sandbox each (below), `workers` at a time.
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
-The code sandbox, with bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
-install it) — each program gets: new user, PID, network, IPC, UTS and mount namespaces; the host
-file system read-only, with a private size-limited tmpfs as its working directory, /tmp (nothing
-it writes reaches the host); a non-root uid when the trainer is root (65000 + worker slot, so
-RLIMIT_NPROC binds: it does not bind root); rlimits on CPU time, address space, file size, open
-files, processes and core dumps; a clean environment; stdin from the test; killed with its whole
-PID namespace on timeout (no grandchild survives). What it can still do: read world-readable files.
-Without a working bwrap the sandbox falls back, with a loud warning, to rlimits + non-root uid +
-its own session killed on timeout (and, as root, every process of the sandbox uid killed): no
-network isolation, and writes to world-writable directories are possible. `python reward.py
---sandbox-info` says which mode this machine gets.
+The code sandbox needs bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
+install it). Each program gets: new user, PID, network, IPC, UTS, cgroup and mount namespaces;
+read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard library and
+site-packages, and nothing else of the host (not the repository and its data files, home, /tmp,
+/var/tmp, /run and its unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero,
+full, random and urandom; a private size-limited tmpfs as its working directory, /tmp and /dev/shm,
+the only place it can write; where this process may make memory cgroups (root, or a delegated
+cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
+each process's address-space limit; a non-root uid of this process's own when the trainer is root
+(2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it does
+not for root); rlimits on CPU time, address space, file size, open files, processes and core dumps;
+a clean environment. A harness in its interpreter is sent one test at a time and replies with the
+program's output or return value: the trainer times each test from outside, reads at most a capped
+line per test, compares outputs outside, and treats a malformed, oversized or extra reply as a crash
+of that program (0, counted in the stats). HumanEval-style tests run in a second sandbox and call
+the program through the trainer, so the program never sees the test or can report a pass itself:
+only arguments and plain values (`encode_value`) cross, and a pass is the test sandbox's verdict
+after `check()` returned. Timed-out or finished sandboxes are killed with their PID namespace,
+cgroup and uid. Without a working bwrap, code tasks are refused (`SandboxUnavailable`, naming the
+fix) unless `VerifyConfig.unsafe_no_sandbox` (`--unsafe-no-sandbox`) accepts rlimits + a non-root
+uid + a killed session alone. `python reward.py --sandbox-info` says which mode this machine gets.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
 """
@@ -51,6 +62,8 @@ network isolation, and writes to world-writable directories are possible. `pytho
 import argparse
 import atexit
 import functools
+import inspect
+import itertools
 import json
 import math
 import os
@@ -83,11 +96,14 @@ class VerifyConfig:
     worker_memory_mb: int = 2048  # address-space limit of each verifier process
     max_answer_chars: int = 1000  # longer final answers score 0 unchecked (no real answer is this long)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
-    code_memory_mb: int = 1024  # address-space limit of a program
+    code_memory_mb: int = 1024  # a program's memory: each process's address space and, where a memory cgroup
+    # is available (root, or a delegated cgroup), all of its sandbox together (processes, tmpfs, pipes)
     code_max_procs: int = 64  # processes (and threads) a program may have
     code_file_mb: int = 16  # largest file a program may write
     code_output_kb: int = 1024  # stdout kept per test (the rest is cut, so a longer output fails)
     code_tmpfs_mb: int = 64  # size of the program's private writable directory
+    check_timeout: float = 10.0  # a HumanEval-style check, all its calls to the program together, seconds
+    unsafe_no_sandbox: bool = False  # without bubblewrap, run code anyway under rlimits only (else refuse)
 
 
 @dataclass
@@ -378,87 +394,244 @@ def _close_pools() -> None:
 
 # ---- code: the sandbox -------------------------------------------------------------------------------
 
-# Runs inside the sandbox: reads {"program", "inputs", "fn_name", "check", "timeout", "max_output"} from stdin
-# and writes one JSON line per test (status, captured stdout, return value) to a private copy of
-# fd 1. It never sees the expected outputs: the comparison happens outside, so a program that
-# tampers with the harness can only hurt itself.
-HARNESS = r'''
-import builtins, io, json, os, signal, sys
-spec = json.loads(sys.stdin.read())
-report = os.fdopen(os.dup(1), "w")
-null = os.open(os.devnull, os.O_WRONLY)
-os.dup2(null, 1)
-os.dup2(null, 2)
-class Timeout(BaseException):
-    pass
-def on_alarm(*_):
-    raise Timeout
+
+def encode_value(value, depth: int = 0):
+    """`value` as JSON that keeps its Python type: lists are arrays; tuples, sets, frozensets, dicts (any
+    hashable keys), complex numbers and bytes are one-key objects ({"tuple": [...]}, ...). Only such plain
+    values cross between a HumanEval-style test and the program it calls, so a program cannot hand the
+    test an object that compares equal to anything; TypeError for anything else."""
+    if depth > 100:
+        raise ValueError("value nested more than 100 deep")
+    for plain in (bool, int, float, str):  # bool first: it is an int
+        if isinstance(value, plain):
+            return plain(value)
+    if value is None:
+        return None
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return encode_value(value.tolist(), depth + 1)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [encode_value(item, depth + 1) for item in value]
+        kind = next(k for k in (list, tuple, frozenset, set) if isinstance(value, k))
+        return items if kind is list else {kind.__name__: items}
+    if isinstance(value, dict):
+        return {"dict": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, complex):
+        return {"complex": [value.real, value.imag]}
+    if isinstance(value, bytes):
+        return {"bytes": value.decode("latin-1")}
+    raise TypeError(f"a {type(value).__name__} cannot pass between a test and the program")
+
+
+def decode_value(data, depth: int = 0):
+    """The value `encode_value` encoded (`data` as json.loads returns it); ValueError or TypeError for anything
+    else, since `data` may come from the untrusted side."""
+    if depth > 100:
+        raise ValueError("value nested more than 100 deep")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode_value(item, depth + 1) for item in data]
+    if type(data) is dict and len(data) == 1:
+        (kind, body), = data.items()
+        if kind == "bytes" and type(body) is str:
+            return body.encode("latin-1")
+        if type(body) is list:
+            items = [decode_value(item, depth + 1) for item in body]
+            if kind in ("tuple", "set", "frozenset"):
+                return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+            if kind == "complex" and len(items) == 2 and all(type(x) in (int, float) for x in items):
+                return complex(*items)
+            if kind == "dict" and all(type(pair) is list and len(pair) == 2 for pair in items):
+                return dict(items)
+    raise ValueError("not an encoded value")
+
+
+# Runs inside the sandbox, in the program's own interpreter: one request per line on stdin, one reply
+# per line on a private copy of fd 1 (fds 0-2 become /dev/null). The first request is {"program",
+# "mode", "fn_name", "max_output"}, answered {"status": "ready"} or the compile error; then each test,
+# {"input": stdin text} or {"args": [...]}, is answered {"status", "stdout", "result"}. The trainer sends
+# a test only after the previous reply and times it from outside, and expected outputs never enter the
+# sandbox: a program that tampers with this harness can only answer for itself, within its time.
+HARNESS = inspect.getsource(encode_value) + inspect.getsource(decode_value) + r'''
+import builtins, io, json, os, sys
+requests, report = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
 class Capture(io.BytesIO):
     def close(self):
         pass
-signal.signal(signal.SIGALRM, on_alarm)
-try:
-    code = compile(spec["program"], "program.py", "exec")
-except BaseException as e:
-    report.write(json.dumps({"status": "error: " + type(e).__name__}) + "\n")
-    sys.exit(0)
-for test_input in spec["inputs"]:
-    captured, result, status = Capture(), None, "ok"
-    sys.stdin = io.TextIOWrapper(io.BytesIO((test_input if isinstance(test_input, str) else "").encode()))
-    sys.stdout = io.TextIOWrapper(captured, write_through=True)
-    signal.setitimer(signal.ITIMER_REAL, spec["timeout"])
-    try:
-        scope = {"__name__": "__main__", "__builtins__": builtins}
-        exec(code, scope)
-        if spec["fn_name"]:
-            fn = scope.get(spec["fn_name"]) or getattr(scope["Solution"](), spec["fn_name"])
-            result = fn(*test_input)
-        if spec["check"]:
-            exec(spec["check"]["test"], scope)
-            scope["check"](scope[spec["check"]["entry_point"]])
-    except SystemExit:
-        pass
-    except Timeout:
-        status = "timeout"
-    except BaseException as e:
-        status = "error: " + type(e).__name__
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        sys.stdin, sys.stdout = sys.__stdin__, sys.__stdout__
-    try:
-        result = json.loads(json.dumps(result))
-    except BaseException:
-        result, status = None, "error: unserialisable return value"
-    output = captured.getvalue()[: spec["max_output"]].decode(errors="replace")
-    report.write(json.dumps({"status": status, "stdout": output, "result": result}) + "\n")
+def reply(**message):
+    report.write(json.dumps(message) + "\n")
     report.flush()
-    if status == "timeout":
-        break
+setup = json.loads(requests.readline())
+mode, fn_name = setup["mode"], setup["fn_name"]
+try:
+    code = compile(setup["program"], "program.py", "exec")
+except BaseException as e:
+    reply(status="error: " + type(e).__name__)
+    sys.exit(0)
+reply(status="ready")
+scope = None
+for line in requests:
+    test = json.loads(line)
+    captured, result, status = Capture(), None, "ok"
+    sys.stdin = io.TextIOWrapper(io.BytesIO(test.get("input", "").encode()))
+    sys.stdout = io.TextIOWrapper(captured, write_through=True)
+    try:
+        if scope is None or mode != "humaneval":  # a program runs afresh per test; a HumanEval one once
+            scope = {"__name__": "__main__", "__builtins__": builtins}
+            try:
+                exec(code, scope)
+            except SystemExit:
+                if mode != "stdin":  # a stdin program may exit when done; a function must return
+                    raise
+        if mode != "stdin":
+            fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
+            if mode == "humaneval":
+                result = encode_value(fn(*decode_value(test["args"])))
+                json.dumps(result)  # fails here, not in reply(), on an integer past str()'s limit
+            else:
+                result = json.loads(json.dumps(fn(*test["args"])))  # compared as JSON, outside
+    except BaseException as e:
+        status, result = "error: " + type(e).__name__, None
+    finally:
+        sys.stdin, sys.stdout = sys.__stdin__, sys.__stdout__
+    reply(status=status, stdout=captured.getvalue()[: setup["max_output"]].decode(errors="replace"), result=result)
 '''
 
-SANDBOX_UID = 65000  # + worker slot, when the trainer runs as root
+# Runs in a second sandbox: a HumanEval-style spec's test, calling the program through a proxy. A call
+# is a line {"call": encoded args} on a private copy of fd 1, answered on stdin with the program's
+# {"status": "ok", "result"} (relayed by the trainer from the program's sandbox); the last line is the
+# verdict, "ok" only once check() returned after at least one call that never failed. The program
+# sees neither this process nor the test's asserts: only the arguments it is called with.
+TESTER = inspect.getsource(encode_value) + inspect.getsource(decode_value) + r'''
+import json, os, sys
+replies, calls = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+class CandidateFailed(BaseException):  # not an Exception: the test's own `except Exception` must not hide it
+    pass
+made, failed = 0, False
+def candidate(*args):
+    global made, failed
+    made += 1
+    try:
+        calls.write(json.dumps({"call": encode_value(list(args))}) + "\n")
+        calls.flush()
+        return decode_value(json.loads(replies.readline())["result"])
+    except BaseException:
+        failed = True
+        raise CandidateFailed from None
+spec = json.loads(replies.readline())
+try:
+    scope = {"__name__": "__main__"}
+    try:
+        exec(spec["prompt"], scope)  # helpers that tests call (HumanEval/38's encode_cyclic)
+    except SyntaxError:  # a prompt cut after its signature: no helpers to give
+        pass
+    scope[spec["entry_point"]] = candidate  # MBPP-style tests call the function by its name
+    exec(spec["test"], scope)
+    scope["check"](candidate)
+    verdict = "error: the program failed" if failed else "ok" if made else "error: the test never called it"
+except BaseException as e:
+    verdict = "error: " + type(e).__name__
+calls.write(json.dumps({"verdict": verdict}) + "\n")
+calls.flush()
+'''
+
+# As root, slot s of process p runs as uid SANDBOX_UID + UIDS_PER_PROCESS * p + s: above the ranges systems
+# give users and /etc/subuid (from 100000 up), and, since pid_max <= 2^22, below 2^31.
+SANDBOX_UID = 1 << 30
+UIDS_PER_PROCESS = 256
+PROBE_SLOT = UIDS_PER_PROCESS - 1  # the start-up probe's uid, never a program's
 CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
+START_TIMEOUT = 10.0  # bubblewrap, the interpreter and compile(), before a program's first test, seconds
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the dynamic linker's and tools'
+INTERPRETER_DIRS = ("import json, site, sys, sysconfig; print(json.dumps([sys.prefix, sys.exec_prefix, sys.base_prefix, "
+                    "sys.base_exec_prefix, sysconfig.get_path('stdlib'), *site.getsitepackages()]))")
+EXECUTING_TASKS = ("code",)  # tasks whose checks run the response: they need the sandbox
+# One thread each for numpy's math libraries: they start one per core at import, which on a many-core
+# machine would exceed the sandbox's process limit and address space before a test (EvalPlus's) starts.
+SANDBOX_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class SandboxUnavailable(RuntimeError):
+    """Executing tasks were asked for where no sandbox can run them and the user did not opt out."""
 
 
 @dataclass
 class Sandbox:
-    mode: str  # "bwrap" or "rlimits"
+    mode: str  # "bwrap"; "rlimits": no usable bubblewrap, runs only with VerifyConfig.unsafe_no_sandbox
     python: str  # interpreter the sandbox uid can run
     note: str = ""
+    mounts: tuple[str, ...] = ()  # host directories the sandbox sees, read-only, besides SYSTEM_DIRS
 
 
-def _bwrap_command(python: str, tmpfs_bytes: int) -> list[str]:
-    return ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
-            "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            "--setenv", "PATH", CLEAN_PATH, "--setenv", "HOME", "/tmp", "--", python, "-I", "-c", HARNESS]
+def _slot_pool() -> queue.LifoQueue:
+    pool = queue.LifoQueue()
+    for slot in reversed(range(PROBE_SLOT)):
+        pool.put(slot)
+    return pool
+
+
+_FREE_SLOTS = _slot_pool()  # slots no score_batch call of this process is using, whichever thread it runs in
+
+
+def sandbox_uid(slot: int) -> int:
+    """This process's uid for sandbox `slot` (when root): concurrent trainers on one machine never share one,
+    so one's clean-up (kill every process of the uid) never touches another's programs."""
+    return SANDBOX_UID + UIDS_PER_PROCESS * os.getpid() + slot
 
 
 def _as_sandbox_user(slot: int) -> dict:
     """subprocess options that drop root to the slot's uid (nothing to drop otherwise)."""
     if os.geteuid() != 0:
         return {}
-    return {"user": SANDBOX_UID + slot, "group": SANDBOX_UID + slot, "extra_groups": []}
+    return {"user": sandbox_uid(slot), "group": sandbox_uid(slot), "extra_groups": []}
+
+
+@functools.cache
+def _interpreter_dirs(python: str) -> tuple[str, ...] | None:
+    """What `python` needs besides SYSTEM_DIRS (its prefixes, standard library, site-packages), or None if the
+    sandbox uid cannot run it. Nothing else of the host is mounted: not the repository (its data files hold
+    the hidden tests), home, /tmp, /var/tmp, /run (host unix sockets) or /etc."""
+    try:
+        done = subprocess.run([python, "-I", "-c", INTERPRETER_DIRS], capture_output=True, text=True, timeout=20,
+                              cwd="/", env={"PATH": CLEAN_PATH}, **_as_sandbox_user(PROBE_SLOT))
+        dirs = {os.path.realpath(d) for d in json.loads(done.stdout) if os.path.isdir(d)}
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError):
+        return None
+    covered = [d for d in SYSTEM_DIRS if not os.path.islink(d)]
+    return tuple(sorted(d for d in dirs if d not in ("/", *covered)
+                        and not any(d.startswith(c + "/") for c in covered + sorted(dirs))))
+
+
+def _bwrap_command(python: str, tmpfs_bytes: int) -> list[str]:
+    """bubblewrap running `python -I -c HARNESS` (put another script in the last item): new user, PID,
+    network, IPC, UTS and mount namespaces; read-only SYSTEM_DIRS and the interpreter's directories, and
+    nothing else of the host; /dev read-only with null, zero, full, random and urandom only; a private
+    size-limited tmpfs as /tmp (also /dev/shm), the working directory and the only writable place."""
+    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH",
+               CLEAN_PATH, "--setenv", "HOME", "/tmp", "--proc", "/proc"]
+    for variable in SANDBOX_THREADS:
+        command += ["--setenv", variable, "1"]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            command += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            command += ["--ro-bind", path, path]
+    for path in _interpreter_dirs(python) or ():
+        command += ["--ro-bind", path, path]
+    command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--tmpfs", "/dev"]
+    for device in ("null", "zero", "full", "random", "urandom"):
+        command += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2"), ("shm", "/tmp")):
+        command += ["--symlink", target, f"/dev/{name}"]
+    return command + ["--remount-ro", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
+                      "--", python, "-I", "-c", HARNESS]
 
 
 @functools.cache
@@ -466,31 +639,123 @@ def sandbox() -> Sandbox:
     """Probe once which sandbox this machine allows and which interpreter the sandbox uid can run."""
     candidates = [sys.executable, shutil.which("python3", path=CLEAN_PATH) or "/usr/bin/python3"]
     probe = "import sys; sys.stdout.write(sys.stdin.read())"
-    for python in dict.fromkeys(p for p in candidates if p):
-        if shutil.which("bwrap"):
-            command = _bwrap_command(python, 1 << 20)
-            command[-1] = probe
-            try:
-                done = subprocess.run(command, input="ok", capture_output=True, text=True, timeout=20,
-                                      **_as_sandbox_user(0))
-                if done.stdout == "ok":
-                    return Sandbox("bwrap", python)
-            except (OSError, subprocess.SubprocessError):
-                pass
+    runnable = [p for p in dict.fromkeys(candidates) if p and _interpreter_dirs(p) is not None]
+    for python in runnable if shutil.which("bwrap") else ():
+        command = _bwrap_command(python, 1 << 20)
+        command[-1] = probe
         try:
-            done = subprocess.run([python, "-I", "-c", probe], input="ok", capture_output=True, text=True,
-                                  timeout=20, cwd="/", env={"PATH": CLEAN_PATH}, **_as_sandbox_user(0))
+            done = subprocess.run(command, input="ok", capture_output=True, text=True, timeout=20,
+                                  **_as_sandbox_user(PROBE_SLOT))
             if done.stdout == "ok":
-                note = ("bubblewrap not installed" if not shutil.which("bwrap") else
-                        "bwrap could not create its namespaces here")
-                warnings.warn(f"reward.py: {note}; code runs with rlimits and a non-root uid only: NO "
-                              "network isolation, and it can write world-writable directories "
-                              "(install bubblewrap: apt-get install bubblewrap)", RuntimeWarning, stacklevel=2)
-                return Sandbox("rlimits", python, note)
+                return Sandbox("bwrap", python, mounts=_interpreter_dirs(python))
         except (OSError, subprocess.SubprocessError):
-            continue
-    raise RuntimeError("reward.py: no Python interpreter the code sandbox can run "
-                       f"(tried {', '.join(candidates)})")
+            pass
+    if not runnable:
+        return Sandbox("none", "", f"no Python interpreter the sandbox uid can run (tried {', '.join(candidates)})")
+    note = "bubblewrap is not installed" if not shutil.which("bwrap") else "bwrap cannot create its namespaces here"
+    return Sandbox("rlimits", runnable[0], note)
+
+
+def require_sandbox(tasks=EXECUTING_TASKS, unsafe_no_sandbox: bool = False) -> Sandbox | None:
+    """The sandbox that `tasks` (names) will run in, None if none of them executes anything. Fails closed:
+    SandboxUnavailable, one line naming the fix, when bubblewrap is unusable here, unless the user passed
+    `unsafe_no_sandbox` (then programs run under rlimits and a non-root uid only: see the module docstring)."""
+    if not set(tasks) & set(EXECUTING_TASKS):
+        return None
+    box = sandbox()
+    if box.mode == "rlimits" and unsafe_no_sandbox:
+        warnings.warn(f"reward.py: {box.note}; --unsafe-no-sandbox runs untrusted code with rlimits and a non-root "
+                      "uid only: NO network or file-system isolation", RuntimeWarning, stacklevel=2)
+    if box.mode == "bwrap" or (box.mode == "rlimits" and unsafe_no_sandbox):
+        return box
+    raise SandboxUnavailable(f"code tasks run untrusted programs, and {box.note}: install bubblewrap "
+                             "(apt-get install bubblewrap), or pass --unsafe-no-sandbox to run them without isolation")
+
+
+@functools.cache
+def _cgroup_parent() -> tuple[str, int] | None:
+    """(directory, cgroup version) of this process's memory cgroup if it may create children there (root, or a
+    delegated subtree), else None: then a sandbox's memory is bounded per process only."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            memberships = [line.split(":", 2) for line in f.read().splitlines()]
+        with open("/proc/self/mountinfo") as f:
+            mounts = [line.split() for line in f.read().splitlines()]
+    except OSError:
+        return None
+    for _, controllers, path in memberships:
+        version = 2 if controllers == "" else 1 if "memory" in controllers.split(",") else 0
+        for mount in mounts if version else ():
+            fstype, options = mount[mount.index("-") + 1], mount[-1].split(",")
+            if (fstype, version) not in (("cgroup2", 2), ("cgroup", 1)) or (version == 1 and "memory" not in options):
+                continue
+            relative = os.path.relpath(path, mount[3])
+            directory = os.path.normpath(os.path.join(mount[4], relative))
+            probe = os.path.join(directory, f"brorl-probe-{os.getpid()}")
+            try:
+                os.mkdir(probe)
+                usable = os.path.exists(os.path.join(probe, "memory.max" if version == 2 else "memory.limit_in_bytes"))
+                os.rmdir(probe)
+            except OSError:
+                usable = False
+            if usable and not relative.startswith(".."):
+                return directory, version
+    return None
+
+
+_CGROUP_IDS = itertools.count()
+
+
+def _new_cgroup(memory_bytes: int) -> str | None:
+    """A fresh memory cgroup holding a whole sandbox to `memory_bytes` (its processes, tmpfs and pipes
+    together, no swap), or None where cgroups are not available."""
+    parent = _cgroup_parent()
+    if parent is None:
+        return None
+    directory, version = parent
+    path = os.path.join(directory, f"brorl-{os.getpid()}-{next(_CGROUP_IDS)}")
+    limit, no_swap = (("memory.max", memory_bytes), ("memory.swap.max", 0)) if version == 2 else \
+        (("memory.limit_in_bytes", memory_bytes), ("memory.memsw.limit_in_bytes", memory_bytes))
+    try:
+        os.mkdir(path)
+        for (name, value), required in ((limit, True), (no_swap, False)):
+            try:
+                with open(os.path.join(path, name), "w") as f:
+                    f.write(str(value))
+            except OSError:
+                if required:  # (swap accounting may be off: then there is no swap to bound)
+                    raise
+    except OSError:
+        _remove_cgroup(path)
+        return None
+    return path
+
+
+def _remove_cgroup(path: str, wait: float = 5.0) -> float | None:
+    """Kill what is left in the cgroup, remove it, and return its peak memory in MiB (None if not measured)."""
+    peak = None
+    for name in ("memory.max_usage_in_bytes", "memory.peak"):
+        try:
+            with open(os.path.join(path, name)) as f:
+                peak = int(f.read()) / 2**20
+            break
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(pid) for pid in f.read().split()]
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            if not pids:
+                os.rmdir(path)
+        except OSError:
+            pass
+        if not os.path.exists(path):
+            break
+        time.sleep(0.01)
+    return peak
 
 
 def _processes_of_uid(uid: int) -> list[tuple[int, str]]:
@@ -533,81 +798,209 @@ def _kill_uid(uid: int, wait: float = 5.0) -> None:
         time.sleep(0.01)
 
 
+class SandboxedProcess:
+    """One script (HARNESS or TESTER) running in its own sandbox, spoken to in lines of JSON. Its replies are
+    hostile input: each is awaited only until a deadline, read only up to a byte cap, and anything but one
+    JSON object per request ends the conversation with a reason instead of raising."""
+
+    def __init__(self, box: Sandbox, script: str, config: VerifyConfig, slot: int, cpu_seconds: float):
+        uid = sandbox_uid(slot) if os.geteuid() == 0 else None
+        self.uid, self.workdir, self.pending = uid, None, b""
+        self.cgroup = _new_cgroup(config.code_memory_mb << 20)
+        base_tasks = 0 if uid is not None else _tasks_of_uid(os.getuid())  # NPROC counts all of this uid's tasks
+        limits = [(resource.RLIMIT_CPU, math.ceil(cpu_seconds) + 1), (resource.RLIMIT_AS, config.code_memory_mb << 20),
+                  (resource.RLIMIT_FSIZE, config.code_file_mb << 20), (resource.RLIMIT_NOFILE, 64),
+                  (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, base_tasks + config.code_max_procs)]
+        cgroup = self.cgroup
+
+        def enter_sandbox():  # in the child before exec: join the cgroup while still root, then drop to the uid
+            if cgroup:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            for which, value in limits:
+                resource.setrlimit(which, (value, value))
+
+        if box.mode == "bwrap":
+            command, cwd = _bwrap_command(box.python, config.code_tmpfs_mb << 20), "/"
+            command[-1] = script
+        else:  # unsafe_no_sandbox: rlimits, a non-root uid and a private working directory only
+            self.workdir = tempfile.mkdtemp(prefix="brorl-code-")
+            command, cwd = [box.python, "-I", "-c", script], self.workdir
+            if uid is not None:
+                os.chown(cwd, uid, uid)
+        try:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, cwd=cwd, env={"PATH": CLEAN_PATH},
+                                         start_new_session=True, preexec_fn=enter_sandbox)
+        except BaseException:
+            if self.cgroup:
+                _remove_cgroup(self.cgroup)
+            if self.workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        os.set_blocking(self.proc.stdin.fileno(), False)
+
+    def send(self, message: dict, deadline: float) -> str | None:
+        """Write one request line; None once written, else why not ("timeout" or "crashed: ...")."""
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            if select.select([], [self.proc.stdin], [], remaining)[1]:
+                try:
+                    data = data[os.write(self.proc.stdin.fileno(), data):]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return "crashed: it closed its input"
+        return None
+
+    def receive(self, deadline: float, cap: int) -> tuple[dict | None, str]:
+        """(the next reply, "") or (None, why: "timeout" or "crashed: ..."). A reply is one line of at most `cap`
+        bytes holding a JSON object; a second line before the next request is a protocol violation."""
+        while b"\n" not in self.pending:
+            remaining = deadline - time.monotonic()
+            if len(self.pending) > cap:
+                return None, f"crashed: a reply over {cap} bytes"
+            if remaining <= 0:
+                return None, "timeout"
+            if select.select([self.proc.stdout], [], [], remaining)[0]:
+                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    return None, "crashed: it exited"
+                self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        if len(line) > cap:
+            return None, f"crashed: a reply over {cap} bytes"
+        if self.pending:
+            return None, "crashed: more than one reply"
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError):  # undecodable bytes, not JSON, nested past the parser's limit
+            return None, "crashed: a malformed reply"
+        return (message, "") if isinstance(message, dict) else (None, "crashed: a malformed reply")
+
+    def ask(self, message: dict, deadline: float, cap: int) -> tuple[dict | None, str]:
+        """Send a request and receive its reply, which must carry a status ("ok", "ready" or "error: ...")."""
+        failure = self.send(message, deadline)
+        reply, failure = (None, failure) if failure else self.receive(deadline, cap)
+        status = reply.get("status") if reply else None
+        if reply and not (isinstance(status, str) and (status in ("ok", "ready") or status.startswith("error: "))):
+            return None, "crashed: a malformed reply"
+        if reply and len(status) > 100:
+            reply["status"] = status[:100]
+        return reply, failure
+
+    def close(self) -> float | None:
+        """Kill the sandbox (its PID namespace dies with bwrap; the cgroup and, as root, the uid are emptied
+        too) and return its peak memory in MiB where a cgroup measured it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        peak = _remove_cgroup(self.cgroup) if self.cgroup else None
+        if self.uid is not None:
+            _kill_uid(self.uid)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return peak
+
+
 @dataclass
 class CodeResult:
     passed: int
     total: int
-    status: str  # "ok", "timeout", "error: ..." (first failing test's), "crashed"
+    status: str  # "ok", "timeout", "error: ..." (the first failing test's), "crashed: ..." (no usable reply)
+    memory_peak_mb: float | None = None  # the whole sandbox's peak, where a memory cgroup measured it
+
+
+def _reply_cap(config: VerifyConfig) -> int:
+    """Bytes read back per reply: a test's whole kept stdout, JSON-escaped (at most 6 characters a byte,
+    "\\u00ff"), or a return value of that size; past it the program has crashed."""
+    return 6 * (config.code_output_kb << 10) + (1 << 16)
 
 
 def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0) -> CodeResult:
-    """Run `program` on every test of `spec` in one fresh sandbox; compare outputs outside it."""
+    """Run `program` on every test of `spec` in one fresh sandbox, a test at a time, each timed from outside
+    (blocking signals does not stop the clock); compare outputs outside it."""
     config = config or VerifyConfig()
-    check = {"test": spec["test"], "entry_point": spec["entry_point"]} if "test" in spec else None
-    if check:  # HumanEval style: one "test", the spec's check(candidate) raising on failure
-        inputs, outputs, fn_name = [""], [None], None
-        if not re.search(rf"^def {re.escape(check['entry_point'])}\b", program, re.MULTILINE):
-            program = spec.get("prompt", "") + program  # a completion of the prompt's function body
-    else:
-        inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
+    box = require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
+    if "test" in spec:
+        return _run_check(program, spec, config, box, slot)
+    inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
     else:
         inputs = [x if isinstance(x, list) else [x] for x in inputs]
-    box = sandbox()
-    budget = config.test_timeout * len(inputs)
-    limits = [(resource.RLIMIT_CPU, math.ceil(budget) + 1), (resource.RLIMIT_AS, config.code_memory_mb << 20),
-              (resource.RLIMIT_FSIZE, config.code_file_mb << 20), (resource.RLIMIT_NOFILE, 64),
-              (resource.RLIMIT_CORE, 0)]
-    user = _as_sandbox_user(slot)
-    base_tasks = 0 if user else _tasks_of_uid(os.getuid())  # NPROC counts all of this uid's tasks
-    limits.append((resource.RLIMIT_NPROC, base_tasks + config.code_max_procs))
+    max_output, cap = config.code_output_kb << 10, _reply_cap(config)
+    program_box = SandboxedProcess(box, HARNESS, config, slot, START_TIMEOUT + config.test_timeout * len(inputs))
+    passed, status = 0, None
+    try:
+        setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name, "max_output": max_output}
+        reply, failure = program_box.ask(setup, time.monotonic() + START_TIMEOUT, cap)
+        if reply is None or reply["status"] != "ready":
+            return CodeResult(0, len(inputs), failure or reply["status"])
+        for test_input, expected in zip(inputs, outputs):
+            test = {"args": test_input} if fn_name else {"input": test_input}
+            reply, failure = program_box.ask(test, time.monotonic() + config.test_timeout, cap)
+            if reply is None:  # out of time, dead or talking nonsense: no later test runs
+                status = status or failure
+                break
+            if reply["status"] != "ok":
+                status = status or reply["status"]
+            else:
+                passed += _test_passed(reply, expected, fn_name)
+    finally:
+        peak = program_box.close()
+    return CodeResult(passed, len(inputs), status or "ok", peak)
 
-    def set_limits():
-        for which, value in limits:
-            resource.setrlimit(which, (value, value))
 
-    max_output = min(config.code_output_kb << 10, (config.code_file_mb << 20) // (len(inputs) + 1))
-    request = json.dumps({"program": program, "inputs": inputs, "fn_name": fn_name, "check": check,
-                          "timeout": config.test_timeout, "max_output": max_output})
-    with tempfile.TemporaryDirectory(prefix="brorl-code-") as workdir:
-        if box.mode == "bwrap":
-            command, cwd = _bwrap_command(box.python, config.code_tmpfs_mb << 20), "/"
-        else:
-            command, cwd = [box.python, "-I", "-c", HARNESS], os.path.join(workdir, "sandbox")
-            os.mkdir(cwd)
-            if user:
-                os.chown(cwd, user["user"], user["group"])
-        with open(os.path.join(workdir, "report.jsonl"), "w+") as report:
-            proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=report, stderr=subprocess.DEVNULL,
-                                    cwd=cwd, env={"PATH": CLEAN_PATH}, start_new_session=True,
-                                    preexec_fn=set_limits, **user)
-            try:
-                proc.communicate(request.encode(), timeout=budget + 5.0)  # + interpreter start-up
-                crashed = False
-            except subprocess.TimeoutExpired:
-                crashed = True
-            finally:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)  # bwrap's session: its PID namespace dies with it
-                except ProcessLookupError:
-                    pass
-                proc.wait()
-                if user:
-                    _kill_uid(user["user"])
-            report.seek(0)
-            lines = report.read(2 * (config.code_file_mb << 20)).splitlines()
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            break  # the program wrote into the report: what follows can't be trusted
-    passed = sum(r.get("status") == "ok" and (check is not None or _test_passed(r, expected, fn_name))
-                 for r, expected in zip(records, outputs))
-    failed = next((r["status"] for r in records if r.get("status", "ok") != "ok"), None)
-    status = failed or ("crashed" if crashed or len(records) < len(inputs) else "ok")
-    return CodeResult(passed, len(inputs), status)
+def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slot: int) -> CodeResult:
+    """A HumanEval-style spec: its test runs in a sandbox of its own (TESTER) and calls the program, in another,
+    through this process; only encoded arguments and return values cross. A pass is the test sandbox's own
+    verdict after check() returned; the program failing or timing out on any call fails it at once."""
+    entry_point = spec["entry_point"]
+    if not re.search(rf"^def {re.escape(entry_point)}\b", program, re.MULTILINE):
+        program = spec.get("prompt", "") + program  # a completion of the prompt's function body
+    max_output, cap, cpu_seconds = config.code_output_kb << 10, _reply_cap(config), START_TIMEOUT + config.check_timeout
+    deadline = time.monotonic() + START_TIMEOUT + config.check_timeout  # the whole check, every call together
+    test_box = SandboxedProcess(box, TESTER, config, slot, cpu_seconds)
+    try:
+        program_box = SandboxedProcess(box, HARNESS, config, slot, cpu_seconds)
+    except BaseException:
+        test_box.close()
+        raise
+    try:
+        setup = {"program": program, "mode": "humaneval", "fn_name": entry_point, "max_output": max_output}
+        reply, status = program_box.ask(setup, time.monotonic() + START_TIMEOUT, cap)
+        if reply is not None:
+            status = "" if reply["status"] == "ready" else reply["status"]
+        if not status:
+            status = test_box.send({"prompt": spec.get("prompt", ""), "test": spec["test"], "entry_point": entry_point},
+                                   deadline) or ""
+        while not status:
+            message, failure = test_box.receive(deadline, cap)
+            if message is None or "verdict" in message:
+                status = str(message["verdict"]) if message else failure
+                break
+            reply, status = program_box.ask({"args": message.get("call")}, min(deadline, time.monotonic()
+                                                                                + config.test_timeout), cap)
+            if reply is not None:
+                status = "" if reply["status"] == "ok" else reply["status"]
+            if not status:
+                status = test_box.send({"result": reply.get("result")}, deadline) or ""
+    finally:
+        test_box.close()
+        peak = program_box.close()
+    return CodeResult(int(status == "ok"), 1, status, peak)
 
 
 def _lines(text) -> list[str]:
@@ -618,18 +1011,24 @@ def _lines(text) -> list[str]:
 
 def _test_passed(record: dict, expected, fn_name: str | None) -> bool:
     """APPS conventions: stdout compared line by line ignoring trailing spaces, or token by token;
-    a call's return value equals the expected value, or the expected value is the 1-list of it."""
-    if fn_name is not None:
-        result = record.get("result")
-        return result == expected or [result] == expected
-    got = record.get("stdout", "")
-    return _lines(got) == _lines(expected) or " ".join(_lines(got)).split() == " ".join(_lines(expected)).split()
+    a call's return value equals the expected value, or the expected value is the 1-list of it.
+    `record` is the program's reply: anything in it that cannot be compared is a failed test."""
+    try:
+        if fn_name is not None:
+            result = record.get("result")
+            return result == expected or [result] == expected
+        got = record.get("stdout")
+        return isinstance(got, str) and (_lines(got) == _lines(expected) or
+                                         " ".join(_lines(got)).split() == " ".join(_lines(expected)).split())
+    except (RecursionError, MemoryError):
+        return False
 
 
 def parse_code_spec(answer) -> dict:
     """A task's test spec (dict or JSON string) checked for shape; ValueError naming the problem."""
     spec = json.loads(answer) if isinstance(answer, str) else answer
-    if isinstance(spec, dict) and isinstance(spec.get("test"), str) and isinstance(spec.get("entry_point"), str):
+    if isinstance(spec, dict) and isinstance(spec.get("test"), str) and isinstance(spec.get("entry_point"), str) \
+            and isinstance(spec.get("prompt", ""), str):
         return spec  # HumanEval style: {"test": "def check(candidate): ...", "entry_point", optional "prompt"}
     if not isinstance(spec, dict) or not isinstance(spec.get("inputs"), list) or \
             not isinstance(spec.get("outputs"), list):
@@ -667,8 +1066,8 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     Reasoning Gym ones in `workers` verifier processes, programs `workers` at a time. Never raises for
     a response (timeouts and crashes score 0 and are counted in `stats`); raises ValueError for an
     unknown task or a malformed answer (the data's fault, not the model's)."""
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
+    if not 1 <= workers < PROBE_SLOT:
+        raise ValueError(f"workers must be >= 1 and < {PROBE_SLOT}, got {workers}")
     config = config or VerifyConfig()
     stats = stats if stats is not None else VerifyStats()
     start = time.perf_counter()
@@ -740,21 +1139,21 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
 
     code_keys = [k for k in checks if k[0] == "code"]
     if code_keys:
-        slots = queue.Queue()
-        for slot in range(workers):
-            slots.put(slot)
+        require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)  # the machine's fault: raised, never scored
 
         def run(key):
-            slot = slots.get()
+            slot = _FREE_SLOTS.get()
             try:
                 return run_program(key[1], specs[key[2]], config, slot)
+            except Exception as e:  # whatever a response makes go wrong scores 0 and is counted, never raised
+                return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
             finally:
-                slots.put(slot)
+                _FREE_SLOTS.put(slot)
 
         with ThreadPoolExecutor(workers) as pool:
             for key, result in zip(code_keys, pool.map(run, code_keys)):
                 stats.timeouts += result.status == "timeout"
-                stats.errors += result.status == "crashed"
+                stats.errors += result.status.startswith("crashed")
                 stats.code_tests_passed += result.passed * len(checks[key])
                 stats.code_tests_total += result.total * len(checks[key])
                 for i in checks[key]:
@@ -775,6 +1174,8 @@ def main() -> None:
     parser.add_argument("--answer", help="ground truth: an answer string, or JSON for code / reasoning_gym")
     parser.add_argument("--timeout", type=float, default=VerifyConfig.timeout, help="hard limit per answer, s")
     parser.add_argument("--sandbox-info", action="store_true", help="print which code sandbox this machine gets")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="without bubblewrap, run code under rlimits only instead of refusing (no isolation)")
     parser.add_argument("--serve", action="store_true", help="internal: run as a verifier worker process")
     parser.add_argument("--memory-mb", type=int, default=VerifyConfig.worker_memory_mb,
                         help="internal: the worker's address-space limit")
@@ -783,11 +1184,17 @@ def main() -> None:
         return serve(args.memory_mb)
     if args.sandbox_info:
         box = sandbox()
-        return print(f"code sandbox: {box.mode} ({box.note or 'namespaces + rlimits'}), python {box.python}")
+        memory = "a memory cgroup per sandbox" if _cgroup_parent() else "per process only (no memory cgroup)"
+        return print(f"code sandbox: {box.mode} ({box.note or 'namespaces + rlimits'}), python {box.python}, "
+                     f"mounts {', '.join(box.mounts) or 'system directories only'}, memory bounded {memory}")
     if None in (args.task, args.response, args.answer):
         parser.error("--task, --response and --answer are required")
     answer = args.answer if args.task in ("arith", "math") else json.loads(args.answer)
-    reward = score(args.task, args.response, answer, VerifyConfig(timeout=args.timeout))
+    try:
+        reward = score(args.task, args.response, answer,
+                       VerifyConfig(timeout=args.timeout, unsafe_no_sandbox=args.unsafe_no_sandbox))
+    except SandboxUnavailable as e:
+        sys.exit(f"error: {e}")
     print(f"reward: {reward}")
 
 

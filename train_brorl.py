@@ -185,6 +185,8 @@ class Config:
     """hard limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0 and is logged)"""
     code_test_timeout: float = 2.0
     """limit per code test case, seconds (CPU and wall clock)"""
+    unsafe_no_sandbox: bool = False
+    """without bubblewrap, run code tasks' programs under rlimits only instead of refusing them (no isolation)"""
 
 
 PRESETS: dict[str, dict] = {
@@ -628,6 +630,8 @@ def train(cfg: Config) -> Path:
     test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
     check_answers(train_tasks, cfg.train_data)
     check_answers(test_tasks, cfg.test_data)
+    eval_suites = {b.suite for b in benchmarks.select(names=list(cfg.eval_benchmarks))} if cfg.eval_benchmarks else set()
+    reward.require_sandbox({t["task"] for t in train_tasks + test_tasks} | eval_suites, cfg.unsafe_no_sandbox)
     with accelerator.main_process_first():  # the main process builds the tiny model's cache entry
         model_path = (str(checkpoint / "model") if checkpoint else
                       str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
@@ -673,7 +677,8 @@ def train(cfg: Config) -> Path:
     update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
                                      cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens,
                                      cfg.tis_cap)
-    verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout)
+    verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout,
+                                     unsafe_no_sandbox=cfg.unsafe_no_sandbox)
     eval_settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
                                             cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
                                             verify_workers=cfg.verify_workers, verify_config=verify_cfg)
@@ -834,7 +839,7 @@ def main() -> None:
     try:
         cfg = parse_config()
         output_dir = train(cfg)
-    except (InputError, rollout.EngineError) as e:
+    except (InputError, rollout.EngineError, reward.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit(f"\ninterrupted: {where_to_resume(cfg)}")

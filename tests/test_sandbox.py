@@ -2,8 +2,13 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -75,7 +80,7 @@ def sandbox_processes() -> list[str]:
     """Live processes of the sandbox uids (zombies waiting for init to reap them are dead already)."""
     ps = subprocess.run(["ps", "-eo", "uid=,stat=,args="], capture_output=True, text=True).stdout
     return [line for line in ps.splitlines()
-            if int(line.split()[0]) >= reward.SANDBOX_UID and not line.split()[1].startswith("Z")]
+            if reward.sandbox_uid(0) <= int(line.split()[0]) <= reward.sandbox_uid(reward.PROBE_SLOT) and not line.split()[1].startswith("Z")]
 
 
 @needs_bwrap
@@ -103,7 +108,8 @@ def test_the_network_is_unreachable_even_on_loopback():
 @needs_bwrap
 def test_the_sandbox_sees_no_environment_and_no_parent():
     program = "import os\nprint(sorted(os.environ), os.getppid(), os.getuid() == 0)"
-    expected = "['HOME', 'LC_CTYPE', 'PATH', 'PWD'] 1 False"  # LC_CTYPE: Python's own UTF-8 coercion
+    expected = ("['HOME', 'LC_CTYPE', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] "
+                "1 False")  # LC_CTYPE: Python's own UTF-8 coercion
     os.environ["BRORL_SECRET"] = "hunter2"
     try:
         assert reward.run_program(program, {"inputs": [""], "outputs": [expected]}, FAST).passed == 1
@@ -111,13 +117,258 @@ def test_the_sandbox_sees_no_environment_and_no_parent():
         del os.environ["BRORL_SECRET"]
 
 
-def test_the_fallback_without_bubblewrap_still_limits_and_cleans_up(monkeypatch):
-    fallback = reward.Sandbox("rlimits", reward.sandbox().python)
+def test_the_unsafe_fallback_without_bubblewrap_still_limits_and_cleans_up(monkeypatch):
+    fallback = reward.Sandbox("rlimits", reward.sandbox().python, "bubblewrap is not installed")
     monkeypatch.setattr(reward, "sandbox", lambda: fallback)
-    assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD) == 1.0
-    assert reward.run_program("while True:\n    pass", ADD, FAST).status == "timeout"
-    assert reward.run_program("x = bytearray(8 << 30)", ADD, FAST).status == "error: MemoryError"
-    grandchild = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\nprint('pwned')"
-    assert reward.score("code", fenced(grandchild), ADD, FAST) == 0.0
+    unsafe = reward.VerifyConfig(test_timeout=1.0, unsafe_no_sandbox=True)
+    with pytest.warns(RuntimeWarning, match="NO network or file-system isolation"):
+        assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, unsafe) == 1.0
+        assert reward.run_program("while True:\n    pass", ADD, unsafe).status == "timeout"
+        assert reward.run_program("x = bytearray(8 << 30)", ADD, unsafe).status == "error: MemoryError"
+        grandchild = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\nprint('pwned')"
+        assert reward.score("code", fenced(grandchild), ADD, unsafe) == 0.0
     if os.geteuid() == 0:  # as root the fallback kills every process of the sandbox uid
         assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
+
+
+# ---- HumanEval-style specs: the test runs in a sandbox of its own; only plain values reach it ---------
+
+ADDER = {"prompt": "def add(x, y):\n    \"\"\"x plus y\"\"\"\n", "entry_point": "add",
+         "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"}
+LOOKUP = {"entry_point": "mystery", "test": "def check(candidate):\n    assert candidate(3) == 17\n"
+                                            "    assert candidate(5) == -2\n    assert candidate((1, 'a')) == {2}\n"}
+CHECK_ATTACKS = {
+    "SystemExit": "def add(x, y):\n    raise SystemExit(0)",
+    "exit() at import": "exit()",
+    "quit() in the body": "    quit()",
+    "always equal": "class Same:\n    def __eq__(self, other):\n        return True\n"
+                    "def add(x, y):\n    return Same()",
+    "patch exec to skip the test": "import builtins\nreal = builtins.exec\n"
+                                   "builtins.exec = lambda code, scope=None: scope.update(check=lambda c: None)\n"
+                                   "def add(x, y):\n    return 0",
+    "forge pass records": "import json, os\nfor fd in range(3, 12):\n    for record in ({'status': 'ok', 'stdout': '', "
+                          "'result': None}, {'verdict': 'ok'}, {'status': 'ok', 'result': 3}):\n        try:\n"
+                          "            os.write(fd, (json.dumps(record) + '\\n').encode())\n        except OSError:\n"
+                          "            pass\nos._exit(0)",
+}
+READ_THE_ASSERTS = """import __main__, gc, re
+sources = [getattr(__main__, 'spec', {}).get('check', {}).get('test', '')]
+sources += [o for o in gc.get_objects() if isinstance(o, str) and 'candidate(' in o]
+answers = {}
+for source in sources:
+    for args, value in re.findall(r"candidate\\((.*?)\\) == (.*)", source):
+        answers[args] = eval(value)
+def mystery(x):
+    return answers[repr(x)]
+"""
+
+
+def test_humaneval_specs_pass_a_solution_and_fail_a_wrong_one():
+    assert reward.score("code", fenced("def add(x, y):\n    return x + y"), ADDER) == 1.0
+    assert reward.score("code", fenced("    return x + y"), ADDER) == 1.0  # a completion of the prompt
+    assert reward.score("code", fenced("def add(x, y):\n    return x * y"), ADDER) == 0.0
+    assert reward.run_program("def add(x, y):\n    return x - y", ADDER).status == "error: AssertionError"
+    solution = "def mystery(x):\n    return {3: 17, 5: -2}[x] if isinstance(x, int) else {x[0] + 1}"
+    assert reward.run_program(solution, LOOKUP).status == "ok"  # a tuple argument and a set result cross intact
+
+
+def test_prompt_helpers_and_mbpp_style_tests_that_call_the_function_by_name():
+    encode = {"prompt": "def encode(s):\n    return s[::-1]\n\ndef decode(s):\n    \"\"\"undo encode\"\"\"\n",
+              "entry_point": "decode", "test": "def check(candidate):\n    assert candidate(encode('abc')) == 'abc'\n"}
+    assert reward.score("code", fenced("def decode(s):\n    return s[::-1]"), encode) == 1.0
+    mbpp = {"entry_point": "is_even", "test": "import math\nfor n, want in [(2, True), (3, False)]:\n"
+            "    assert is_even(n) == want\n\ndef check(candidate):\n    pass\n"}
+    assert reward.score("code", fenced("def is_even(n):\n    return n % 2 == 0"), mbpp) == 1.0
+    assert reward.score("code", fenced("def is_even(n):\n    return True"), mbpp) == 0.0
+    never_called = {"entry_point": "f", "test": "def check(candidate):\n    pass\n"}
+    assert reward.run_program("def f():\n    return 1", never_called).status == "error: the test never called it"
+
+
+@pytest.mark.parametrize("attack", CHECK_ATTACKS)
+def test_humaneval_attacks_on_the_test_score_zero(attack):
+    stats = reward.VerifyStats()
+    assert reward.score_batch([("code", fenced(CHECK_ATTACKS[attack]), ADDER)], config=FAST, stats=stats) == [0.0]
+    assert stats.code_tests_passed == 0
+
+
+def test_a_program_cannot_read_the_asserts_of_its_test():
+    assert reward.score("code", fenced(READ_THE_ASSERTS), LOOKUP) == 0.0
+
+
+def test_a_test_that_catches_every_exception_still_fails_a_program_that_raises():
+    lenient = {"entry_point": "f", "test": "def check(candidate):\n    try:\n        assert candidate(1) == 2\n"
+                                          "    except Exception:\n        pass\n    assert candidate(2) == 3\n"}
+    assert reward.score("code", fenced("def f(x):\n    return x + 1"), lenient) == 1.0
+    unencodable = "def f(x):\n    return object() if x == 1 else x + 1"  # makes the proxy fail, not the program
+    assert reward.score("code", fenced(unencodable), lenient) == 0.0
+
+
+def test_values_cross_with_their_types():
+    for value in [None, True, 3, -2.5, float("inf"), "s", [1, [2]], (1, (2,)), {1, 2}, frozenset({3}),
+                  {(1, 2): {"a": b"\xff"}}, 1 + 2j, []]:
+        assert reward.decode_value(json.loads(json.dumps(reward.encode_value(value)))) == value
+        assert type(reward.decode_value(reward.encode_value(value))) is type(value)
+    for hostile in ["[" * 200 + "]" * 200, '{"set": [[1]]}', '{"tuple": 1}', '{"a": 1, "b": 2}', '{"dict": [[1]]}']:
+        with pytest.raises((ValueError, TypeError)):
+            reward.decode_value(json.loads(hostile))
+
+
+# ---- the report channel is hostile input ----------------------------------------------------------------
+
+REPORT_FDS = "import os\ndef report(data):\n    for fd in range(3, 12):\n        try:\n            os.write(fd, data)\n" \
+             "        except OSError:\n            pass\n"
+HOSTILE_REPORTS = {
+    "undecodable bytes": "report(b'\\xff\\xfe\\x00garbage\\n')",
+    "deep nesting": "report(b'[' * 100000 + b'\\n')",
+    "not an object": "report(b'[1, 2, 3]\\n')",
+    "a status that is not a string": "report(b'{\"status\": [\"ok\"]}\\n')",
+    "an integer past int()'s limit": "report(b'{\"status\": \"ok\", \"result\": ' + b'9' * 5000 + b'}\\n')",
+    "a line past the cap": "report(b'{\"status\": \"ok\", \"stdout\": \"' + b'7' * (8 << 20) + b'\"}\\n')",
+    "a flood of forged passes": "import json\nreport((json.dumps({'status': 'ok', 'stdout': '7', 'result': 7})"
+                                " + '\\n').encode() * 1000000)",
+}
+
+
+@pytest.mark.parametrize("attack", HOSTILE_REPORTS)
+def test_hostile_report_lines_score_zero_as_counted_errors(attack):
+    spec = {"inputs": ["3 4\n"] * 2, "outputs": ["7"] * 2}
+    stats = reward.VerifyStats()
+    start = time.monotonic()
+    program = REPORT_FDS + HOSTILE_REPORTS[attack] + "\nos._exit(0)"  # before the harness's own reply
+    assert reward.score_batch([("code", fenced(program), spec)], config=FAST,
+                              stats=stats) == [0.0]
+    assert stats.errors == 1 and time.monotonic() - start < 10
+
+
+def test_a_program_that_blocks_the_alarm_is_still_stopped_at_its_time_limit():
+    program = ("import signal, os, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+               "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+               "if not os.path.exists('slept'):\n    open('slept', 'w').close()\n    time.sleep(2.5)\n"
+               "a, b = map(int, input().split())\nprint(a + b)")
+    start = time.monotonic()
+    result = reward.run_program(program, ADD, FAST)
+    assert (result.passed, result.status) == (0, "timeout") and time.monotonic() - start < 2.5
+
+
+# ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -------------------------
+
+def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path):
+    secret = Path(reward.__file__).parent / "data" / "hidden-tests-brorl-test.jsonl"
+    shared_tmp = Path(tempfile.mkdtemp(dir="/var/tmp")) / "hidden.txt"
+    try:
+        for path in (secret, shared_tmp, tmp_path / "hidden.txt"):
+            path.write_text("answer-7")
+            path.chmod(0o644)
+        shared_tmp.parent.chmod(0o755)
+        program = ("import os\nfound = []\nfor path in " + repr([str(secret), str(shared_tmp), str(tmp_path / "hidden.txt"),
+                                                            "/etc/passwd"]) + ":\n"
+                   "    try:\n        found.append(open(path).read())\n    except OSError:\n        pass\n"
+                   "print(found, [p for p in " + repr([reward.__file__, str(secret.parent), "/var", "/run", "/root/.ssh"])
+                   + " if os.path.exists(p)])")  # (a venv inside the repository is mounted, the rest of it is not)
+        assert reward.run_program(program, {"inputs": [""], "outputs": ["[] []"]}).passed == 1
+    finally:
+        secret.unlink(missing_ok=True)
+        shutil.rmtree(shared_tmp.parent, ignore_errors=True)
+
+
+def test_unix_sockets_of_the_host_are_unreachable():
+    directory = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    directory.chmod(0o777)
+    with socket.socket(socket.AF_UNIX) as server, socket.socket(socket.AF_UNIX) as abstract:
+        server.bind(str(directory / "socket"))
+        (directory / "socket").chmod(0o777)
+        abstract.bind("\0brorl-test-socket")
+        server.listen()
+        abstract.listen()
+        program = ("import socket\nreached = 0\nfor address in " + repr([str(directory / "socket"), "\0brorl-test-socket"])
+                   + ":\n    try:\n        socket.socket(socket.AF_UNIX).connect(address)\n        reached += 1\n"
+                   "    except OSError:\n        pass\nprint(reached)")
+        assert reward.run_program(program, {"inputs": [""], "outputs": ["0"]}).passed == 1
+    shutil.rmtree(directory)
+
+
+needs_cgroup = pytest.mark.skipif(reward._cgroup_parent() is None, reason="no memory cgroup this process may create")
+MEMORY_ATTACKS = {  # each prints "pwned" if it held more than its 256 MiB at once
+    "children": "import os, time\nchildren = []\nfor _ in range(4):\n    r, w = os.pipe()\n    if os.fork() == 0:\n"
+                "        block = bytearray(120 << 20)\n        block[::4096] = b'x' * len(block[::4096])\n"
+                "        os.write(w, b'1')\n        time.sleep(5)\n        os._exit(0)\n    os.close(w)\n"
+                "    children.append(r)\nheld = sum(len(os.read(r, 1)) for r in children)\n"
+                "print('pwned' if held * 120 > 256 else held)",
+    "files in /dev": "n = 0\nfor i in range(300):\n    for d in ('/dev/', '/dev/shm/', '/tmp/'):\n        try:\n"
+                     "            open(d + str(i), 'wb').write(b'x' * (1 << 20))\n            n += 1\n"
+                     "        except OSError:\n            pass\nprint('pwned' if n > 256 else n)",
+}
+
+
+@needs_bwrap
+@needs_cgroup
+@pytest.mark.parametrize("attack", MEMORY_ATTACKS)
+def test_the_whole_sandbox_stays_within_its_memory(attack):
+    config = reward.VerifyConfig(test_timeout=5.0, code_memory_mb=256)
+    result = reward.run_program(MEMORY_ATTACKS[attack], {"inputs": [""], "outputs": ["pwned"]}, config)
+    assert result.passed == 0
+    assert result.memory_peak_mb is not None and result.memory_peak_mb <= 256
+    print(f"{attack}: peak {result.memory_peak_mb:.0f} MiB of 256, status {result.status}")
+
+
+# ---- concurrent trainers, and no bubblewrap ------------------------------------------------------------
+
+@needs_bwrap
+def test_concurrent_processes_do_not_kill_each_others_programs():
+    slow = ("import reward\nspec = {'inputs': [''], 'outputs': ['done']}\n"
+            "result = reward.run_program('import time\\ntime.sleep(3)\\nprint(\"done\")', spec, "
+            "reward.VerifyConfig(test_timeout=8.0), slot=0)\nprint(result.passed, result.status)")
+    other = subprocess.Popen([sys.executable, "-c", slow], cwd=Path(reward.__file__).parent, stdout=subprocess.PIPE,
+                             text=True)
+    deadline = time.monotonic() + 6
+    while other.poll() is None and time.monotonic() < deadline:  # slot 0 here too, cleaned up after each program
+        reward.run_program("print(7)", {"inputs": [""], "outputs": ["7"]}, FAST, slot=0)
+    assert other.communicate(timeout=30)[0].split() == ["1", "ok"]
+
+
+@needs_bwrap
+def test_score_batch_calls_in_concurrent_threads_do_not_share_sandbox_slots():
+    slow = [("code", fenced("import time\ntime.sleep(3)\nprint('done')"), {"inputs": [""], "outputs": ["done"]})]
+    long_config = reward.VerifyConfig(test_timeout=8.0)
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(reward.score_batch, slow, 1, long_config)
+        while not other.done():  # each of these cleans up its slot's uid after its program
+            reward.score_batch([("code", fenced("print(7)"), {"inputs": [""], "outputs": ["7"]})], 1, FAST)
+        assert other.result() == [1.0]
+
+
+@pytest.fixture
+def no_bubblewrap(monkeypatch):
+    which = shutil.which
+    monkeypatch.setattr(reward.shutil, "which", lambda name, **kw: None if name == "bwrap" else which(name, **kw))
+    reward.sandbox.cache_clear()
+    yield
+    reward.sandbox.cache_clear()
+
+
+def test_without_bubblewrap_code_is_refused_with_the_fix_unless_unsafe_is_asked_for(no_bubblewrap):
+    assert reward.sandbox().mode == "rlimits" and reward.sandbox().note == "bubblewrap is not installed"
+    with pytest.raises(reward.SandboxUnavailable, match=r"install bubblewrap .*--unsafe-no-sandbox"):
+        reward.score_batch([("code", fenced("print(3)"), ADD)])
+    assert reward.score_batch([("arith", "so \\boxed{4}", "4")]) == [1.0]  # tasks that execute nothing still work
+    with pytest.warns(RuntimeWarning):
+        unsafe = reward.VerifyConfig(unsafe_no_sandbox=True)
+        assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, unsafe) == 1.0
+
+
+def test_the_reward_cli_refuses_code_in_one_line_without_bubblewrap():
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no bwrap on this PATH
+    command = [sys.executable, "reward.py", "--task", "code", "--answer", json.dumps(ADD), "--response", fenced("print(3)")]
+    done = subprocess.run(command, cwd=Path(reward.__file__).parent, env=env, capture_output=True, text=True)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1 and "--unsafe-no-sandbox" in done.stderr
+    done = subprocess.run(command + ["--unsafe-no-sandbox"], cwd=Path(reward.__file__).parent, env=env,
+                          capture_output=True, text=True)
+    assert done.stdout == "reward: 0.0\n"
+
+
+def test_eval_refuses_code_benchmarks_in_one_line_without_bubblewrap():
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}
+    done = subprocess.run([sys.executable, "eval.py", "--model", "unused", "--benchmarks", "humaneval"],
+                          cwd=Path(reward.__file__).parent, env=env, capture_output=True, text=True)
+    assert done.returncode != 0 and done.stderr.startswith("error: code tasks run untrusted programs")
+    assert done.stderr.count("\n") == 1

@@ -143,9 +143,12 @@ def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming
     assert re.fullmatch(rf"error: {data}:2: prompt is 3\d\d tokens, over the limit of 248 \(.*\)", result.stderr.strip())
 
 
+NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not /usr/bin/bwrap
+
+
 def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path):
     out = tmp_path / "smoke"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), env=NO_BWRAP)  # arith needs no sandbox
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "reward_mean" in r]
     eval_rows = [r for r in rows if "eval_pass1" in r]
@@ -203,6 +206,15 @@ def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
     result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad), check=False)
     assert result.returncode != 0 and "bad.jsonl: task record 1: code answer must be" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_without_bubblewrap_code_data_is_refused_in_one_line(tmp_path):
+    code = tmp_path / "code.jsonl"
+    code.write_text(json.dumps({"task": "code", "prompt": "add=", "answer": {"inputs": ["1 2"], "outputs": ["3"]}}) + "\n")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(code), check=False, env=NO_BWRAP)
+    assert result.returncode != 0 and result.stderr.strip().splitlines() == [
+        "error: code tasks run untrusted programs, and bubblewrap is not installed: install bubblewrap "
+        "(apt-get install bubblewrap), or pass --unsafe-no-sandbox to run them without isolation"]
 
 
 def final_weights(out_dir):
