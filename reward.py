@@ -372,6 +372,7 @@ class NotPlainData(ValueError):
 
 def _forbid_code_in_scorers() -> None:
     """Make every eval, exec and sympy parse_expr that reasoning-gym's scorers reach accept plain data only."""
+    import reasoning_gym  # noqa: F401 (imports every dataset module, so that each one is patched below)
     import sympy
     import sympy.parsing.sympy_parser as sympy_parser
 
