@@ -9,7 +9,8 @@ Self-contained (copy this file into another trainer): it imports nothing from th
 - "arith": the toy task; the final answer must be the integer `answer`.
 - "math": the content of the last `\\boxed{...}` (nested braces allowed; a missing or empty box
   scores 0) is compared with `answer` by math-verify (sympy-backed: `\\frac{1}{2}`, `0.5` and `1/2`
-  are the same answer, so are `x=3` and `3`, intervals, sets, `30^\\circ` and `30`).
+  are the same answer, so are `x=3` and `3`, intervals, sets, `30^\\circ` and `30`). An equation in
+  the box must be true: `6=5` is not the answer 5 (see check_math).
 - "code": `answer` is an APPS/TACO test spec, a dict or its JSON string: {"inputs": [...],
   "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based tests (inputs are
   argument lists, outputs return values); or a HumanEval spec {"prompt", "test", "entry_point"}
@@ -18,19 +19,27 @@ Self-contained (copy this file into another trainer): it imports nothing from th
   reward 1 if every test passes (the fraction passed goes to the stats).
 - "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry}; the answer is
   the last `<answer>...</answer>` of the response and the package's own `score_answer` grades it.
-  The RL reward is binary: 1 only at full score (partial "format" credit that some tasks give to
-  wrong answers is counted in the stats, never rewarded).
+  The RL reward is binary: 1 only at a score of exactly 1.0 (partial "format" credit that some tasks
+  give to wrong answers is counted in the stats, never rewarded). The scorers that `eval` or
+  `parse_expr` an answer get versions that accept plain data only (_forbid_code_in_scorers).
 
 How a batch is scored (BroRL samples N=512 responses per prompt, and most of them share a handful
 of final answers):
-1. Extraction and a normalised exact-match fast path run in this process (microseconds).
+1. Extraction and a normalised exact-match fast path run in this process (microseconds; every
+   extractor is one left-to-right scan, and a response over `max_response_chars`, 256 K characters,
+   scores 0 unread).
 2. Every distinct (answer, ground truth) pair is verified once per batch (the group cache).
 3. Math and Reasoning Gym checks run in `workers` verifier processes (`python reward.py --serve`)
    under a hard wall-clock limit per distinct answer (`VerifyConfig.timeout`, default 5 s) and an
    address-space limit. A worker that overruns or dies is killed and replaced; that answer scores
    0 and is counted in the stats, never raised into the trainer. This works from any thread (math-
    verify's own timeouts use SIGALRM, main thread only, so they are switched off in the workers).
+   Workers are treated as hostile: with bubblewrap each runs in a sandbox like a program's (below),
+   each Reasoning Gym check in a child forked without privileges whose only output is a number, and
+   a reply counts only as the one line {"id": this request's random id, "value": a float in [0, 1]}
+   (see serve and read_reply); a worker that writes anything else is replaced, its answer scores 0.
 4. Programs run in a fresh sandbox each (below), `workers` at a time.
+5. A whole call stops after `step_timeout` (600 s): checks left then score 0 (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
 The code sandbox, with bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
@@ -336,7 +345,8 @@ def _rg_scorer(dataset: str):
 SYMPY_FUNCTIONS = frozenset({"sqrt", "exp", "log", "ln", "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos",
                              "atan", "sinh", "cosh", "tanh", "Abs", "abs", "factorial", "floor", "ceiling"})
 _ARITHMETIC_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv,
-                     ast.Mod, ast.Pow, ast.BitXor, ast.UAdd, ast.USub, ast.Load)
+                     ast.Mod, ast.Pow, ast.BitXor, ast.BitAnd, ast.BitOr, ast.LShift, ast.RShift, ast.Invert,
+                     ast.UAdd, ast.USub, ast.Load)
 
 
 def plain_expression(text: str, names: bool) -> bool:
@@ -370,8 +380,9 @@ class NotPlainData(ValueError):
     pass
 
 
-def _forbid_code_in_scorers() -> None:
-    """Make every eval, exec and sympy parse_expr that reasoning-gym's scorers reach accept plain data only."""
+def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
+    """Make every eval, exec and sympy parse_expr that reasoning-gym's scorers reach accept plain data
+    only, or one of the `trusted` strings (the entry's own: a scorer may eval its gold expression)."""
     import reasoning_gym  # noqa: F401 (imports every dataset module, so that each one is patched below)
     import sympy
     import sympy.parsing.sympy_parser as sympy_parser
@@ -379,11 +390,13 @@ def _forbid_code_in_scorers() -> None:
     parse_expr = sympy_parser.parse_expr
 
     def plain_parse_expr(text, *args, **kwargs):
-        if not isinstance(text, str) or not plain_expression(text, names=True):
+        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=True)):
             raise NotPlainData("not a plain expression")
         return parse_expr(text, *args, **kwargs)
 
-    def plain_eval(text, *_):
+    def plain_eval(text, *namespaces):
+        if text in trusted:
+            return eval(text, *namespaces)
         if not isinstance(text, str) or not plain_expression(text, names=False):
             raise NotPlainData("not a plain literal")
         return eval(text, {"__builtins__": {}})
@@ -419,7 +432,7 @@ def serve(memory_mb: int, isolated: bool) -> None:
     takes digits and operators, so an answer is never run. Each Reasoning Gym check runs in a child
     forked for it, which the parent treats as hostile: it has no descriptor of the reply channel (this
     process is made non-dumpable, so /proc/<pid>/fd cannot reopen it), drops root, and can only write
-    a number of at most 32 bytes on its own pipe; anything else scores 0. With `isolated` (the worker
+    a number of at most 64 bytes on its own pipe; anything else scores 0. With `isolated` (the worker
     runs in its own bubblewrap PID namespace) every process the child left behind is killed too."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     replies = os.fdopen(os.dup(1), "w")  # the protocol channel; libraries that print go to stderr
@@ -444,8 +457,10 @@ def serve(memory_mb: int, isolated: bool) -> None:
             if request["kind"] == "math":
                 reply = {"value": float(check_math(*request["args"]))}
             else:
+                import reasoning_gym  # noqa: F401 (imported here, once: each child starts warm)
+
                 if request["args"][0] not in RG_SCORER_OVERRIDES:
-                    _rg_scorer(request["args"][0])  # imported here, once: each child starts warm
+                    _rg_scorer(request["args"][0])
                 reply = _score_in_child(request["args"], replies.fileno(), isolated)
         except MemoryError:
             replies.write(json.dumps({"id": request["id"], "error": "memory limit"}) + "\n")
@@ -469,7 +484,7 @@ def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             _drop_privileges()
-            _forbid_code_in_scorers()
+            _forbid_code_in_scorers(frozenset(_strings_in(args[2])))
             text = repr(float(rg_raw_score(*args)))
         except BaseException as e:
             text = f"error: {type(e).__name__}"
@@ -494,6 +509,15 @@ def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
     if not SCORE_TEXT.fullmatch(output) or not 0.0 <= float(output) <= 1.0:
         return {"error": "the scorer wrote something that is not a score"}
     return {"value": float(output)}
+
+
+def _strings_in(data) -> list[str]:
+    """Every string in a JSON-like value (a Reasoning Gym entry: trusted, from the data)."""
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        data = [*data.keys(), *data.values()]
+    return [s for item in data for s in _strings_in(item)] if isinstance(data, (list, tuple)) else []
 
 
 def _set_dumpable(dumpable: bool) -> None:

@@ -60,6 +60,21 @@ for n_queens_attack in ["[open('{marker}', 'w')]", "().__class__.__base__.__subc
     assert all(line in ("refused", "0.0", "0.01") for line in done.stdout.split()), done.stdout
 
 
+def test_scorers_that_eval_keep_scoring_gold_answers_and_score_code_zero():
+    import reasoning_gym
+
+    evaluating = ["bitwise_arithmetic", "number_sorting", "n_queens", "puzzle24", "string_insertion", "binary_matrix",
+                  "spiral_matrix", "simple_integration", "countdown", "polynomial_multiplication"]
+    entries = [(name, json.loads(json.dumps(entry))) for name in evaluating
+               for entry in reasoning_gym.create_dataset(name, size=2, seed=3)]
+    golds = [("reasoning_gym", f"<answer>{entry['answer']}</answer>", {"dataset": name, "entry": entry})
+             for name, entry in entries]
+    attacks = [("reasoning_gym", f"<answer>{attack}</answer>", {"dataset": name, "entry": entry})
+               for name, entry in entries for attack in ("__import__('unittest.mock').mock.ANY",
+                                                         "[__import__('os').getpid()]")]
+    assert reward.score_batch(golds + attacks, workers=2) == [1.0] * len(golds) + [0.0] * len(attacks)
+
+
 @pytest.mark.parametrize("text, names, plain", [
     ("-1806*x**5 + 987*x**4 - 6708*x**2", True, True),
     ("(3 + 5) * 7 - 100 / 4", True, True),
