@@ -61,6 +61,7 @@ import argparse
 import ast
 import atexit
 import functools
+import gc
 import json
 import math
 import os
@@ -475,6 +476,7 @@ def serve(memory_mb: int, isolated: bool) -> None:
 def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
     """rg_raw_score(*args) in a forked child; {"value": float} or {"error": ...} from what it wrote."""
     read_end, write_end = os.pipe()
+    gc.freeze()  # the child's collector then leaves this process's objects (and their shared pages) alone
     pid = os.fork()
     if pid == 0:  # the child: never returns
         try:
@@ -1058,6 +1060,10 @@ def _check_key(task: str, response: str, answer, spec_key: str | None, config: V
     if pred is None or len(pred) > config.max_answer_chars:
         return None
     stats.answered += 1
+    gold = answer["entry"].get("answer")
+    if isinstance(gold, str) and pred == gold.strip():  # the gold itself scores 1 (make_reasoning_gym checks it)
+        stats.fast_path += 1
+        return True
     return ("reasoning_gym", pred, spec_key)
 
 

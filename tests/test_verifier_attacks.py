@@ -67,12 +67,11 @@ def test_scorers_that_eval_keep_scoring_gold_answers_and_score_code_zero():
                   "spiral_matrix", "simple_integration", "countdown", "polynomial_multiplication"]
     entries = [(name, json.loads(json.dumps(entry))) for name in evaluating
                for entry in reasoning_gym.create_dataset(name, size=2, seed=3)]
-    golds = [("reasoning_gym", f"<answer>{entry['answer']}</answer>", {"dataset": name, "entry": entry})
-             for name, entry in entries]
-    attacks = [("reasoning_gym", f"<answer>{attack}</answer>", {"dataset": name, "entry": entry})
-               for name, entry in entries for attack in ("__import__('unittest.mock').mock.ANY",
-                                                         "[__import__('os').getpid()]")]
-    assert reward.score_batch(golds + attacks, workers=2) == [1.0] * len(golds) + [0.0] * len(attacks)
+    golds = [("rg", [name, entry["answer"], entry]) for name, entry in entries]  # past score_batch's exact match
+    attacks = [("rg", [name, attack, entry]) for name, entry in entries
+               for attack in ("__import__('unittest.mock').mock.ANY", "[__import__('os').getpid()]")]
+    results = reward.verifier_pool(2, 2048).run(golds + attacks, timeout=30)
+    assert [value == 1.0 for value, _ in results] == [True] * len(golds) + [False] * len(attacks)
 
 
 @pytest.mark.parametrize("text, names, plain", [
