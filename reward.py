@@ -60,6 +60,7 @@ network isolation, and writes to world-writable directories are possible. `pytho
 import argparse
 import ast
 import atexit
+import contextlib
 import functools
 import gc
 import json
@@ -356,7 +357,8 @@ def plain_expression(text: str, names: bool) -> bool:
     or without them, string and container literals (a list of rows). Decided on Python's own syntax tree
     of the text, so it holds for whatever eval or parse_expr does with it next."""
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        with _plain_data_compiles():  # to a syntax tree only: nothing runs
+            tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     for node in ast.walk(tree):
@@ -377,6 +379,14 @@ def plain_expression(text: str, names: bool) -> bool:
     return True
 
 
+# Scorers of reasoning-gym 0.1.25 read for this file: they compare strings or parse numbers and JSON,
+# nothing that could run an answer, so their checks run in the verifier worker itself (see serve).
+RG_REVIEWED_SCORERS = frozenset({
+    "simple_equations", "word_sorting", "spell_backward", "arc_1d", "basic_arithmetic", "gcd", "bf", "number_sequence",
+    "mini_sudoku", "simple_geometry", "shortest_path", "largest_island", "list_functions", "knights_knaves",
+    "syllogism", "game_of_life_halting"})
+
+
 class NotPlainData(ValueError):
     pass
 
@@ -393,14 +403,14 @@ def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
     def plain_parse_expr(text, *args, **kwargs):
         if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=True)):
             raise NotPlainData("not a plain expression")
-        return parse_expr(text, *args, **kwargs)
+        with _plain_data_compiles():
+            return parse_expr(text, *args, **kwargs)
 
     def plain_eval(text, *namespaces):
-        if text in trusted:
-            return eval(text, *namespaces)
-        if not isinstance(text, str) or not plain_expression(text, names=False):
+        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=False)):
             raise NotPlainData("not a plain literal")
-        return eval(text, {"__builtins__": {}})
+        with _plain_data_compiles():
+            return eval(text, *namespaces) if text in trusted else eval(text, {"__builtins__": {}})
 
     def no_exec(*_):
         raise NotPlainData("exec is not available to a scorer")
@@ -412,6 +422,57 @@ def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
             if getattr(module, "parse_expr", None) is parse_expr:
                 module.parse_expr = plain_parse_expr
             module.eval, module.exec = plain_eval, no_exec  # module globals shadow the builtins
+
+
+# While a Reasoning Gym scorer runs in a verifier worker, this audit hook (PEP 578) stops whatever would
+# run code or reach outside: compiling or executing anything but a module's file being imported, and the
+# events below. Running in the worker itself, the first such attempt sends the check to a child (see
+# serve); in the child, only the plain-data eval and parse_expr of _forbid_code_in_scorers may compile.
+RUNS_CODE_EVENTS = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+    "subprocess.Popen", "pickle.find_class", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
+    "ctypes.cdata", "socket.connect", "socket.bind", "sys.settrace", "sys.setprofile", "function.__new__",
+    "code.__new__", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
+    "os.symlink", "os.link", "shutil.rmtree", "os.putenv", "os.unsetenv"})
+_SCORER_GUARD = {"mode": None, "plain": False, "tripped": ""}  # mode: None, "in process" or "child"
+
+
+def _guard_scorers(event: str, args: tuple) -> None:
+    if _SCORER_GUARD["mode"] is None:
+        return
+    if event in ("compile", "exec"):
+        filename = args[1] if event == "compile" else getattr(args[0], "co_filename", "<?>")
+        if _SCORER_GUARD["plain"] or not (isinstance(filename, str) and filename.startswith("<")) or \
+                filename.startswith("<frozen ") or _importing():
+            return  # plain data, checked by plain_expression; or a module's code (a namedtuple's), being imported
+    elif event == "open":
+        mode, flags = args[1], args[2]
+        writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        if not (isinstance(mode, str) and set(mode) & set("wax+")) and not (isinstance(flags, int) and flags & writes):
+            return
+    elif event not in RUNS_CODE_EVENTS:
+        return
+    _SCORER_GUARD["tripped"] = event
+    raise NotPlainData(f"{event} while scoring")
+
+
+def _importing() -> bool:
+    """Whether the caller runs inside an import (a module defining a namedtuple compiles "<string>" code)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def _plain_data_compiles():
+    _SCORER_GUARD["plain"] = True
+    try:
+        yield
+    finally:
+        _SCORER_GUARD["plain"] = False
 
 
 # ---- verifier worker processes -----------------------------------------------------------------------
@@ -430,15 +491,19 @@ def serve(memory_mb: int, isolated: bool) -> None:
     one JSON reply {"id", "value"} or {"id", "error"} per stdout line; the parent enforces the time limit.
 
     Math checks run here: math-verify parses LaTeX with a grammar, and its plain-expression path only
-    takes digits and operators, so an answer is never run. Each Reasoning Gym check runs in a child
-    forked for it, which the parent treats as hostile: it has no descriptor of the reply channel (this
-    process is made non-dumpable, so /proc/<pid>/fd cannot reopen it), drops root, and can only write
-    a number of at most 64 bytes on its own pipe; anything else scores 0. With `isolated` (the worker
-    runs in its own bubblewrap PID namespace) every process the child left behind is killed too."""
+    takes digits and operators, so an answer is never run. A Reasoning Gym check of a scorer in
+    RG_REVIEWED_SCORERS runs here too, under _guard_scorers; any other (countdown's parse_expr,
+    n_queens' eval, a dataset nobody read), or one that tripped the guard, runs in a child forked for
+    it, where those calls accept plain data only, and which the parent treats as hostile: it has no descriptor of the reply channel (this process is made non-dumpable, so
+    /proc/<pid>/fd cannot reopen it), drops root, and can only write a number of at most 64 bytes on
+    its own pipe; anything else scores 0. With `isolated` (the worker runs in its own bubblewrap PID
+    namespace) every process the child left behind is killed too. A fork costs 5-50 ms (a copy of this
+    process's page tables), which is why the child is kept for the scorers that need it."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     replies = os.fdopen(os.dup(1), "w")  # the protocol channel; libraries that print go to stderr
     os.dup2(2, 1)
     _set_dumpable(False)
+    sys.addaudithook(_guard_scorers)
     import logging
 
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
@@ -462,7 +527,9 @@ def serve(memory_mb: int, isolated: bool) -> None:
 
                 if request["args"][0] not in RG_SCORER_OVERRIDES:
                     _rg_scorer(request["args"][0])
-                reply = _score_in_child(request["args"], replies.fileno(), isolated)
+                reply = _score_in_process(request["args"]) if request["args"][0] in RG_REVIEWED_SCORERS else None
+                if reply is None:  # not a reviewed scorer, or it tried to compile or run something
+                    reply = _score_in_child(request["args"], replies.fileno(), isolated)
         except MemoryError:
             replies.write(json.dumps({"id": request["id"], "error": "memory limit"}) + "\n")
             replies.flush()
@@ -471,6 +538,25 @@ def serve(memory_mb: int, isolated: bool) -> None:
             reply = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         replies.write(json.dumps({"id": request["id"], **reply}) + "\n")
         replies.flush()
+
+
+def _score_in_process(args: list) -> dict | None:
+    """rg_raw_score(*args) here, under _guard_scorers: {"value"} or {"error"}, or None if the scorer
+    tried to compile or run anything (then its result, and any exception, are discarded)."""
+    _SCORER_GUARD.update(mode="in process", tripped="")
+    try:
+        value = rg_raw_score(*args)
+    except MemoryError:
+        raise
+    except Exception as e:  # a scorer bug on odd input is a wrong answer, not a dead worker
+        value = e
+    finally:
+        _SCORER_GUARD["mode"] = None
+    if _SCORER_GUARD["tripped"]:
+        return None
+    if isinstance(value, Exception):
+        return {"error": f"{type(value).__name__}: {str(value)[:200]}"}
+    return {"value": value} if 0.0 <= value <= 1.0 else {"error": f"score {value} is not in [0, 1]"}
 
 
 def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
@@ -487,7 +573,10 @@ def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
                 os.dup2(null, fd)
             _drop_privileges()
             _forbid_code_in_scorers(frozenset(_strings_in(args[2])))
-            text = repr(float(rg_raw_score(*args)))
+            _SCORER_GUARD.update(mode="child", tripped="")
+            value = rg_raw_score(*args)
+            _SCORER_GUARD["mode"] = None
+            text = f"error: {_SCORER_GUARD['tripped']} while scoring" if _SCORER_GUARD["tripped"] else repr(float(value))
         except BaseException as e:
             text = f"error: {type(e).__name__}"
         try:

@@ -131,9 +131,27 @@ def _kill_the_worker(answer, entry):
     return 1.0
 
 
+def _evals_the_answer(answer, entry):  # like a scorer of a dataset nobody has reviewed
+    return float(eval(answer))
+
+
 RG_SCORER_OVERRIDES["forge_replies"] = _forge_replies
 RG_SCORER_OVERRIDES["kill_the_worker"] = _kill_the_worker
+RG_SCORER_OVERRIDES["evals_the_answer"] = _evals_the_answer
 '''
+
+
+def test_an_unreviewed_scorer_that_evals_the_answer_cannot_run_it(monkeypatch):
+    # no patched eval reaches this scorer; the audit hook stops the compile in the worker and in the child
+    source = reward._source()
+    monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
+    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    try:
+        results = pool.run([("rg", ["evals_the_answer", "(lambda: 1.0)()", {}]),
+                            ("rg", ["evals_the_answer", "__import__('os').system('true') + 1.0", {}])], timeout=60)
+    finally:
+        pool.close()
+    assert results == [(0.0, "error"), (0.0, "error")]
 
 
 def test_a_scorer_that_runs_code_cannot_forge_replies_or_outlive_its_check(monkeypatch):
