@@ -494,11 +494,12 @@ def serve(memory_mb: int, isolated: bool) -> None:
     takes digits and operators, so an answer is never run. A Reasoning Gym check of a scorer in
     RG_REVIEWED_SCORERS runs here too, under _guard_scorers; any other (countdown's parse_expr,
     n_queens' eval, a dataset nobody read), or one that tripped the guard, runs in a child forked for
-    it, where those calls accept plain data only, and which the parent treats as hostile: it has no descriptor of the reply channel (this process is made non-dumpable, so
-    /proc/<pid>/fd cannot reopen it), drops root, and can only write a number of at most 64 bytes on
-    its own pipe; anything else scores 0. With `isolated` (the worker runs in its own bubblewrap PID
-    namespace) every process the child left behind is killed too. A fork costs 5-50 ms (a copy of this
-    process's page tables), which is why the child is kept for the scorers that need it."""
+    it, where those calls accept plain data only, and which the parent treats as hostile: it has no
+    descriptor of the reply channel (this process is made non-dumpable, so /proc/<pid>/fd cannot
+    reopen it), drops root, and can only write a number of at most 64 bytes on its own pipe; anything
+    else scores 0. With `isolated` (the worker runs in its own bubblewrap PID namespace) every process
+    the child left behind is killed too. A fork costs 5-50 ms (a copy of this process's page tables),
+    which is why the child is kept for the scorers that need it."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     replies = os.fdopen(os.dup(1), "w")  # the protocol channel; libraries that print go to stderr
     os.dup2(2, 1)
@@ -576,7 +577,8 @@ def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
             _SCORER_GUARD.update(mode="child", tripped="")
             value = rg_raw_score(*args)
             _SCORER_GUARD["mode"] = None
-            text = f"error: {_SCORER_GUARD['tripped']} while scoring" if _SCORER_GUARD["tripped"] else repr(float(value))
+            tripped = _SCORER_GUARD["tripped"]
+            text = f"error: {tripped} while scoring" if tripped else repr(float(value))
         except BaseException as e:
             text = f"error: {type(e).__name__}"
         try:

@@ -161,8 +161,8 @@ def test_a_scorer_that_runs_code_cannot_forge_replies_or_outlive_its_check(monke
     monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
     pool = reward.VerifierPool(workers=1, memory_mb=2048)
     try:
-        results = pool.run([("rg", ["forge_replies", "x", {}]), ("math", ["7", "8"]), ("rg", ["kill_the_worker", "x", {}]),
-                            ("math", ["x(x+1)", "x^2+x"])], timeout=60)
+        results = pool.run([("rg", ["forge_replies", "x", {}]), ("math", ["7", "8"]),
+                            ("rg", ["kill_the_worker", "x", {}]), ("math", ["x(x+1)", "x^2+x"])], timeout=60)
     finally:
         pool.close()
     # the forger's own check is an error (what it wrote on its own pipe is not a number); the rest stand
