@@ -706,7 +706,7 @@ class VerifierPool:
 
     def _send(self, slot: int, request: dict) -> None:
         line = (json.dumps(request) + "\n").encode()
-        for attempt in range(2):
+        for _ in range(2):
             proc = self.procs[slot]
             if proc is None or proc.poll() is not None:  # never started, or died while idle
                 self._kill(slot)
