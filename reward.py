@@ -809,7 +809,8 @@ def _worker_isolation() -> list[str]:
 
 @functools.cache
 def _source() -> str:
-    """This file's text: workers run it with `python -c`, so they need no path of the repository."""
+    """This file's text: workers run it with `python -c`, so they need no path of the repository
+    (Linux takes up to 128 KiB in one argument; this file is about half that)."""
     with open(os.path.abspath(__file__)) as f:
         return f.read()
 
