@@ -20,7 +20,7 @@ Suites: math (AIME 2024, AIME 2025, AMC 2023, MATH-500, Minerva Math, OlympiadBe
 six), code (HumanEval offline; HumanEval+, MBPP+, LiveCodeBench and the paper's APPS, CodeContests,
 Codeforces, TACO from their hub datasets or local files; the paper does not name its Codeforces set,
 open-r1/codeforces's test split, stdin/stdout problems with exact answers, stands in for it),
-reasoning_gym (the 18 tasks of data/make_reasoning_gym.py, one benchmark each, reported per task and
+reasoning_gym (the 17 tasks of data/make_reasoning_gym.py, one benchmark each, reported per task and
 per category), toy (the 2-digit addition test set the CPU demo trains on).
 
 Prompt templates are not given in the paper; these are the usual ones for R1-style models

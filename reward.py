@@ -9,7 +9,8 @@ Self-contained (copy this file into another trainer): it imports nothing from th
 - "arith": the toy task; the final answer must be the integer `answer`.
 - "math": the content of the last `\\boxed{...}` (nested braces allowed; a missing or empty box
   scores 0) is compared with `answer` by math-verify (sympy-backed: `\\frac{1}{2}`, `0.5` and `1/2`
-  are the same answer, so are `x=3` and `3`, intervals, sets, `30^\\circ` and `30`).
+  are the same answer, so are `x=3` and `3`, intervals, sets, `30^\\circ` and `30`). An equation in
+  the box must be true: `6=5` is not the answer 5 (see check_math).
 - "code": `answer` is an APPS/TACO test spec, a dict or its JSON string: {"inputs": [...],
   "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based tests (inputs are
   argument lists, outputs return values); or a HumanEval spec {"prompt", "test", "entry_point"}
@@ -19,19 +20,27 @@ Self-contained (copy this file into another trainer): it imports nothing from th
   (the fraction passed goes to the stats).
 - "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry}; the answer is
   the last `<answer>...</answer>` of the response and the package's own `score_answer` grades it.
-  The RL reward is binary: 1 only at full score (partial "format" credit that some tasks give to
-  wrong answers is counted in the stats, never rewarded).
+  The RL reward is binary: 1 only at a score of exactly 1.0 (partial "format" credit that some tasks
+  give to wrong answers is counted in the stats, never rewarded). The scorers that `eval` or
+  `parse_expr` an answer get versions that accept plain data only (_forbid_code_in_scorers).
 
 How a batch is scored (BroRL samples N=512 responses per prompt, and most of them share a handful
 of final answers):
-1. Extraction and a normalised exact-match fast path run in this process (microseconds).
+1. Extraction and a normalised exact-match fast path run in this process (microseconds; every
+   extractor is one left-to-right scan, and a response over `max_response_chars`, 256 K characters,
+   scores 0 unread).
 2. Every distinct (answer, ground truth) pair is verified once per batch (the group cache).
 3. Math and Reasoning Gym checks run in `workers` verifier processes (`python reward.py --serve`)
    under a hard wall-clock limit per distinct answer (`VerifyConfig.timeout`, default 5 s) and an
    address-space limit. A worker that overruns or dies is killed and replaced; that answer scores
    0 and is counted in the stats, never raised into the trainer. This works from any thread (math-
    verify's own timeouts use SIGALRM, main thread only, so they are switched off in the workers).
+   Workers are treated as hostile: with bubblewrap each runs in a sandbox like a program's (below),
+   each Reasoning Gym check in a child forked without privileges whose only output is a number, and
+   a reply counts only as the one line {"id": this request's random id, "value": a float in [0, 1]}
+   (see serve and read_reply); a worker that writes anything else is replaced, its answer scores 0.
 4. Programs run in a fresh sandbox each (below), `workers` at a time.
+5. A whole call stops after `step_timeout` (600 s): checks left then score 0 (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
 The code sandbox needs bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
@@ -60,8 +69,11 @@ uid + a killed session alone. `python reward.py --sandbox-info` says which mode 
 """
 
 import argparse
+import ast
 import atexit
+import contextlib
 import functools
+import gc
 import inspect
 import itertools
 import json
@@ -70,6 +82,7 @@ import os
 import queue
 import re
 import resource
+import secrets
 import select
 import shutil
 import signal
@@ -83,11 +96,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 
-ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)\s*(.+?)\s*$", re.IGNORECASE | re.MULTILINE)
-INTEGER = re.compile(r"^[+-]?\d+$")
+# The extractors below scan each response once, left to right (no regex that can backtrack over a
+# long run of spaces or repeated tags: the policy finds such responses, see score_batch's caps).
+ANSWER_LEAD = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)  # "answer" also ends "final answer"
+INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, ASCII digits
 RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
-CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
-ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+FENCE_INFO_CHARS = 32  # longest text after ``` on an opening fence's line ("python" and some spaces)
 
 
 @dataclass
@@ -95,6 +109,8 @@ class VerifyConfig:
     timeout: float = 5.0  # hard wall-clock limit per distinct math / Reasoning Gym answer, seconds
     worker_memory_mb: int = 2048  # address-space limit of each verifier process
     max_answer_chars: int = 1000  # longer final answers score 0 unchecked (no real answer is this long)
+    max_response_chars: int = 262_144  # longer responses score 0 unread (~64K tokens; counted as too_long)
+    step_timeout: float = 600.0  # wall-clock cap on one score_batch call: checks left then score 0 (over_budget)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
     code_memory_mb: int = 1024  # a program's memory: each process's address space and, where a memory cgroup
     # is available (root, or a delegated cgroup), all of its sandbox together (processes, tmpfs, pipes)
@@ -118,6 +134,8 @@ class VerifyStats:
     timeouts: int = 0
     errors: int = 0  # verifier crash, memory limit, scorer exception
     partial_credit: int = 0  # Reasoning Gym answers with 0 < score < 1 (rewarded 0)
+    too_long: int = 0  # responses over max_response_chars (rewarded 0 unread)
+    over_budget: int = 0  # items whose check had not finished when the step's step_timeout ran out (rewarded 0)
     code_tests_passed: int = 0
     code_tests_total: int = 0
     seconds: float = 0.0
@@ -130,6 +148,8 @@ class VerifyStats:
             "verify/cache_hit_rate": self.cache_hits / max(self.answered - self.fast_path, 1),
             "verify/fast_path_rate": self.fast_path / max(self.answered, 1),
             "verify/partial_credit": self.partial_credit,
+            "verify/too_long": self.too_long,
+            "verify/over_budget": self.over_budget,
             "verify/code_test_pass_frac": self.code_tests_passed / max(self.code_tests_total, 1),
         }
 
@@ -156,24 +176,55 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_answer(response: str) -> str | None:
-    """The toy task's final answer: the last box, else the last explicit answer line, else None."""
+    """The toy task's final answer: the last box, else the last explicit answer line ("answer: 42",
+    "the final answer is 42"; the rest of that line, or of the next non-blank one), else None."""
     boxed = last_boxed(response)
     if boxed is not None:
         return boxed.strip()
-    lines = ANSWER_LINE.findall(response)
-    return lines[-1].strip().rstrip(".") if lines else None
+    found, pos = None, 0
+    while (lead := ANSWER_LEAD.search(response, pos)) is not None:
+        start = lead.end()
+        while start < len(response) and response[start].isspace():
+            start += 1
+        end = response.find("\n", start)
+        end = len(response) if end < 0 else end
+        if start < len(response):
+            found = response[start:end].strip().rstrip(".")
+        pos = max(end, lead.end())  # matches do not overlap: "answer: the answer is 5" is one line
+    return found
 
 
 def last_code_block(response: str) -> str | None:
-    """The last fenced ```python (or untagged) block, None if there is none."""
-    blocks = CODE_BLOCK.findall(response)
-    return blocks[-1] if blocks else None
+    """The last fenced ```python (or untagged) block, None if there is none. An opening fence is ```
+    then an optional python/py/python3 tag and at most FENCE_INFO_CHARS characters in all up to the end
+    of its line; the block ends at the next ```."""
+    found, pos, line_end = None, 0, -1
+    while (fence := response.find("```", pos)) >= 0:
+        if line_end < fence + 3:  # one search per line, however many backticks it holds
+            line_end = response.find("\n", fence + 3)
+            if line_end < 0:
+                break  # no line left for a block to start on
+        info = response[fence + 3:line_end] if line_end - fence - 3 <= FENCE_INFO_CHARS else "```"
+        if info.strip(" \t").lower() not in ("", "python", "python3", "py"):
+            later = response.rfind("```", fence + 1, line_end)  # only a line's last ``` can open ("````py")
+            pos = later if later >= 0 else line_end + 1
+            continue
+        close = response.find("```", line_end + 1)
+        if close < 0:
+            break  # an unclosed block is no program
+        found, pos = response[line_end + 1:close], close + 3
+    return found
 
 
 def last_answer_tag(response: str) -> str | None:
     """Content of the last <answer>...</answer>, stripped (the format Reasoning Gym prompts ask for)."""
-    tags = ANSWER_TAG.findall(response)
-    return tags[-1].strip() if tags else None
+    found, pos = None, 0
+    while (start := response.find("<answer>", pos)) >= 0:
+        end = response.find("</answer>", start + len("<answer>"))
+        if end < 0:
+            break
+        found, pos = response[start + len("<answer>"):end].strip(), end + len("</answer>")
+    return found
 
 
 def final_answer(task: str, response: str) -> str | None:
@@ -186,8 +237,15 @@ def final_answer(task: str, response: str) -> str | None:
 
 
 def check_arith(pred: str, answer: str) -> bool:
+    """Integers compared as canonical digit strings: `int()` refuses more than 4,300 digits, and a
+    policy will write more."""
     pred = pred.replace(" ", "").replace(",", "")
-    return bool(INTEGER.match(pred)) and int(pred) == int(answer)
+    return bool(INTEGER.match(pred)) and _canonical_integer(pred) == _canonical_integer(answer)
+
+
+def _canonical_integer(digits: str) -> str:
+    sign, digits = ("-" if digits[0] == "-" else ""), digits.lstrip("+-").lstrip("0")
+    return sign + digits if digits else "0"
 
 
 def normalize_math(s: str) -> str:
@@ -221,11 +279,40 @@ def math_fast_path(pred: str, gold: str) -> bool | None:
 
 def check_math(pred: str, gold: str) -> bool:
     """math-verify on a final answer (the box content) against the ground truth, no time limit: call it
-    through score_batch, which runs it in a worker process under a hard one."""
+    through score_batch, which runs it in a worker process under a hard one.
+
+    An equation in the box (when the gold answer is not one) is correct only if it is true of the
+    answer: its last side must equal the gold answer, and so must every other side that names no
+    variable. `x = 5` and `2+3 = 5` are read as 5; `6 = 5` is a false statement, not the answer 5
+    (math-verify alone reads any equation as its right-hand side, which rewards hedging)."""
     from math_verify import verify  # imported lazily: sympy is slow to import
 
     gold_parsed = _parse_latex(f"${gold}$")
-    return bool(gold_parsed) and verify(gold_parsed, _parse_latex(f"\\boxed{{{pred}}}"), timeout_seconds=None)
+    if not gold_parsed:
+        return False
+    sides = [pred] if "=" in gold else equation_sides(pred)
+    return all(verify(gold_parsed, _parse_latex(f"\\boxed{{{side}}}"), timeout_seconds=None)
+               for k, side in enumerate(sides) if k == len(sides) - 1 or not names_a_variable(side))
+
+
+def equation_sides(box: str) -> list[str]:
+    """`box` split at its top-level `=` signs (not `<=`, `>=`, `!=`, `\\=`, nor inside brackets)."""
+    sides, depth, start = [], 0, 0
+    for i, char in enumerate(box):
+        if char in "{([":
+            depth += 1
+        elif char in "})]":
+            depth = max(depth - 1, 0)
+        elif char == "=" and depth == 0 and (i == 0 or box[i - 1] not in "<>!\\"):
+            sides.append(box[start:i])
+            start = i + 1
+    return sides + [box[start:]]
+
+
+def names_a_variable(side: str) -> bool:
+    """Whether an equation's side contains a letter outside LaTeX macro names (`x`, `f(t)`, `\\sqrt{y}`;
+    not `\\frac{1}{2}` or `\\pi`): a label for the value, not a competing value."""
+    return re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", side)) is not None
 
 
 @functools.lru_cache(maxsize=4096)
@@ -239,13 +326,20 @@ def _parse_latex(text: str) -> list:
 # ---- Reasoning Gym -----------------------------------------------------------------------------------
 
 
-def _halting_exact(answer: str | None, entry: dict) -> float:
+def _exact_case_insensitive(answer: str | None, entry: dict) -> float:
     return float(answer is not None and answer.strip().lower() == str(entry["answer"]).strip().lower())
 
 
 # Scorers of reasoning-gym 0.1.25 that are wrong: game_of_life_halting returns 1.0 for ANY non-empty
-# answer (it compares bool(answer) with bool(gold)); an exact match of "True"/"False" replaces it.
-RG_SCORER_OVERRIDES = {"game_of_life_halting": _halting_exact}
+# answer (it compares bool(answer) with bool(gold)); spell_backward's partial credit is a float sum of
+# 1/len per matching letter, which for some lengths reaches exactly 1.0 for the word plus junk. An
+# exact (case-insensitive) match replaces both.
+RG_SCORER_OVERRIDES = {"game_of_life_halting": _exact_case_insensitive, "spell_backward": _exact_case_insensitive}
+
+# Datasets that cannot be scored: their entries have no gold answer and the package's scorer accepts
+# answers that restate the question (propositional_logic: any formula implied by the premises, the
+# premises themselves included, scores 1.0). validate_answer refuses them.
+RG_UNSCORABLE = {"propositional_logic": "it has no gold answer and restating the premises scores 1.0"}
 
 
 def rg_raw_score(dataset: str, answer: str, entry: dict) -> float:
@@ -262,6 +356,141 @@ def _rg_scorer(dataset: str):
     return get_score_answer_fn(dataset)
 
 
+# Many reasoning-gym scorers run the answer through Python: countdown, puzzle24 and polynomial_multiplication
+# through sympy's parse_expr (which calls eval), n_queens, binary_matrix, spiral_matrix and string_insertion
+# through eval itself. In the process that runs a scorer, those names are replaced by versions that accept
+# only plain data (see plain_expression), so an answer is parsed, never run.
+SYMPY_FUNCTIONS = frozenset({"sqrt", "exp", "log", "ln", "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos",
+                             "atan", "sinh", "cosh", "tanh", "Abs", "abs", "factorial", "floor", "ceiling"})
+_ARITHMETIC_NODES = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv,
+                     ast.Mod, ast.Pow, ast.BitXor, ast.BitAnd, ast.BitOr, ast.LShift, ast.RShift, ast.Invert,
+                     ast.UAdd, ast.USub, ast.Load)
+
+
+def plain_expression(text: str, names: bool) -> bool:
+    """Whether `text` is plain data that no Python evaluation can turn into a call: numbers, arithmetic
+    and brackets, plus, with `names`, variables and calls of SYMPY_FUNCTIONS (a polynomial, an integral),
+    or without them, string and container literals (a list of rows). Decided on Python's own syntax tree
+    of the text, so it holds for whatever eval or parse_expr does with it next."""
+    try:
+        with _plain_data_compiles():  # to a syntax tree only: nothing runs
+            tree = ast.parse(text.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant):
+            allowed = (int, float, complex) if names else (int, float, complex, str, bool, type(None))
+            if type(node.value) not in allowed:
+                return False
+        elif isinstance(node, ast.Name):
+            if not names or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", node.id):
+                return False
+        elif isinstance(node, ast.Call):
+            if not (names and isinstance(node.func, ast.Name) and node.func.id in SYMPY_FUNCTIONS
+                    and not node.keywords):
+                return False
+        elif not isinstance(node, _ARITHMETIC_NODES) and (names or not isinstance(node, (ast.List, ast.Tuple,
+                                                                                             ast.Set, ast.Dict))):
+            return False
+    return True
+
+
+# Scorers of reasoning-gym 0.1.25 read for this file: they compare strings or parse numbers and JSON,
+# nothing that could run an answer, so their checks run in the verifier worker itself (see serve).
+RG_REVIEWED_SCORERS = frozenset({
+    "simple_equations", "word_sorting", "spell_backward", "arc_1d", "basic_arithmetic", "gcd", "bf", "number_sequence",
+    "mini_sudoku", "simple_geometry", "shortest_path", "largest_island", "list_functions", "knights_knaves",
+    "syllogism", "game_of_life_halting"})
+
+
+class NotPlainData(ValueError):
+    pass
+
+
+def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
+    """Make every eval, exec and sympy parse_expr that reasoning-gym's scorers reach accept plain data
+    only, or one of the `trusted` strings (the entry's own: a scorer may eval its gold expression)."""
+    import reasoning_gym  # noqa: F401 (imports every dataset module, so that each one is patched below)
+    import sympy
+    import sympy.parsing.sympy_parser as sympy_parser
+
+    parse_expr = sympy_parser.parse_expr
+
+    def plain_parse_expr(text, *args, **kwargs):
+        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=True)):
+            raise NotPlainData("not a plain expression")
+        with _plain_data_compiles():
+            return parse_expr(text, *args, **kwargs)
+
+    def plain_eval(text, *namespaces):
+        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=False)):
+            raise NotPlainData("not a plain literal")
+        with _plain_data_compiles():
+            return eval(text, *namespaces) if text in trusted else eval(text, {"__builtins__": {}})
+
+    def no_exec(*_):
+        raise NotPlainData("exec is not available to a scorer")
+
+    for module in (sympy, sympy.parsing, sympy_parser):
+        module.parse_expr = plain_parse_expr
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] == "reasoning_gym" and module is not None:
+            if getattr(module, "parse_expr", None) is parse_expr:
+                module.parse_expr = plain_parse_expr
+            module.eval, module.exec = plain_eval, no_exec  # module globals shadow the builtins
+
+
+# While a Reasoning Gym scorer runs in a verifier worker, this audit hook (PEP 578) stops whatever would
+# run code or reach outside: compiling or executing anything but a module's file being imported, and the
+# events below. Running in the worker itself, the first such attempt sends the check to a child (see
+# serve); in the child, only the plain-data eval and parse_expr of _forbid_code_in_scorers may compile.
+RUNS_CODE_EVENTS = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
+    "subprocess.Popen", "pickle.find_class", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
+    "ctypes.cdata", "socket.connect", "socket.bind", "sys.settrace", "sys.setprofile", "function.__new__",
+    "code.__new__", "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
+    "os.symlink", "os.link", "shutil.rmtree", "os.putenv", "os.unsetenv"})
+_SCORER_GUARD = {"mode": None, "plain": False, "tripped": ""}  # mode: None, "in process" or "child"
+
+
+def _guard_scorers(event: str, args: tuple) -> None:
+    if _SCORER_GUARD["mode"] is None:
+        return
+    if event in ("compile", "exec"):
+        filename = args[1] if event == "compile" else getattr(args[0], "co_filename", "<?>")
+        if _SCORER_GUARD["plain"] or not (isinstance(filename, str) and filename.startswith("<")) or \
+                filename.startswith("<frozen ") or _importing():
+            return  # plain data, checked by plain_expression; or a module's code (a namedtuple's), being imported
+    elif event == "open":
+        mode, flags = args[1], args[2]
+        writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        if not (isinstance(mode, str) and set(mode) & set("wax+")) and not (isinstance(flags, int) and flags & writes):
+            return
+    elif event not in RUNS_CODE_EVENTS:
+        return
+    _SCORER_GUARD["tripped"] = event
+    raise NotPlainData(f"{event} while scoring")
+
+
+def _importing() -> bool:
+    """Whether the caller runs inside an import (a module defining a namedtuple compiles "<string>" code)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def _plain_data_compiles():
+    _SCORER_GUARD["plain"] = True
+    try:
+        yield
+    finally:
+        _SCORER_GUARD["plain"] = False
+
+
 # ---- verifier worker processes -----------------------------------------------------------------------
 
 
@@ -269,14 +498,29 @@ def _rg_scorer(dataset: str):
 # costs and proves this math-verify works (0.7.0, for one, silently fails every parse without a timeout).
 WARM_UP_CHECKS = [("x(x+1)", "x^2+x", True), ("(-\\infty,3)", "[0,1]", False), ("\\{1,2\\}", "\\{2,1\\}", True),
                   ("\\sqrt{8}", "2\\sqrt{2}", True), ("0.5", "\\frac{1}{3}", False), ("x=3", "3", True)]
+MAX_REPLY_BYTES = 4096  # a worker's reply line; anything longer is a protocol violation
+SCORE_TEXT = re.compile(rb"[0-9](?:\.[0-9]{1,20})?(?:e-[0-9]{1,3})?")  # repr() of a float in [0, 1]
 
 
-def serve(memory_mb: int) -> None:
-    """Worker loop (`python reward.py --serve`): one JSON request per stdin line, one JSON reply per
-    stdout line. Runs math-verify and Reasoning Gym scorers; the parent enforces the time limit."""
+def serve(memory_mb: int, isolated: bool) -> None:
+    """Worker loop (`python reward.py --serve`): one JSON request {"id", "kind", "args"} per stdin line,
+    one JSON reply {"id", "value"} or {"id", "error"} per stdout line; the parent enforces the time limit.
+
+    Math checks run here: math-verify parses LaTeX with a grammar, and its plain-expression path only
+    takes digits and operators, so an answer is never run. A Reasoning Gym check of a scorer in
+    RG_REVIEWED_SCORERS runs here too, under _guard_scorers; any other (countdown's parse_expr,
+    n_queens' eval, a dataset nobody read), or one that tripped the guard, runs in a child forked for
+    it, where those calls accept plain data only, and which the parent treats as hostile: it has no
+    descriptor of the reply channel (this process is made non-dumpable, so /proc/<pid>/fd cannot
+    reopen it), drops root, and can only write a number of at most 64 bytes on its own pipe; anything
+    else scores 0. With `isolated` (the worker runs in its own bubblewrap PID namespace) every process
+    the child left behind is killed too. A fork costs 5-50 ms (a copy of this process's page tables),
+    which is why the child is kept for the scorers that need it."""
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     replies = os.fdopen(os.dup(1), "w")  # the protocol channel; libraries that print go to stderr
     os.dup2(2, 1)
+    _set_dumpable(False)
+    sys.addaudithook(_guard_scorers)
     import logging
 
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
@@ -291,77 +535,234 @@ def serve(memory_mb: int) -> None:
     replies.write("ready\n")
     replies.flush()
     for line in sys.stdin:
-        kind, args = json.loads(line)
+        request = json.loads(line)  # from the trainer: trusted
         try:
-            value = float(check_math(*args)) if kind == "math" else rg_raw_score(*args)
-            reply = {"value": value}
+            if request["kind"] == "math":
+                reply = {"value": float(check_math(*request["args"]))}
+            else:
+                import reasoning_gym  # noqa: F401 (imported here, once: each child starts warm)
+
+                if request["args"][0] not in RG_SCORER_OVERRIDES:
+                    _rg_scorer(request["args"][0])
+                reply = _score_in_process(request["args"]) if request["args"][0] in RG_REVIEWED_SCORERS else None
+                if reply is None:  # not a reviewed scorer, or it tried to compile or run something
+                    reply = _score_in_child(request["args"], replies.fileno(), isolated)
         except MemoryError:
-            replies.write(json.dumps({"error": "memory limit"}) + "\n")
+            replies.write(json.dumps({"id": request["id"], "error": "memory limit"}) + "\n")
             replies.flush()
             os._exit(3)  # sympy's state after a MemoryError is not worth trusting: be replaced
         except BaseException as e:  # a scorer bug on odd input is a wrong answer, not a dead worker
             reply = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
-        replies.write(json.dumps(reply) + "\n")
+        replies.write(json.dumps({"id": request["id"], **reply}) + "\n")
         replies.flush()
 
 
+def _score_in_process(args: list) -> dict | None:
+    """rg_raw_score(*args) here, under _guard_scorers: {"value"} or {"error"}, or None if the scorer
+    tried to compile or run anything (then its result, and any exception, are discarded)."""
+    _SCORER_GUARD.update(mode="in process", tripped="")
+    try:
+        value = rg_raw_score(*args)
+    except MemoryError:
+        raise
+    except Exception as e:  # a scorer bug on odd input is a wrong answer, not a dead worker
+        value = e
+    finally:
+        _SCORER_GUARD["mode"] = None
+    if _SCORER_GUARD["tripped"]:
+        return None
+    if isinstance(value, Exception):
+        return {"error": f"{type(value).__name__}: {str(value)[:200]}"}
+    return {"value": value} if 0.0 <= value <= 1.0 else {"error": f"score {value} is not in [0, 1]"}
+
+
+def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
+    """rg_raw_score(*args) in a forked child; {"value": float} or {"error": ...} from what it wrote."""
+    read_end, write_end = os.pipe()
+    gc.freeze()  # the child's collector then leaves this process's objects (and their shared pages) alone
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            os.close(read_end)
+            os.close(reply_fd)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            _drop_privileges()
+            _forbid_code_in_scorers(frozenset(_strings_in(args[2])))
+            _SCORER_GUARD.update(mode="child", tripped="")
+            value = rg_raw_score(*args)
+            _SCORER_GUARD["mode"] = None
+            tripped = _SCORER_GUARD["tripped"]
+            text = f"error: {tripped} while scoring" if tripped else repr(float(value))
+        except BaseException as e:
+            text = f"error: {type(e).__name__}"
+        try:
+            os.write(write_end, text.encode()[:64])
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    output = b""
+    with os.fdopen(read_end, "rb") as pipe:
+        while len(output) <= 64 and (chunk := pipe.read(65 - len(output))):
+            output += chunk
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
+    if isolated:
+        _kill_other_processes()
+    if output.startswith(b"error: "):
+        return {"error": output.decode(errors="replace")[7:]}
+    if not SCORE_TEXT.fullmatch(output) or not 0.0 <= float(output) <= 1.0:
+        return {"error": "the scorer wrote something that is not a score"}
+    return {"value": float(output)}
+
+
+def _strings_in(data) -> list[str]:
+    """Every string in a JSON-like value (a Reasoning Gym entry: trusted, from the data)."""
+    if isinstance(data, str):
+        return [data]
+    if isinstance(data, dict):
+        data = [*data.keys(), *data.values()]
+    return [s for item in data for s in _strings_in(item)] if isinstance(data, (list, tuple)) else []
+
+
+def _set_dumpable(dumpable: bool) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, int(dumpable), 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def _drop_privileges() -> None:
+    """In a scorer child that is root: become nobody, or, where that uid does not exist (a bubblewrap
+    user namespace maps root alone), give up every capability."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    if os.geteuid() != 0:
+        return
+    try:
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+    except OSError:
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        if libc.capset(header, (ctypes.c_uint32 * 6)()) != 0:  # empty effective, permitted, inheritable
+            os._exit(1)
+    if os.geteuid() == 0 and open("/proc/self/status").read().split("CapEff:")[1].split()[0].strip("0"):
+        os._exit(1)  # still privileged: refuse to score rather than run a scorer as root
+
+
+def _kill_other_processes() -> None:
+    """In a worker alone in its PID namespace (bubblewrap's init is pid 1): kill anything a scorer child
+    left behind, until nothing is left, so no process outlives the check it came from."""
+    for _ in range(100):
+        others = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and int(pid) not in (1, os.getpid())]
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        time.sleep(0.001)
+    os._exit(4)  # a process that cannot be killed: the parent replaces this worker
+
+
 class VerifierPool:
-    """`workers` verifier processes, each started lazily and replaced when it overruns or dies."""
+    """`workers` verifier processes, each started lazily and replaced when it overruns, dies, or writes
+    anything but the one reply line to the request it was given."""
 
     def __init__(self, workers: int, memory_mb: int):
         self.memory_mb = memory_mb
         self.procs: list[subprocess.Popen | None] = [None] * workers
 
     def _start(self, slot: int) -> subprocess.Popen:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", "--memory-mb",
-                                 str(self.memory_mb)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL, text=True, bufsize=1, env=env)
-        status = proc.stdout.readline()
-        if status != "ready\n":
-            proc.kill()
-            raise RuntimeError(f"reward.py: a verifier worker failed to start: {status.strip() or 'it died'} "
-                               f"(check: {sys.executable} {os.path.abspath(__file__)} --task math --answer 1 "
-                               "--response '\\boxed{1}')")
+        global _WORKER_ISOLATION
+        isolation = _worker_isolation() if _WORKER_ISOLATION is not False else []
+        env = {**os.environ, **WORKER_ENV}
+        command = [*isolation, sys.executable, "-I", "-c", _source(), "--serve", "--memory-mb", str(self.memory_mb),
+                   *(["--isolated"] if isolation else [])]
+        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                bufsize=0, env=env, start_new_session=True)
+        status = _read_line(proc, time.monotonic() + 120)
+        if status != b"ready\n":
+            self.procs[slot] = proc
+            self._kill(slot)
+            if isolation and _WORKER_ISOLATION is None:  # bwrap runs here but not this interpreter's packages
+                _WORKER_ISOLATION = False
+                warnings.warn("reward.py: verifier workers could not start inside bubblewrap; they run without "
+                              "it (answers are still only parsed, never run)", RuntimeWarning, stacklevel=2)
+                return self._start(slot)
+            raise RuntimeError(f"reward.py: a verifier worker failed to start: "
+                               f"{status.decode(errors='replace').strip() or 'it died'} (check: {sys.executable} "
+                               f"{os.path.abspath(__file__)} --task math --answer 1 --response '\\boxed{{1}}')")
+        _WORKER_ISOLATION = bool(isolation) or _WORKER_ISOLATION
         self.procs[slot] = proc
         return proc
 
     def _kill(self, slot: int) -> None:
         proc, self.procs[slot] = self.procs[slot], None
         if proc is not None:
-            proc.kill()
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the worker's session: bwrap and its PID namespace
+            except ProcessLookupError:
+                pass
             proc.wait()
             proc.stdin.close()
             proc.stdout.close()
 
-    def run(self, jobs: list[tuple[str, list]], timeout: float) -> list[tuple[float, str]]:
-        """[(value, status)] per job, status "ok", "timeout" or "error"; value 0.0 unless ok."""
-        results: list[tuple[float, str]] = [(0.0, "error")] * len(jobs)
+    def _send(self, slot: int, request: dict) -> None:
+        line = (json.dumps(request) + "\n").encode()
+        for _ in range(2):
+            proc = self.procs[slot]
+            if proc is None or proc.poll() is not None:  # never started, or died while idle
+                self._kill(slot)
+                proc = self._start(slot)
+            try:
+                written = 0
+                while written < len(line):  # an unbuffered pipe may take a long request in parts
+                    written += proc.stdin.write(line[written:])
+                return
+            except OSError:  # died between the check and the write
+                self._kill(slot)
+        raise RuntimeError("reward.py: a verifier worker died twice on start-up")
+
+    def run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float = math.inf) -> list[tuple[float, str]]:
+        """[(value, status)] per job, status "ok", "timeout", "error" or "over budget"; value 0.0 unless ok.
+        `deadline` (time.monotonic()) ends the whole run: jobs not finished by then are "over budget"."""
+        results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
-        busy: dict[int, tuple[int, float]] = {}  # slot -> (job index, deadline)
-        while pending or busy:
+        busy: dict[int, tuple[int, str, float]] = {}  # slot -> (job index, request id, deadline)
+        received: dict[int, bytes] = {}
+        while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
-                if pending and slot not in busy:
+                if pending and slot not in busy and time.monotonic() < deadline:
                     job = pending.pop()
-                    proc = self.procs[slot]
-                    if proc is None or proc.poll() is not None:  # never started, or died while idle
-                        self._kill(slot)
-                        proc = self._start(slot)
-                    proc.stdin.write(json.dumps(jobs[job]) + "\n")
-                    proc.stdin.flush()
-                    busy[slot] = (job, time.monotonic() + timeout)
-            wait = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
+                    request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers this job
+                    self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
+                    busy[slot], received[slot] = (job, request_id, min(time.monotonic() + timeout, deadline)), b""
+            wait = max(0.0, min(job_deadline for _, _, job_deadline in busy.values()) - time.monotonic())
             ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
             for slot in list(busy):
-                job, deadline = busy[slot]
-                if self.procs[slot].stdout in ready:
-                    line = self.procs[slot].stdout.readline()
-                    reply = json.loads(line) if line else {"error": "worker died"}
-                    results[job] = (reply["value"], "ok") if "value" in reply else (0.0, "error")
-                    if not line or reply.get("error") == "memory limit":
+                job, request_id, job_deadline = busy[slot]
+                proc = self.procs[slot]
+                chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1) if proc.stdout in ready else None
+                received[slot] += chunk or b""
+                if chunk == b"" or b"\n" in received[slot] or len(received[slot]) > MAX_REPLY_BYTES:
+                    results[job], keep = read_reply(received[slot], request_id)
+                    if not keep:
                         self._kill(slot)
-                elif time.monotonic() >= deadline:
-                    results[job] = (0.0, "timeout")
+                elif time.monotonic() >= job_deadline:
+                    results[job] = (0.0, "timeout" if job_deadline < deadline else "over budget")
                     self._kill(slot)
                 else:
                     continue
@@ -371,6 +772,63 @@ class VerifierPool:
     def close(self) -> None:
         for slot in range(len(self.procs)):
             self._kill(slot)
+
+
+def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
+    """((value, status), whether the worker may stay) for what a worker wrote in reply to `request_id`.
+    Only exactly one line {"id": request_id, "value": a float in [0, 1]} is a score; {"id": request_id,
+    "error": text} is a counted error. Anything else (no line, two lines, another id, another type, a
+    number out of range) scores 0 and the worker is replaced: it is no longer the process we started."""
+    line, newline, rest = data.partition(b"\n")
+    try:
+        reply = json.loads(line) if newline and not rest else None
+    except (ValueError, RecursionError):
+        reply = None
+    if type(reply) is dict and len(reply) == 2 and reply.get("id") == request_id:
+        value, error = reply.get("value"), reply.get("error")
+        if type(value) is float and 0.0 <= value <= 1.0:
+            return (value, "ok"), True
+        if type(error) is str:
+            return (0.0, "error"), error != "memory limit"
+    return (0.0, "error"), False
+
+
+def _read_line(proc: subprocess.Popen, deadline: float) -> bytes:
+    """One line (at most MAX_REPLY_BYTES) from a worker's stdout, or what came before EOF or the deadline."""
+    data = b""
+    while b"\n" not in data and len(data) <= MAX_REPLY_BYTES:
+        if not select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            break
+        chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_WORKER_ISOLATION: bool | None = None  # whether verifier workers start inside bubblewrap; None: not tried yet
+
+
+@functools.cache
+def _worker_isolation() -> list[str]:
+    """The bubblewrap command line a verifier worker runs under, like a program (no network, read-only
+    file system, its own PID namespace, dies with the trainer), or [] where bwrap is not installed."""
+    if not shutil.which("bwrap"):
+        return []
+    command = _bwrap_command(sys.executable, 16 << 20)
+    options = command[:command.index("--")]
+    for name, value in WORKER_ENV.items():
+        options += ["--setenv", name, value]
+    return options + ["--"]
+
+
+@functools.cache
+def _source() -> str:
+    """This file's text: workers run it with `python -c`, so they need no path of the repository
+    (Linux takes up to 128 KiB in one argument; this file is about half that)."""
+    with open(os.path.abspath(__file__)) as f:
+        return f.read()
 
 
 _POOLS: dict[tuple[int, int], VerifierPool] = {}
@@ -1058,13 +1516,54 @@ def validate_answer(task: str, answer) -> None:
     if task == "reasoning_gym" and not (isinstance(answer, dict) and isinstance(answer.get("dataset"), str)
                                         and isinstance(answer.get("entry"), dict)):
         raise ValueError("reasoning_gym answer must be {'dataset': name, 'entry': {...}}")
+    if task == "reasoning_gym" and answer["dataset"] in RG_UNSCORABLE:
+        raise ValueError(f"reasoning_gym dataset '{answer['dataset']}' cannot be scored: "
+                         f"{RG_UNSCORABLE[answer['dataset']]} (leave it out of the data)")
+
+
+def _check_key(task: str, response: str, answer, spec_key: str | None, config: VerifyConfig, stats: VerifyStats,
+               math_keys: dict) -> tuple | bool | None:
+    """What decides one response: None (no answer: 0), a verdict known here, or the key of a check to run."""
+    if not isinstance(response, str):
+        raise TypeError(f"a response must be text, got {type(response).__name__}")
+    if len(response) > config.max_response_chars:
+        stats.too_long += 1
+        return None
+    if task == "arith":
+        pred = extract_answer(response)
+        return bool(pred) and check_arith(pred, answer)
+    if task == "math":
+        pred = last_boxed(response)
+        if pred is None or not pred.strip() or len(pred) > config.max_answer_chars:
+            return None
+        stats.answered += 1
+        if (pred, answer) not in math_keys:  # normalise and try the fast path once per distinct string
+            norm_pred, norm_gold = normalize_math(pred), normalize_math(answer)
+            fast = math_fast_path(norm_pred, norm_gold)
+            math_keys[pred, answer] = ("math", norm_pred, norm_gold) if fast is None else fast
+        stats.fast_path += isinstance(math_keys[pred, answer], bool)
+        return math_keys[pred, answer]
+    if task == "code":
+        program = last_code_block(response)
+        stats.answered += program is not None
+        return None if program is None else ("code", program, spec_key)
+    pred = last_answer_tag(response)
+    if pred is None or len(pred) > config.max_answer_chars:
+        return None
+    stats.answered += 1
+    gold = answer["entry"].get("answer")
+    if isinstance(gold, str) and pred == gold.strip():  # the gold itself scores 1 (make_reasoning_gym checks it)
+        stats.fast_path += 1
+        return True
+    return ("reasoning_gym", pred, spec_key)
 
 
 def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 stats: VerifyStats | None = None) -> list[float]:
     """Rewards of [(task, response, answer), ...] in order. Distinct checks run once each, math and
     Reasoning Gym ones in `workers` verifier processes, programs `workers` at a time. Never raises for
-    a response (timeouts and crashes score 0 and are counted in `stats`); raises ValueError for an
+    a response (timeouts, crashes, responses over `config.max_response_chars` and checks still left
+    when `config.step_timeout` runs out score 0 and are counted in `stats`); raises ValueError for an
     unknown task or a malformed answer (the data's fault, not the model's)."""
     if not 1 <= workers < PROBE_SLOT:
         raise ValueError(f"workers must be >= 1 and < {PROBE_SLOT}, got {workers}")
@@ -1076,47 +1575,22 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     spec_keys: dict[int, str] = {}  # id(answer) -> canonical JSON of its spec: parsed once per prompt
     specs: dict[str, dict] = {}  # canonical JSON -> the spec
     math_keys: dict[tuple[str, str], tuple | bool] = {}  # (box content, gold) -> check key, or the fast verdict
+    deadline = time.monotonic() + config.step_timeout
     for i, (task, response, answer) in enumerate(items):
-        if task == "arith":
-            pred = extract_answer(response)
-            rewards[i] = float(bool(pred) and check_arith(pred, answer))
-            continue
-        if task == "math":
-            pred = last_boxed(response)
-            if pred is None or not pred.strip() or len(pred) > config.max_answer_chars:
-                continue
-            stats.answered += 1
-            if (pred, answer) not in math_keys:  # normalise and try the fast path once per distinct string
-                norm_pred, norm_gold = normalize_math(pred), normalize_math(answer)
-                fast = math_fast_path(norm_pred, norm_gold)
-                math_keys[pred, answer] = ("math", norm_pred, norm_gold) if fast is None else fast
-            key = math_keys[pred, answer]
-            if isinstance(key, bool):
-                stats.fast_path += 1
-                rewards[i] = float(key)
-                continue
-        elif task == "code":
-            program = last_code_block(response)
-            if id(answer) not in spec_keys:
-                spec = parse_code_spec(answer)
-                spec_keys[id(answer)] = json.dumps(spec, sort_keys=True)
-                specs[spec_keys[id(answer)]] = spec
-            if program is None:
-                continue
-            stats.answered += 1
-            key = ("code", program, spec_keys[id(answer)])
-        elif task == "reasoning_gym":
-            pred = last_answer_tag(response)
-            if id(answer) not in spec_keys:
-                validate_answer(task, answer)
-                spec_keys[id(answer)] = json.dumps(answer, sort_keys=True)
-                specs[spec_keys[id(answer)]] = answer
-            if pred is None or len(pred) > config.max_answer_chars:
-                continue
-            stats.answered += 1
-            key = ("reasoning_gym", pred, spec_keys[id(answer)])
-        else:
+        if task not in TASKS:
             raise ValueError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
+        if task in ("code", "reasoning_gym") and id(answer) not in spec_keys:  # the data's fault: raise
+            spec = parse_code_spec(answer) if task == "code" else validate_answer(task, answer) or answer
+            spec_keys[id(answer)] = json.dumps(spec, sort_keys=True)
+            specs[spec_keys[id(answer)]] = spec
+        try:
+            key = _check_key(task, response, answer, spec_keys.get(id(answer)), config, stats, math_keys)
+        except Exception:  # model output that is not even text: a wrong answer, counted, never raised
+            stats.errors += 1
+            continue
+        if not isinstance(key, tuple):
+            rewards[i] = float(key is True)  # decided here: no answer, the toy task, the math fast path
+            continue
         if key in checks:
             stats.cache_hits += 1
         checks.setdefault(key, []).append(i)
@@ -1128,20 +1602,23 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                   reverse=True)
     jobs = [("math", [k[1], k[2]]) if k[0] == "math" else ("rg", [specs[k[2]]["dataset"], k[1], specs[k[2]]["entry"]])
             for k in keys]
-    outcomes = verifier_pool(workers, config.worker_memory_mb).run(jobs, config.timeout) if jobs else []
+    outcomes = verifier_pool(workers, config.worker_memory_mb).run(jobs, config.timeout, deadline) if jobs else []
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
         stats.errors += status == "error"
+        stats.over_budget += (status == "over budget") * len(checks[key])
         if key[0] == "reasoning_gym" and 0 < value < 1:
             stats.partial_credit += len(checks[key])
         for i in checks[key]:
-            rewards[i] = float(value >= 1.0 - 1e-9)
+            rewards[i] = float(value == 1.0)  # full score only: a float sum of partial credits is not 1.0
 
     code_keys = [k for k in checks if k[0] == "code"]
     if code_keys:
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)  # the machine's fault: raised, never scored
 
         def run(key):
+            if time.monotonic() >= deadline:
+                return CodeResult(0, 1, "over budget")
             slot = _FREE_SLOTS.get()
             try:
                 return run_program(key[1], specs[key[2]], config, slot)
@@ -1154,6 +1631,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
             for key, result in zip(code_keys, pool.map(run, code_keys)):
                 stats.timeouts += result.status == "timeout"
                 stats.errors += result.status.startswith("crashed")
+                stats.over_budget += (result.status == "over budget") * len(checks[key])
                 stats.code_tests_passed += result.passed * len(checks[key])
                 stats.code_tests_total += result.total * len(checks[key])
                 for i in checks[key]:
@@ -1179,9 +1657,10 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true", help="internal: run as a verifier worker process")
     parser.add_argument("--memory-mb", type=int, default=VerifyConfig.worker_memory_mb,
                         help="internal: the worker's address-space limit")
+    parser.add_argument("--isolated", action="store_true", help="internal: the worker has a PID namespace of its own")
     args = parser.parse_args()
     if args.serve:
-        return serve(args.memory_mb)
+        return serve(args.memory_mb, args.isolated)
     if args.sandbox_info:
         box = sandbox()
         memory = "a memory cgroup per sandbox" if _cgroup_parent() else "per process only (no memory cgroup)"

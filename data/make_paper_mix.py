@@ -82,7 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--math-file", type=Path, help="DeepScaleR-layout jsonl (default: the hub dataset)")
     parser.add_argument("--code-file", type=Path, help="Eurus-2-RL-layout (verl) jsonl (default: the hub dataset)")
-    parser.add_argument("--rg-per-task", type=int, default=400, help="Reasoning Gym items per task (18 tasks)")
+    parser.add_argument("--rg-per-task", type=int, default=400, help="Reasoning Gym items per task (17 tasks)")
     parser.add_argument("--max-per-family", type=int, default=0, help="keep at most this many rows per family (0: all)")
     parser.add_argument("--val-size", type=int, default=512, help="rows held out for paper_mix_val.jsonl")
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed")

@@ -1,8 +1,8 @@
 """Generate Reasoning Gym tasks offline into data/rg_{train,test}.jsonl (reasoning-gym package, seeded).
 
 BroRL trains and evaluates on Reasoning Gym (arXiv 2510.01180, Sec. 5) but does not list its
-tasks; this is a documented set with two tasks from most of the package's 11 categories, chosen
-because they generate quickly and their scorers grade exact answers:
+tasks; this is a documented set of 17 tasks from 11 of the package's categories, chosen because they
+generate quickly and their scorers grade exact answers:
 
     algebra      simple_equations, polynomial_multiplication
     algorithmic  word_sorting, spell_backward
@@ -14,17 +14,17 @@ because they generate quickly and their scorers grade exact answers:
     geometry     simple_geometry
     graphs       shortest_path, largest_island
     induction    list_functions
-    logic        propositional_logic, knights_knaves, syllogism
+    logic        knights_knaves, syllogism
 
 Left out: game_of_life_halting (its scorer rewards any non-empty answer; reward.py overrides it),
-knight_swap (seconds per item to generate). Each line is one task record:
+knight_swap (seconds per item to generate), propositional_logic (no gold answer: its scorer accepts any
+formula the premises imply, so restating a premise scores 1.0; reward.py refuses it). Each line is one task record:
 
     {"task": "reasoning_gym", "prompt": question + answer-format instruction,
      "answer": {"dataset": name, "entry": the package's entry}, "category": ..., "id": "name/split/index"}
 
 The train and test splits use different seeds. Every entry is checked after its JSON round trip:
-the gold answer must score 1 with the package's own scorer (entries whose gold is None, graded by
-the scorer alone, are kept).
+the gold answer must score 1 with the package's own scorer, and every entry must have one.
 
     python data/make_reasoning_gym.py                        # rewrite the shipped files (deterministic)
     python data/make_reasoning_gym.py --train 500 --test 100 --out-dir /tmp/rg
@@ -46,7 +46,7 @@ TASKS = {
     "simple_geometry": "geometry",
     "shortest_path": "graphs", "largest_island": "graphs",
     "list_functions": "induction",
-    "propositional_logic": "logic", "knights_knaves": "logic", "syllogism": "logic",
+    "knights_knaves": "logic", "syllogism": "logic",
 }
 INSTRUCTION = ("\n\nThink step by step, then give only the final answer inside <answer></answer> tags, "
                "in the format the question asks for.")
@@ -61,8 +61,8 @@ def make_split(split: str, per_task: int) -> list[dict]:
         dataset = reasoning_gym.create_dataset(name, size=per_task, seed=SPLIT_SEEDS[split])
         for index, entry in enumerate(dataset):
             entry = json.loads(json.dumps(entry))  # what the jsonl will hold
-            if entry["answer"] is not None and dataset.score_answer(entry["answer"], entry) != 1.0:
-                sys.exit(f"{name}: gold answer of entry {index} does not score 1 after a JSON round trip")
+            if entry["answer"] is None or dataset.score_answer(entry["answer"], entry) != 1.0:
+                sys.exit(f"{name}: entry {index} has no gold answer, or it does not score 1 after a JSON round trip")
             rows.append({"task": "reasoning_gym", "prompt": entry["question"] + INSTRUCTION,
                          "answer": {"dataset": name, "entry": entry}, "category": category,
                          "id": f"{name}/{split}/{index}"})

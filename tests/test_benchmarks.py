@@ -73,7 +73,7 @@ def test_a_benchmark_without_data_is_skipped_with_its_reason(monkeypatch, tmp_pa
 
 def test_suites_and_names_select_benchmarks_and_bad_names_are_clear_errors():
     assert {b.suite for b in benchmarks.select("all")} == {"math", "code", "reasoning_gym", "toy"}
-    assert len(benchmarks.select("reasoning_gym")) == 18
+    assert len(benchmarks.select("reasoning_gym")) == 17
     assert [b.name for b in benchmarks.select(names=["humaneval", "toy_arith"])] == ["humaneval", "toy_arith"]
     with pytest.raises(benchmarks.InputError, match="unknown benchmark"):
         benchmarks.select(names=["gsm9k"])

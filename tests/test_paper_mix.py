@@ -14,7 +14,7 @@ def test_paper_mix_from_deepscaler_and_eurus_files_plus_reasoning_gym(tmp_path):
     train = common.load_tasks(tmp_path / "paper_mix_train.jsonl")
     val = common.load_tasks(tmp_path / "paper_mix_val.jsonl")
     rows = train + val
-    assert len(val) == 4 and len(rows) == 2 + 2 + 18
+    assert len(val) == 4 and len(rows) == 2 + 2 + 17
     common.check_answers(rows, "paper mix")  # every ground truth is one its verifier can check
     by_id = {row["id"]: row for row in rows}
     assert by_id["math/0"]["answer"] == "\\frac{3}{2}" and "\\boxed{}" in by_id["math/0"]["prompt"]

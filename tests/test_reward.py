@@ -172,9 +172,13 @@ def test_shipped_reasoning_gym_data_covers_the_documented_set():
 
 
 def test_gold_answers_score_one_on_every_reasoning_gym_task():
-    items = [("reasoning_gym", f"<answer>{row['answer']['entry']['answer']}</answer>", row["answer"])
-             for row in RG_TEST if row["answer"]["entry"]["answer"] is not None]
-    assert reward.score_batch(items, workers=2) == [1.0] * len(items)
+    entries = [row["answer"] for row in RG_TEST]
+    items = [("reasoning_gym", f"<answer>{entry['entry']['answer']}</answer>", entry) for entry in entries]
+    stats = reward.VerifyStats()
+    assert reward.score_batch(items, workers=2, stats=stats) == [1.0] * len(items)
+    assert stats.fast_path == len(items)  # an exact copy of the gold answer needs no scorer
+    jobs = [("rg", [entry["dataset"], entry["entry"]["answer"], entry["entry"]]) for entry in entries]  # the scorers
+    assert reward.verifier_pool(2, 2048).run(jobs, timeout=30) == [(1.0, "ok")] * len(jobs)
 
 
 @pytest.mark.parametrize("nonsense", ["", "banana", "-1", "<answer>", "None", "[[", "1e999", "\u2603" * 50])

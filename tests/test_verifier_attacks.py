@@ -1,0 +1,324 @@
+"""Attacks a policy finds against the math / Reasoning Gym verifiers (issue 15): answers that run code,
+forged worker replies, responses that raise or stall, and answers that hedge. Each must score 0."""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+import reward
+from common import load_tasks
+from conftest import ROOT
+
+RG = {row["answer"]["dataset"]: row["answer"] for row in load_tasks(ROOT / "data" / "rg_test.jsonl")}
+
+
+def rg_item(dataset: str, answer: str) -> tuple[str, str, dict]:
+    return ("reasoning_gym", f"Let me think. <answer>{answer}</answer>", RG[dataset])
+
+
+# ---- class 1: answers that Reasoning Gym scorers would run as Python ---------------------------------
+
+def test_an_always_equal_object_built_by_the_answer_is_not_a_correct_polynomial():
+    # polynomial_multiplication compares sympy's parse_expr(answer) with == : an answer that is
+    # Python building an object equal to everything used to score 1.0
+    evil = "__import__('unittest.mock').mock.ANY"
+    assert reward.score("reasoning_gym", f"<answer>{evil}</answer>", RG["polynomial_multiplication"]) == 0.0
+    gold = RG["polynomial_multiplication"]["entry"]["answer"]
+    assert reward.score("reasoning_gym", f"<answer>{gold}</answer>", RG["polynomial_multiplication"]) == 1.0
+
+
+def test_scorers_that_eval_or_parse_expr_cannot_run_an_answer(tmp_path):
+    # outside any sandbox, in a plain process: only the guarded eval / parse_expr stand in the way
+    marker = tmp_path / "ran"
+    program = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT)!r})
+import reward
+reward._forbid_code_in_scorers()
+entry = json.loads(sys.stdin.read())
+attacks = ["__import__('os').system('touch {marker}')", "exec(\\"open('{marker}', 'w')\\")",
+           "eval(\\"__import__('pathlib').Path('{marker}').touch()\\")"]
+for dataset, answer in [(d, a) for d in ("countdown", "polynomial_multiplication") for a in attacks]:
+    try:
+        print(reward.rg_raw_score(dataset, answer, entry[dataset]["entry"]))
+    except reward.NotPlainData:
+        print("refused")
+for n_queens_attack in ["[open('{marker}', 'w')]", "().__class__.__base__.__subclasses__()"]:
+    try:
+        print(reward.rg_raw_score("n_queens", n_queens_attack, {{"answer": "", "metadata": {{"valid_answers": []}}}}))
+    except reward.NotPlainData:
+        print("refused")
+"""
+    done = subprocess.run([sys.executable, "-c", program], input=json.dumps(RG), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not marker.exists()
+    assert all(line in ("refused", "0.0", "0.01") for line in done.stdout.split()), done.stdout
+
+
+def test_scorers_that_eval_keep_scoring_gold_answers_and_score_code_zero():
+    import reasoning_gym
+
+    evaluating = ["bitwise_arithmetic", "number_sorting", "n_queens", "puzzle24", "string_insertion", "binary_matrix",
+                  "spiral_matrix", "simple_integration", "countdown", "polynomial_multiplication"]
+    entries = [(name, json.loads(json.dumps(entry))) for name in evaluating
+               for entry in reasoning_gym.create_dataset(name, size=2, seed=3)]
+    golds = [("rg", [name, entry["answer"], entry]) for name, entry in entries]  # past score_batch's exact match
+    attacks = [("rg", [name, attack, entry]) for name, entry in entries
+               for attack in ("__import__('unittest.mock').mock.ANY", "[__import__('os').getpid()]")]
+    results = reward.verifier_pool(2, 2048).run(golds + attacks, timeout=30)
+    assert [value == 1.0 for value, _ in results] == [True] * len(golds) + [False] * len(attacks)
+
+
+@pytest.mark.parametrize("text, names, plain", [
+    ("-1806*x**5 + 987*x**4 - 6708*x**2", True, True),
+    ("(3 + 5) * 7 - 100 / 4", True, True),
+    ("x^2 + sqrt(y)", True, True),
+    ("[[1, 0], [0, 1]]", False, True),
+    ("['a', 'b']", False, True),
+    ("__import__('os')", True, False),
+    ("exec(bytes((112, 114)).decode())", True, False),  # no quotes needed to build a program
+    ("().__class__", True, False),
+    ("x.conjugate()", True, False),
+    ("lambda: 1", True, False),
+    ("[c for c in 'ab']", False, False),
+    ("'a' + 'b'", True, False),  # strings only where names are not allowed
+    ("(" * 500 + "1" + ")" * 500, True, False),
+])
+def test_plain_expression_admits_data_and_nothing_that_calls(text, names, plain):
+    assert reward.plain_expression(text, names) is plain
+
+
+def test_a_countdown_answer_that_kills_the_trainer_is_a_zero():
+    # the worker used to run countdown's parse_expr on the answer: the answer killed the worker's parent
+    answer = json.dumps(RG["countdown"])
+    response = "<answer>__import__('os').kill(__import__('os').getppid(), 9)</answer>"
+    done = subprocess.run([sys.executable, str(ROOT / "reward.py"), "--task", "reasoning_gym", "--response", response,
+                           "--answer", answer], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "reward: 0.0\n"), done.stderr[-2000:]
+
+
+FORGER = '''
+def _forge_replies(answer, entry):
+    """A scorer that runs the answer, as several reasoning-gym scorers do: it finds the request id in its
+    caller's frame and writes a reply of 1.0 on every descriptor it has and every one of its parent's."""
+    import os, sys
+    frame, request_id = sys._getframe(), "?"
+    while frame is not None:
+        request_id = frame.f_locals.get("request", {}).get("id", request_id)
+        frame = frame.f_back
+    forged = (json.dumps({"id": request_id, "value": 1.0}) + "\\n").encode()
+    for fd in range(64):
+        try:
+            os.write(fd, forged)
+        except OSError:
+            pass
+        try:
+            with open(f"/proc/{os.getppid()}/fd/{fd}", "wb") as f:
+                f.write(forged)
+        except OSError:
+            pass
+    return 0.0
+
+
+def _kill_the_worker(answer, entry):
+    import os
+    os.kill(os.getppid(), 9)
+    return 1.0
+
+
+def _evals_the_answer(answer, entry):  # like a scorer of a dataset nobody has reviewed
+    return float(eval(answer))
+
+
+RG_SCORER_OVERRIDES["forge_replies"] = _forge_replies
+RG_SCORER_OVERRIDES["kill_the_worker"] = _kill_the_worker
+RG_SCORER_OVERRIDES["evals_the_answer"] = _evals_the_answer
+'''
+
+
+def test_an_unreviewed_scorer_that_evals_the_answer_cannot_run_it(monkeypatch):
+    # no patched eval reaches this scorer; the audit hook stops the compile in the worker and in the child
+    source = reward._source()
+    monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
+    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    try:
+        results = pool.run([("rg", ["evals_the_answer", "(lambda: 1.0)()", {}]),
+                            ("rg", ["evals_the_answer", "__import__('os').system('true') + 1.0", {}])], timeout=60)
+    finally:
+        pool.close()
+    assert results == [(0.0, "error"), (0.0, "error")]
+
+
+def test_a_scorer_that_runs_code_cannot_forge_replies_or_outlive_its_check(monkeypatch):
+    # the second line of defence, if a scorer ever did run an answer: it runs in a child with no way
+    # to the reply channel, so its own result is what it returned, and the next request is unharmed
+    source = reward._source()
+    monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
+    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    try:
+        results = pool.run([("rg", ["forge_replies", "x", {}]), ("math", ["7", "8"]),
+                            ("rg", ["kill_the_worker", "x", {}]), ("math", ["x(x+1)", "x^2+x"])], timeout=60)
+    finally:
+        pool.close()
+    # the forger's own check is an error (what it wrote on its own pipe is not a number); the rest stand
+    assert results == [(0.0, "error"), (0.0, "ok"), (0.0, "error"), (1.0, "ok")]
+
+
+FAKE_WORKER = '''
+import json, sys
+print("ready", flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    print(json.dumps(%s), flush=True)
+'''
+
+
+@pytest.mark.parametrize("reply", ['{"id": "someone else", "value": 1.0}', '{"id": request["id"], "value": True}',
+                                   '{"id": request["id"], "value": 1}', '{"id": request["id"], "value": 2.0}',
+                                   '{"id": request["id"], "value": 1.0, "also": 1}', '[request["id"], 1.0]'])
+def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zero_and_the_worker_goes(monkeypatch,
+                                                                                                      reply):
+    monkeypatch.setattr(reward, "_source", lambda: FAKE_WORKER % reply)
+    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    try:
+        assert pool.run([("math", ["1", "1"])], timeout=30) == [(0.0, "error")]
+        assert pool.procs[0] is None  # killed: it is no longer the process we started
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("data", [b'{"id": "r1", "value": 1.0}\n{"id": "r2", "value": 1.0}\n',  # one reply each
+                                  b'{"id": "r1", "value": NaN}\n', b'{"id": "r1", "value": Infinity}\n',
+                                  b"[" * 4000 + b"]" * 4000 + b"\n", b'{"id": "r1", "value": 1.0}',  # no newline
+                                  b"\xff\xfe\n"])
+def test_read_reply_accepts_one_line_of_plain_data_only(data):
+    assert reward.read_reply(data, "r1") == ((0.0, "error"), False)
+    assert reward.read_reply(b'{"id": "r1", "value": 0.5}\n', "r1") == ((0.5, "ok"), True)
+    assert reward.read_reply(b'{"id": "r1", "error": "ValueError: x"}\n', "r1") == ((0.0, "error"), True)
+
+
+def test_verifier_workers_run_inside_bubblewrap():
+    if not shutil.which("bwrap") or reward.sandbox().mode != "bwrap":
+        pytest.skip("bubblewrap cannot run here")
+    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    try:
+        assert pool.run([("math", ["1/2", "0.5"])], timeout=60) == [(1.0, "ok")]
+        with open(f"/proc/{pool.procs[0].pid}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[0].endswith(b"bwrap")
+    finally:
+        pool.close()
+
+
+# ---- class 3: responses that used to raise out of score_batch -----------------------------------------
+
+def test_an_integer_longer_than_pythons_int_limit_is_compared_not_raised():
+    digits = "9" * 5000  # int() refuses more than 4,300 digits
+    assert reward.score("arith", f"\\boxed{{{digits}}}", "12") == 0.0
+    assert reward.score("arith", f"\\boxed{{+000{digits}}}", digits) == 1.0
+    assert reward.score("arith", f"The answer is {digits}", "-" + digits) == 0.0
+
+
+def test_responses_that_are_not_text_are_counted_errors_not_exceptions():
+    stats = reward.VerifyStats()
+    items = [("math", None, "1"), ("arith", 42, "42"), ("reasoning_gym", b"<answer>1</answer>", RG["gcd"]),
+             ("math", "\\boxed{1}", "1")]
+    assert reward.score_batch(items, workers=1, stats=stats) == [0.0, 0.0, 0.0, 1.0]
+    assert stats.errors == 3
+
+
+def test_deeply_nested_answers_score_zero_on_every_reasoning_gym_task():
+    config = reward.VerifyConfig(max_answer_chars=1 << 20)  # let them reach the scorers
+    nested = ["[" * 100_000 + "]" * 100_000, "{\"a\": " * 50_000 + "1" + "}" * 50_000, "(" * 100_000 + ")" * 100_000]
+    items = [rg_item(dataset, answer) for dataset in RG for answer in nested]
+    assert reward.score_batch(items, workers=2, config=config) == [0.0] * len(items)
+
+
+# ---- class 8: cost attacks in the trainer's process ---------------------------------------------------
+
+COSTLY = {
+    "code fence then spaces": ("code", "```" + " " * 100_000 + "x"),
+    "many code fences": ("code", "```" * 100_000 + "\n"),
+    "unclosed answer tags": ("reasoning_gym", "<answer>" * 20_000),
+    "answer line with trailing spaces": ("arith", "answer: 1" + " " * 100_000 + "x"),
+    "repeated answer leads": ("arith", "the answer is " * 20_000),
+    "unclosed boxes": ("math", "\\boxed{" * 20_000),
+}
+
+
+@pytest.mark.parametrize("name", COSTLY)
+def test_extraction_is_linear_on_adversarial_responses(name):
+    task, response = COSTLY[name]
+    start = time.perf_counter()
+    reward.final_answer(task, response)
+    assert time.perf_counter() - start < 0.5  # the backtracking regexes took seconds to minutes
+
+
+@pytest.mark.parametrize("response, expected", [
+    ("```python\nprint(1)\n```\nthen ```js\nx\n``` and ```\nprint(2)\n```", "print(2)\n"),
+    ("````python\nprint(3)\n```", "print(3)\n"),  # the last three backticks of four open the block
+    ("``` \nprint(4)\n```", "print(4)\n"),
+    ("```Python3\nprint(5)\n```", "print(5)\n"),
+    ("```python\nprint(6)", None),  # unclosed
+    ("```javascript\nx\n```", None),
+])
+def test_last_code_block_edge_cases(response, expected):
+    assert reward.last_code_block(response) == expected
+
+
+@pytest.mark.parametrize("response, expected", [
+    ("<answer>1</answer> <answer> 2 </answer>", "2"), ("<answer>1</answer></answer>", "1"),
+    ("<answer><answer>3</answer>", "<answer>3"), ("<answer>4", None), ("no tags", None),
+])
+def test_last_answer_tag_edge_cases(response, expected):
+    assert reward.last_answer_tag(response) == expected
+
+
+def test_a_response_over_the_length_cap_scores_zero_unread():
+    stats = reward.VerifyStats()
+    config = reward.VerifyConfig()
+    padded = "x" * config.max_response_chars + " \\boxed{5}"
+    assert reward.score_batch([("math", padded, "5"), ("math", "\\boxed{5}", "5")], config=config,
+                              stats=stats) == [0.0, 1.0]
+    assert stats.too_long == 1 and stats.as_log()["verify/too_long"] == 1
+
+
+def test_a_step_stops_verifying_when_its_time_budget_is_spent():
+    config = reward.VerifyConfig(timeout=30.0, step_timeout=2.0)
+    towers = [("math", f"\\boxed{{{k}^{{9^{{9^{{9}}}}}}}}", "1") for k in range(2, 6)]  # each runs for minutes
+    stats = reward.VerifyStats()
+    start = time.monotonic()
+    rewards = reward.score_batch(towers, workers=1, config=config, stats=stats)
+    assert rewards == [0.0] * 4 and stats.over_budget == 4
+    assert time.monotonic() - start < 10  # the budget, not 4 x 30 s
+    assert reward.score("math", "\\boxed{2}", "2") == 1.0  # the pool recovers
+
+
+# ---- class 9: answers that hedge ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("box, gold, expected", [
+    ("6=5", "5", 0.0),  # a false equation is not its right-hand side
+    ("x = 6 = 5", "5", 0.0),
+    ("5 = 6", "5", 0.0),
+    ("x=5", "5", 1.0), ("2+3=5", "5", 1.0), ("\\frac{10}{2} = 5", "5", 1.0), ("a+b = 5", "5", 1.0),
+    ("y = 2x+1", "y=2x+1", 1.0),  # an equation as the gold answer is compared whole
+])
+def test_an_equation_in_the_box_counts_only_if_it_is_true(box, gold, expected):
+    assert reward.score("math", f"so \\boxed{{{box}}}", gold) == expected
+
+
+def test_spell_backward_gives_no_credit_for_the_word_plus_junk():
+    entry = {"dataset": "spell_backward", "entry": {"question": "?", "answer": "tnemirepxe", "metadata": {}}}
+    # the package sums 1/10 per matching letter: 0.9999999999999999, not its own 1.0, so it is not docked
+    assert reward.score("reasoning_gym", "<answer>tnemirepxeXYZ</answer>", entry) == 0.0
+    assert reward.score("reasoning_gym", "<answer>Tnemirepxe</answer>", entry) == 1.0
+
+
+def test_a_reasoning_gym_task_without_a_gold_answer_is_refused():
+    logic = {"dataset": "propositional_logic", "entry": {"question": "?", "answer": None, "metadata": {}}}
+    with pytest.raises(ValueError, match="propositional_logic.*no gold answer"):
+        reward.score("reasoning_gym", "<answer>P</answer>", logic)
