@@ -816,7 +816,7 @@ def _worker_isolation() -> list[str]:
     file system, its own PID namespace, dies with the trainer), or [] where bwrap is not installed."""
     if not shutil.which("bwrap"):
         return []
-    command = _bwrap_command(sys.executable, 16 << 20)
+    command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False)  # workers run as this uid
     options = command[:command.index("--")]
     for name, value in WORKER_ENV.items():
         options += ["--setenv", name, value]
@@ -904,13 +904,22 @@ def decode_value(data, depth: int = 0):
     raise ValueError("not an encoded value")
 
 
+def _value_codec_source() -> str:
+    """encode_value and decode_value as source text, for the scripts that run in a sandbox. A verifier worker
+    runs this file as `python -c` (no file for inspect to read) and never starts a program: it gets ""."""
+    try:
+        return inspect.getsource(encode_value) + inspect.getsource(decode_value)
+    except OSError:
+        return ""
+
+
 # Runs inside the sandbox, in the program's own interpreter: one request per line on stdin, one reply
 # per line on a private copy of fd 1 (fds 0-2 become /dev/null). The first request is {"program",
 # "mode", "fn_name", "max_output"}, answered {"status": "ready"} or the compile error; then each test,
 # {"input": stdin text} or {"args": [...]}, is answered {"status", "stdout", "result"}. The trainer sends
 # a test only after the previous reply and times it from outside, and expected outputs never enter the
 # sandbox: a program that tampers with this harness can only answer for itself, within its time.
-HARNESS = inspect.getsource(encode_value) + inspect.getsource(decode_value) + r'''
+HARNESS = _value_codec_source() + r'''
 import builtins, io, json, os, sys
 requests, report = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
@@ -963,7 +972,7 @@ for line in requests:
 # {"status": "ok", "result"} (relayed by the trainer from the program's sandbox); the last line is the
 # verdict, "ok" only once check() returned after at least one call that never failed. The program
 # sees neither this process nor the test's asserts: only the arguments it is called with.
-TESTER = inspect.getsource(encode_value) + inspect.getsource(decode_value) + r'''
+TESTER = _value_codec_source() + r'''
 import json, os, sys
 replies, calls = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
@@ -1051,13 +1060,15 @@ def _as_sandbox_user(slot: int) -> dict:
 
 
 @functools.cache
-def _interpreter_dirs(python: str) -> tuple[str, ...] | None:
+def _interpreter_dirs(python: str, as_sandbox_user: bool = True) -> tuple[str, ...] | None:
     """What `python` needs besides SYSTEM_DIRS (its prefixes, standard library, site-packages), or None if the
-    sandbox uid cannot run it. Nothing else of the host is mounted: not the repository (its data files hold
-    the hidden tests), home, /tmp, /var/tmp, /run (host unix sockets) or /etc."""
+    sandbox uid (or, with `as_sandbox_user=False`, this process's own uid: the verifier workers') cannot run
+    it. Nothing else of the host is mounted: not the repository (its data files hold the hidden tests), home,
+    /tmp, /var/tmp, /run (host unix sockets) or /etc."""
+    user = _as_sandbox_user(PROBE_SLOT) if as_sandbox_user else {}
     try:
         done = subprocess.run([python, "-I", "-c", INTERPRETER_DIRS], capture_output=True, text=True, timeout=20,
-                              cwd="/", env={"PATH": CLEAN_PATH}, **_as_sandbox_user(PROBE_SLOT))
+                              cwd="/", env={"PATH": CLEAN_PATH}, **user)
         dirs = {os.path.realpath(d) for d in json.loads(done.stdout) if os.path.isdir(d)}
     except (OSError, subprocess.SubprocessError, ValueError, TypeError):
         return None
@@ -1066,7 +1077,7 @@ def _interpreter_dirs(python: str) -> tuple[str, ...] | None:
                         and not any(d.startswith(c + "/") for c in covered + sorted(dirs))))
 
 
-def _bwrap_command(python: str, tmpfs_bytes: int) -> list[str]:
+def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) -> list[str]:
     """bubblewrap running `python -I -c HARNESS` (put another script in the last item): new user, PID,
     network, IPC, UTS and mount namespaces; read-only SYSTEM_DIRS and the interpreter's directories, and
     nothing else of the host; /dev read-only with null, zero, full, random and urandom only; a private
@@ -1080,7 +1091,7 @@ def _bwrap_command(python: str, tmpfs_bytes: int) -> list[str]:
             command += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             command += ["--ro-bind", path, path]
-    for path in _interpreter_dirs(python) or ():
+    for path in _interpreter_dirs(python, as_sandbox_user) or ():
         command += ["--ro-bind", path, path]
     command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--tmpfs", "/dev"]
     for device in ("null", "zero", "full", "random", "urandom"):
