@@ -69,6 +69,9 @@ class Config:
     """where logs and checkpoints go (default: runs/<preset>__<seed>__<unix time>)"""
     resume: bool = False
     """continue from the latest checkpoint in --output-dir"""
+    init_from: str | None = None
+    """start this new run from another run's checkpoint folder (.../checkpoints/step_N): its weights and optimizer
+    state, with this run's own settings and --lr (a BroRL branch of a ProRL run; --resume refuses new N)"""
     seed: int = 0
     """seed for data order, sampling and mini-batch splits"""
     device: Literal["auto", "cpu"] = "auto"
@@ -178,6 +181,11 @@ class Config:
     """number of most recent checkpoints kept"""
     shrink_monitor_samples: int = 256
     """distinct correct responses re-scored after each update by the shrinkage monitor (0: off)"""
+    probe_prompts: int = 0
+    """probe-set monitor (paper Fig. 3 (ii)/(iii)): correct responses drawn at step 0 on this many held-out and as many
+    training prompts, re-scored at every eval (0: off)"""
+    probe_samples: int = 8
+    """samples per probe prompt at step 0; the first correct one becomes the prompt's probe"""
     # ---- verifiers (reward.py) ----
     verify_workers: int = 2
     """verifier processes for math / Reasoning Gym, and programs run at once for code"""
@@ -273,6 +281,10 @@ def validate(cfg: Config) -> None:
          f"process_group_timeout_min must be > 0, got {cfg.process_group_timeout_min}"),
         (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0, "verify_timeout and code_test_timeout must be > 0"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
+        (cfg.probe_prompts >= 0 and cfg.probe_samples >= 1, "probe_prompts must be >= 0 and probe_samples >= 1"),
+        (not cfg.init_from or (Path(cfg.init_from) / "trainer_state.pt").is_file(),
+         f"--init-from needs a complete checkpoint folder (with trainer_state.pt), e.g. RUN/checkpoints/step_000150: "
+         f"{cfg.init_from}"),
         (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
          f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its ProRLv2 commit, "
          "and the repository's main branch later received the BroRL checkpoint (see README)"),
@@ -595,6 +607,126 @@ def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) 
     return rows
 
 
+def correct_fraction_histogram(rewards: torch.Tensor) -> dict[str, float]:
+    """Share of the step's prompts by the fraction of their N rollouts that were correct: all wrong, four
+    quarters of (0, 1), all right. The two ends are compute spent on groups with no signal (Sec. 3)."""
+    fraction = rewards.float().mean(dim=1)
+    bins = {"correct_frac/0": fraction == 0, "correct_frac/1": fraction == 1}
+    for lo, hi in ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)):
+        bins[f"correct_frac/{lo:g}-{hi:g}"] = (fraction > lo) & (fraction <= hi) & (fraction < 1)
+    return {name: float(mask.float().mean()) for name, mask in bins.items()}
+
+
+def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path, cfg: Config) -> None:
+    """--init-from: load another run's policy and optimizer state (AdamW's moments and step count carry
+    over: restarting them cost a large-N branch 15-25 points in its first step, see experiments/revive.py),
+    then give the optimizer this run's learning rate and re-seed, since this is a new run with its own seed."""
+    source = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    if (source["config"]["kl_coef"] > 0) != (cfg.kl_coef > 0):
+        raise InputError(f"--init-from {checkpoint}: its run {'had' if source['config']['kl_coef'] > 0 else 'had no'} "
+                         "reference policy (kl_coef > 0), and this run must match it")
+    accelerator.load_state(checkpoint / "state")
+    for group in optimizer.param_groups:
+        group["lr"] = cfg.lr
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    if accelerator.is_main_process:
+        print(f"initialised from {checkpoint} (step {source['step']}: weights and optimizer state), lr {cfg.lr:g}")
+
+
+def log_probes(probes: dict | None, policy, update_cfg, reduce_max, sampled_prompts: set[str], step: int,
+               metrics: "MetricsLog | None") -> None:
+    """Re-score the probe set (every process: the passes run in lockstep) and log its report at this eval."""
+    if probes is not None:
+        report = probe_report(probes, probe_logprobs(policy, probes, update_cfg, reduce_max), sampled_prompts)
+        if metrics is not None:
+            metrics.log(step, report, prefix="eval")
+
+
+# ---- the probe-set knowledge-shrinkage monitor: the paper's Fig. 3 (ii)/(iii) quantity ------------
+
+
+def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[dict], cfg: Config,
+                verify_cfg: reward.VerifyConfig) -> dict:
+    """The fixed probe set, drawn once at step 0: for each of the first `probe_prompts` held-out prompts and
+    as many training prompts, the first correct response among `probe_samples` samples (a prompt with none
+    has no probe). Fig. 3 of arXiv 2510.01180 follows correct responses the policy already produced and asks
+    whether training raises or lowers them; the held-out ones are never trained on, the training ones are
+    sampled by some steps, which is the paper's sampled / unsampled split (Sec. 2.2, Fig. 3 (ii) vs (iii))."""
+    tasks = test_tasks[: cfg.probe_prompts] + train_tasks[: cfg.probe_prompts]
+    held_out = [i < min(cfg.probe_prompts, len(test_tasks)) for i in range(len(tasks))]
+    prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], cfg.chat_template)
+    params = rollout.SamplingParams(cfg.probe_samples, cfg.temperature, cfg.top_p, cfg.max_new_tokens,
+                                    cfg.gen_batch_seqs)
+    drawn = rollout.generate(sampler, tokenizer, prompt_ids, params, torch.Generator().manual_seed(cfg.seed + 7919))
+    items = [(tasks[g]["task"], text, tasks[g]["answer"]) for g, text in zip(drawn.group.tolist(), drawn.texts)]
+    correct = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg)) == 1.0
+    if cfg.zero_truncated_reward:
+        correct &= ~drawn.truncated
+    rows = [int(hits[0]) for g in range(len(tasks)) if len(hits := (correct & (drawn.group == g)).nonzero().squeeze(-1))]
+    return {"prompt_ids": drawn.prompt_ids[rows], "prompt_mask": drawn.prompt_mask[rows],
+            "response_ids": drawn.response_ids[rows], "response_mask": drawn.response_mask[rows],
+            "prompts": [tasks[int(drawn.group[r])]["prompt"] for r in rows],
+            "held_out": torch.tensor([held_out[int(drawn.group[r])] for r in rows], dtype=torch.bool)}
+
+
+def probe_logprobs(policy, probes: dict, update_cfg: update.UpdateConfig, reduce_max, micro_batch_tokens: int = 0):
+    """[P] per-token mean log-prob of each probe response (a mean, so long and short responses weigh alike)."""
+    batch = update.TrainBatch(probes["prompt_ids"], probes["prompt_mask"], probes["response_ids"],
+                              probes["response_mask"], torch.zeros(len(probes["prompts"])))
+    if micro_batch_tokens:
+        update_cfg = dataclasses.replace(update_cfg, micro_batch_tokens=micro_batch_tokens)
+    logprobs = update.batch_logprobs(policy, batch, update_cfg, reduce_max=reduce_max)
+    return (logprobs * batch.response_mask).sum(-1) / batch.response_mask.sum(-1).clamp(min=1)
+
+
+def load_or_draw_probes(output_dir: Path, cfg: Config, accelerator: Accelerator, sampler, policy, tokenizer,
+                        train_tasks, test_tasks, update_cfg, verify_cfg, reduce_max) -> dict | None:
+    """`probes.pt` of this run: kept with the run, so a resumed run re-scores the same probes, and copied from
+    the source run by --init-from, so every branch is measured against the same probes and the same step-0
+    log-probs. A new probe set also gets its noise floor: the largest change of any probe between two
+    scorings with unchanged weights (one batched and padded, one row at a time), the rounding a change
+    must exceed to count as a change."""
+    if not cfg.probe_prompts:
+        return None
+    path = output_dir / "probes.pt"
+    if accelerator.is_main_process and not path.is_file():
+        source = Path(cfg.init_from).parent.parent / "probes.pt" if cfg.init_from else None
+        if source is not None and source.is_file():
+            shutil.copy(source, path)
+        else:
+            torch.save(draw_probes(sampler, tokenizer, train_tasks, test_tasks, cfg, verify_cfg), path)
+    accelerator.wait_for_everyone()
+    probes = torch.load(path, weights_only=False)
+    if "base" not in probes:
+        probes["base"] = probe_logprobs(policy, probes, update_cfg, reduce_max)
+        alone = probe_logprobs(policy, probes, update_cfg, reduce_max, micro_batch_tokens=1)
+        probes["noise_floor"] = float((alone - probes["base"]).abs().max()) if len(alone) else 0.0
+        if accelerator.is_main_process:
+            torch.save(probes, path)
+            print(f"probe set: {len(probes['prompts'])} correct responses ({int(probes['held_out'].sum())} on "
+                  f"held-out prompts), noise floor {probes['noise_floor']:.2e} nats/token")
+    return probes
+
+
+def probe_report(probes: dict, now: torch.Tensor, sampled_prompts: set[str]) -> dict[str, float]:
+    """The change of each probe's per-token mean log-prob since step 0, as in Fig. 3 (ii)/(iii): the fraction
+    that rose by more than the noise floor, the fraction that fell by more, and the worst drop; over all
+    probes, and separately over probes whose prompt this step sampled and the rest."""
+    change, floor = now - probes["base"], probes["noise_floor"]
+    sampled = torch.tensor([p in sampled_prompts for p in probes["prompts"]], dtype=torch.bool)
+    report = {"probe_noise_floor": floor}
+    for name, mask in (("probe", torch.ones_like(sampled)), ("probe_sampled", sampled), ("probe_unsampled", ~sampled)):
+        report[f"{name}_count"] = int(mask.sum())
+        if mask.any():
+            report[f"{name}_improved_frac"] = float((change[mask] > floor).float().mean())
+            report[f"{name}_dropped_frac"] = float((change[mask] < -floor).float().mean())
+            report[f"{name}_worst_drop"] = min(0.0, float(change[mask].min()))
+            report[f"{name}_mean_change"] = float(change[mask].mean())
+    return report
+
+
 def train(cfg: Config) -> Path:
     """Run (or resume) training; returns the output directory. Under `accelerate launch`, every process runs this."""
     # ---- setup ----
@@ -633,9 +765,9 @@ def train(cfg: Config) -> Path:
     eval_suites = {b.suite for b in benchmarks.select(names=list(cfg.eval_benchmarks))} if cfg.eval_benchmarks else set()
     reward.require_sandbox({t["task"] for t in train_tasks + test_tasks} | eval_suites, cfg.unsafe_no_sandbox)
     with accelerator.main_process_first():  # the main process builds the tiny model's cache entry
-        model_path = (str(checkpoint / "model") if checkpoint else
-                      str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
-    revision = None if checkpoint else cfg.model_revision
+        model_path = (str(checkpoint / "model") if checkpoint else str(Path(cfg.init_from) / "model") if cfg.init_from
+                      else str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
+    revision = None if checkpoint or cfg.init_from else cfg.model_revision
     model, tokenizer = load_policy(model_path, cfg.dtype, "cpu", revision)
     context = min(getattr(model.config, "max_position_embeddings", math.inf), cfg.vllm_max_model_len or math.inf)
     prompt_limit = context - cfg.max_new_tokens
@@ -667,6 +799,8 @@ def train(cfg: Config) -> Path:
         step, data_position = state["step"], state["data_position"]
         if main_process:
             print(f"resumed from {checkpoint} at step {step}")
+    elif cfg.init_from:
+        start_from_checkpoint(accelerator, optimizer, Path(cfg.init_from), cfg)
     metrics = None
     if main_process:
         output_dir.mkdir(parents=True, exist_ok=True)
@@ -685,8 +819,11 @@ def train(cfg: Config) -> Path:
     if main_process:
         print(eval_protocol(cfg))
     eval_shard = evaluation.Shard(rank, processes, lambda item: gather_object([item]))
+    probes = load_or_draw_probes(output_dir, cfg, accelerator, sampler, policy, tokenizer, train_tasks, test_tasks,
+                                 update_cfg, verify_cfg, reduce_max)
     if step == 0:
         start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir, eval_shard)
+        log_probes(probes, policy, update_cfg, reduce_max, set(), 0, metrics)
         if main_process:
             print(f"step 0: eval_pass1 {start_pass1:.3f} ({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")
     accelerator.wait_for_everyone()
@@ -694,7 +831,7 @@ def train(cfg: Config) -> Path:
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
                     disable=not main_process)
     for step in progress:
-        step_start = time.time()
+        step_start, step_start_position = time.time(), data_position
         # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds), then
         # verifiable rewards [G prompts, N rollouts] (each distinct answer checked once). Dynamic sampling
         # keeps groups with 0 < #correct < N (all-equal groups carry no signal); with refill_rounds, more
@@ -771,6 +908,8 @@ def train(cfg: Config) -> Path:
             "gen_samples_per_s": rewards.numel() / gen_time,
             "response_len": float(lengths.mean()),
             "truncated_frac": float(rollouts.truncated.float().mean()),
+            "gen_tokens_per_s": float(lengths.sum()) / gen_time,
+            **correct_fraction_histogram(rewards),
             "shrink_frac": shrink_frac,
             "shrink_worst": shrink_worst,
             "shrink_watched": len(watch),
@@ -786,13 +925,15 @@ def train(cfg: Config) -> Path:
             values = torch.tensor(list(scalars.values()), dtype=torch.float64, device=accelerator.device)
             means = accelerator.reduce(values, "mean")
             scalars = dict(zip(scalars, means.cpu().tolist()))
-            for key in ("samples_per_s", "gen_samples_per_s", "kept_groups"):
+            for key in ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_groups"):
                 scalars[key] *= processes
         if main_process:
             metrics.log(step, scalars, prefix="train")
             progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
             pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir, eval_shard)
+            step_prompts = next_prompts(train_tasks, step_start_position, data_position - step_start_position, cfg.seed)
+            log_probes(probes, policy, update_cfg, reduce_max, {t["prompt"] for t in step_prompts}, step, metrics)
             if main_process:
                 progress.write(f"step {step}: eval_pass1 {pass1:.3f} "
                                f"({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")

@@ -440,3 +440,41 @@ def test_the_last_collected_informative_groups_are_the_ones_dropped():
     informative = torch.tensor([True, False, True, True, False, True, True])  # two rounds, in collection order
     keep = train_brorl.keep_target_groups(informative, target=3, rank=0, processes=1, reduce_sum=lambda t: t)
     assert keep.tolist() == [True, False, True, True, False, False, False]
+
+
+def test_probe_report_counts_changes_beyond_the_noise_floor_and_splits_sampled_prompts():
+    probes = {"base": torch.tensor([-1.0, -1.0, -2.0, -2.0]), "noise_floor": 0.01, "prompts": ["a", "b", "c", "d"]}
+    now = torch.tensor([-0.5, -1.005, -2.5, -1.0])  # up, within the floor, down 0.5, up
+    report = train_brorl.probe_report(probes, now, sampled_prompts={"a", "c"})
+    assert report["probe_count"] == 4 and report["probe_improved_frac"] == 0.5 and report["probe_dropped_frac"] == 0.25
+    assert report["probe_worst_drop"] == pytest.approx(-0.5)
+    assert report["probe_sampled_count"] == 2 and report["probe_sampled_improved_frac"] == 0.5
+    assert report["probe_unsampled_improved_frac"] == 0.5 and report["probe_unsampled_worst_drop"] == pytest.approx(-0.005)
+
+
+def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_and_probes(tmp_path):
+    source, branch = tmp_path / "source", tmp_path / "branch"
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(source), "--probe-prompts", "8")
+    checkpoint = source / "checkpoints" / "step_000002"
+    ran = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(branch), "--init-from", str(checkpoint),
+                     "--n-rollouts", "32", "--total-steps", "1", "--lr", "3e-4", "--probe-prompts", "8")
+    assert f"initialised from {checkpoint}" in ran.stdout
+    source_probes, branch_probes = torch.load(source / "probes.pt"), torch.load(branch / "probes.pt")
+    assert source_probes["prompts"] and branch_probes["prompts"] == source_probes["prompts"]
+    assert torch.equal(branch_probes["base"], source_probes["base"])  # changes are measured from the source's step 0
+    state = lambda run, step: torch.load(run / "checkpoints" / f"step_{step:06d}" / "state" / "optimizer.bin")
+    before, after = state(source, 2), state(branch, 1)
+    # AdamW continued: its step count went on from the source's (2 steps x 2 mini-batches), at the branch's lr
+    assert float(after["state"][0]["step"]) == float(before["state"][0]["step"]) + 2
+    assert after["param_groups"][0]["lr"] == 3e-4
+    rows = [json.loads(line) for line in (branch / "metrics.jsonl").read_text().splitlines()]
+    probe_rows = [r for r in rows if "probe_improved_frac" in r]
+    assert [r["step"] for r in probe_rows] == [0, 1] and probe_rows[0]["probe_mean_change"] != 0  # the branch moved
+    assert all({"gen_tokens_per_s", "correct_frac/0", "correct_frac/1"} <= set(r) for r in rows if "reward_mean" in r)
+
+
+def test_init_from_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path):
+    result = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "b"),
+                        "--init-from", str(tmp_path), check=False)
+    assert result.returncode != 0 and "--init-from needs a complete checkpoint folder" in result.stderr
+    assert "Traceback" not in result.stderr
