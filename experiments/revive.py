@@ -1,0 +1,282 @@
+"""The paper's central result at laptop scale: a saturated ProRL run, revived by BroRL, and an N sweep.
+
+Hu et al., "BroRL", arXiv 2510.01180, Sec. 4 and Fig. 1: a policy trained with few rollouts per prompt
+(ProRL, N=16) plateaus; continued from that checkpoint with many (BroRL, N=512) it keeps improving at
+equal rollout compute. This script runs that experiment on the graded toy task (data/make_graded_arith.py)
+by calling train_brorl.py's own `parse_config` and `train` (no second training loop):
+
+  stage 1  ProRL settings (N=16 x 512 prompts, GRPO, lr 1e-4, 2 mini-batches) from the tiny model warmed
+           up on the graded task, `eval_every` steps at a time, until held-out pass@1 plateaus: the best of
+           the last `plateau_evals` evals is no higher than the best before them plus the 95% interval of
+           one eval (1.96 x the binomial standard error over problems x samples). Its last checkpoint is
+           the branch point.
+  stage 2  branches from that checkpoint with --init-from (weights AND AdamW state: restarting the
+           optimizer cost a large-N continuation 15-25 points in its first step), one per N and seed.
+
+Equal rollout compute: every branch generates the same number of samples (`budget_steps` ProRL steps'
+worth). Responses here are at most 8 tokens and about equally long across N, so samples are the
+generation cost; generated tokens are logged beside them (compute_tokens) to check that. Prompts per step:
+equal samples per step (B0 = 16 x 512) while that leaves at least 128 prompts, then 128 prompts (the
+paper's BroRL batch, N=512 x 128: 8x ProRL's samples per step, so 1/8 of its steps). Learning rate:
+η = η0·sqrt(B / B0) with B the samples per step, the paper's square-root scaling (Sec. 4.2). The number
+of PPO mini-batches per step stays 2 for every N, as the paper keeps it. Nothing else differs between
+branches; seeds set data order and sampling, and branches with the same seed see the same prompt order.
+
+Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied into every branch
+(train_brorl.py --probe-prompts, the analog of Fig. 3 (ii)/(iii)).
+
+    python experiments/revive.py                 # the full experiment -> runs/revive/{results.json,revive.png}
+    python experiments/revive.py --resume        # continue an interrupted experiment; finished branches are kept
+    python experiments/revive.py --quick --out /tmp/revive-quick   # the whole pipeline in a few minutes
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import train_brorl  # noqa: E402
+from common import InputError, latest_checkpoint  # noqa: E402
+from tiny_model import ensure_tiny_model  # noqa: E402
+
+TRAIN_DATA, TEST_DATA = ROOT / "data" / "graded_train.jsonl", ROOT / "data" / "graded_test.jsonl"
+HIST_BINS = ("0", "0-0.25", "0.25-0.5", "0.5-0.75", "0.75-1", "1")  # train_brorl.correct_fraction_histogram
+
+
+@dataclass
+class Plan:
+    stage1_n: int = 16
+    stage1_prompts: int = 512
+    lr: float = 1e-4  # η0, at stage 1's B0 = stage1_n x stage1_prompts samples per step
+    eval_every: int = 10
+    stage1_max_steps: int = 200
+    plateau_evals: int = 3
+    branch_ns: tuple[int, ...] = (16, 64, 256, 512)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    budget_steps: int = 40  # samples per branch: this many stage-1 steps' worth
+    min_prompts: int = 128
+    evals_per_branch: int = 5
+    eval_samples: int = 4
+    eval_max_problems: int = 0
+    probe_prompts: int = 64
+
+
+QUICK = Plan(stage1_n=4, stage1_prompts=16, eval_every=2, stage1_max_steps=4, plateau_evals=1, branch_ns=(4, 16),
+             seeds=(0, 1), budget_steps=2, min_prompts=4, evals_per_branch=2, eval_samples=2, eval_max_problems=16,
+             probe_prompts=8)
+
+
+def branch_shape(plan: Plan, n: int) -> dict:
+    """Prompts per step, steps, learning rate and eval interval of the branch with N = n (see the docstring)."""
+    base = plan.stage1_n * plan.stage1_prompts
+    prompts = max(plan.min_prompts, base // n)
+    steps = max(1, round(plan.budget_steps * base / (n * prompts)))
+    return {"n_rollouts": n, "prompts_per_step": prompts, "steps": steps, "samples_per_step": n * prompts,
+            "lr": plan.lr * math.sqrt(n * prompts / base), "eval_every": max(1, steps // plan.evals_per_branch)}
+
+
+def common_flags(plan: Plan, model: str) -> list[str]:
+    return ["--model", model, "--train-data", str(TRAIN_DATA), "--test-data", str(TEST_DATA), "--advantage", "grpo",
+            "--minibatches", "2", "--eval-samples", str(plan.eval_samples), "--eval-max-problems",
+            str(plan.eval_max_problems), "--probe-prompts", str(plan.probe_prompts), "--keep-checkpoints", "1"]
+
+
+def run(argv: list[str]) -> Path:
+    """One train_brorl.py run, in this process, through its own config parser (so every check applies)."""
+    return train_brorl.train(train_brorl.parse_config(argv))
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+def plateaued(pass1: list[float], evals: int, problems_x_samples: int) -> bool:
+    """The best of the last `evals` evals is within one eval's 95% interval of the best before them."""
+    if len(pass1) <= evals:
+        return False
+    best_before, best_recent = max(pass1[:-evals]), max(pass1[-evals:])
+    interval = 1.96 * math.sqrt(max(best_before * (1 - best_before), 1e-4) / problems_x_samples)
+    return best_recent <= best_before + interval
+
+
+def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
+    """ProRL until the plateau rule holds (or stage1_max_steps); returns its curve and the branch checkpoint."""
+    run_dir, start = out / "stage1", time.time()
+    problems = sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems else plan.eval_max_problems
+    steps = 0
+    while True:
+        evals = [r for r in read_metrics(run_dir) if "eval_pass1" in r]
+        pass1 = [r["eval_pass1"] for r in evals]
+        steps = evals[-1]["step"] if evals else 0
+        if plateaued(pass1, plan.plateau_evals, problems * plan.eval_samples) or steps >= plan.stage1_max_steps:
+            break
+        print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}): steps {steps} -> "
+              f"{steps + plan.eval_every}, pass@1 so far {[round(p, 3) for p in pass1]}", flush=True)
+        run(common_flags(plan, model) + [
+            "--output-dir", str(run_dir), "--resume", "--seed", str(seed), "--n-rollouts", str(plan.stage1_n),
+            "--prompts-per-step", str(plan.stage1_prompts), "--lr", str(plan.lr), "--total-steps",
+            str(steps + plan.eval_every), "--eval-every", str(plan.eval_every), "--save-every", str(plan.eval_every)])
+    checkpoint = latest_checkpoint(run_dir, say=lambda message: None)
+    if checkpoint is None:
+        raise InputError(f"stage 1 in {run_dir} left no checkpoint (stage1_max_steps must be >= eval_every)")
+    print(f"[revive] stage 1 done at step {steps}: pass@1 {pass1[-1]:.3f}, "
+          f"{'plateaued' if steps < plan.stage1_max_steps else 'step limit reached'}; branching from {checkpoint}")
+    return {"steps": steps, "eval_steps": [r["step"] for r in evals], "eval_pass1": pass1,
+            "plateaued": steps < plan.stage1_max_steps, "checkpoint": str(checkpoint), "wall_s": time.time() - start}
+
+
+def branch_finished(run_dir: Path, steps: int) -> bool:
+    evals = [r["step"] for r in read_metrics(run_dir) if "eval_pass1" in r]
+    return (run_dir / "eval.json").is_file() and bool(evals) and evals[-1] == steps
+
+
+def run_branch(plan: Plan, model: str, checkpoint: str, run_dir: Path, shape: dict, seed: int) -> None:
+    run(common_flags(plan, model) + [
+        "--output-dir", str(run_dir), "--resume", "--init-from", checkpoint, "--seed", str(seed),
+        "--n-rollouts", str(shape["n_rollouts"]), "--prompts-per-step", str(shape["prompts_per_step"]),
+        "--lr", repr(shape["lr"]), "--total-steps", str(shape["steps"]), "--eval-every", str(shape["eval_every"]),
+        "--save-every", str(shape["eval_every"])])
+
+
+def seed_summary(run_dir: Path, shape: dict) -> dict:
+    """One branch run's curves from its metrics.jsonl: x = samples generated since the branch point."""
+    rows = read_metrics(run_dir)
+    train_rows = [r for r in rows if "reward_mean" in r]
+    tokens, tokens_by_step = 0.0, {0: 0.0}
+    for r in train_rows:
+        tokens += r["response_len"] * shape["samples_per_step"]
+        tokens_by_step[r["step"]] = tokens
+    evals = [r for r in rows if "eval_pass1" in r]
+    probes = [r for r in rows if "probe_improved_frac" in r]
+    mean = lambda values: sum(values) / len(values) if values else float("nan")
+    return {
+        "compute": [r["step"] * shape["samples_per_step"] for r in evals],
+        "compute_tokens": [tokens_by_step.get(r["step"], float("nan")) for r in evals],
+        "eval_pass1": [r["eval_pass1"] for r in evals],
+        "probe_compute": [r["step"] * shape["samples_per_step"] for r in probes],
+        "probe_improved_frac": [r["probe_improved_frac"] for r in probes],
+        "probe_dropped_frac": [r["probe_dropped_frac"] for r in probes],
+        "probe_worst_drop": [r["probe_worst_drop"] for r in probes],
+        "pass_rate": mean([r["pass_rate"] for r in train_rows]),
+        "samples_per_s": mean([r["samples_per_s"] for r in train_rows]),
+        "tokens_per_s": mean([r["gen_tokens_per_s"] for r in train_rows]),
+        "correct_frac_hist": {b: mean([r[f"correct_frac/{b}"] for r in train_rows]) for b in HIST_BINS},
+    }
+
+
+def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
+    """Mean over seeds, with every seed's values kept (the spread is the point of several seeds)."""
+    seeds = list(per_seed.values())
+    mean_curve = lambda key: [sum(s[key][i] for s in seeds) / len(seeds) for i in range(min(len(s[key]) for s in seeds))]
+    finals = {str(seed): s["eval_pass1"][-1] for seed, s in per_seed.items()}
+    final_mean = sum(finals.values()) / len(finals)
+    return {
+        **shape,
+        "compute": seeds[0]["compute"],
+        "eval_pass1": mean_curve("eval_pass1"),
+        "final_eval_pass1": {"mean": final_mean, "per_seed": finals,
+                             "std": math.sqrt(sum((v - final_mean) ** 2 for v in finals.values()) / len(finals))},
+        "pass_rate": sum(s["pass_rate"] for s in seeds) / len(seeds),
+        "probe_compute": seeds[0]["probe_compute"],
+        "probe_improved_frac": mean_curve("probe_improved_frac"),
+        "probe_worst_drop": mean_curve("probe_worst_drop"),
+        "samples_per_s": sum(s["samples_per_s"] for s in seeds) / len(seeds),
+        "tokens_per_s": sum(s["tokens_per_s"] for s in seeds) / len(seeds),
+        "correct_frac_hist": {b: sum(s["correct_frac_hist"][b] for s in seeds) / len(seeds) for b in HIST_BINS},
+        "seeds": {str(seed): s for seed, s in per_seed.items()},
+    }
+
+
+def plot(results: dict, path: Path) -> None:
+    """revive.png: pass@1 vs rollout compute (Fig. 1's analog, seed spread shaded), the probe set's
+    improved fraction and worst drop (Fig. 3 (ii)/(iii)), pass rate, throughput, per-prompt histograms."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    branches = results["branches"]
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    ax = axes[0, 0]
+    for name, b in branches.items():
+        curves = [s["eval_pass1"] for s in b["seeds"].values()]
+        width = min(map(len, curves))
+        lo = [min(c[i] for c in curves) for i in range(width)]
+        hi = [max(c[i] for c in curves) for i in range(width)]
+        ax.plot(b["compute"][:width], b["eval_pass1"][:width], marker="o", label=f"N={b['n_rollouts']} x {b['prompts_per_step']}")
+        ax.fill_between(b["compute"][:width], lo, hi, alpha=0.2)
+    ax.set(xlabel="samples generated since the branch point", ylabel="held-out pass@1", title="pass@1 vs rollout compute")
+    ax.legend()
+    for ax, key, title in ((axes[0, 1], "probe_improved_frac", "probes improved since step 0 (fraction)"),
+                           (axes[0, 2], "probe_worst_drop", "worst probe drop (nats/token)")):
+        for b in branches.values():
+            ax.plot(b["probe_compute"][: len(b[key])], b[key], marker="o", label=f"N={b['n_rollouts']}")
+        ax.set(xlabel="samples generated since the branch point", title=title)
+        ax.legend()
+    names = list(branches)
+    axes[1, 0].bar(names, [branches[n]["pass_rate"] for n in names])
+    axes[1, 0].set(title="dynamic-sampling pass rate (informative groups)")
+    axes[1, 1].bar(names, [branches[n]["samples_per_s"] for n in names])
+    axes[1, 1].set(title="samples / s (whole step)")
+    ax = axes[1, 2]
+    width = 0.8 / max(len(names), 1)
+    for i, n in enumerate(names):
+        ax.bar([j + i * width for j in range(len(HIST_BINS))], [branches[n]["correct_frac_hist"][b] for b in HIST_BINS],
+               width, label=n)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(HIST_BINS))], HIST_BINS)
+    ax.set(xlabel="a prompt's correct fraction among its N samples", ylabel="share of prompts", title="per-prompt histogram")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "revive", help="experiment folder")
+    parser.add_argument("--quick", action="store_true", help="the whole pipeline at toy sizes, in a few minutes")
+    parser.add_argument("--resume", action="store_true", help="continue an experiment in --out; finished branches are kept")
+    parser.add_argument("--model", help="starting policy (default: the tiny model warmed up on the graded task)")
+    args = parser.parse_args()
+    plan = QUICK if args.quick else Plan()
+    try:
+        if (args.out / "stage1").exists() and not args.resume:
+            raise InputError(f"{args.out} already holds an experiment: pass --resume to continue it, or another --out")
+        model = args.model or str(ensure_tiny_model(train_data=TRAIN_DATA))
+        start = time.time()
+        results = {"plan": dataclasses.asdict(plan), "model": model,
+                   "stage1": stage1(plan, model, args.out, seed=plan.seeds[0]), "branches": {}}
+        for n in plan.branch_ns:
+            shape, per_seed = branch_shape(plan, n), {}
+            for seed in plan.seeds:
+                run_dir = args.out / "stage2" / f"N{n}_seed{seed}"
+                if branch_finished(run_dir, shape["steps"]):
+                    print(f"[revive] N={n} seed {seed}: finished earlier, kept")
+                else:
+                    print(f"[revive] branch N={n} x {shape['prompts_per_step']} prompts, {shape['steps']} steps, "
+                          f"lr {shape['lr']:.3g}, seed {seed}", flush=True)
+                    branch_start = time.time()
+                    run_branch(plan, model, results["stage1"]["checkpoint"], run_dir, shape, seed)
+                    print(f"[revive] N={n} seed {seed} took {time.time() - branch_start:.0f}s")
+                per_seed[seed] = seed_summary(run_dir, shape)
+            results["branches"][f"N{n}"] = branch_summary(shape, per_seed)
+            final = results["branches"][f"N{n}"]["final_eval_pass1"]
+            print(f"[revive] N={n}: final pass@1 {final['mean']:.3f} ± {final['std']:.3f} over seeds {final['per_seed']}")
+        results["wall_s"] = time.time() - start  # this invocation's (a resumed one skips finished branches)
+        (args.out / "results.json").write_text(json.dumps(results, indent=2))
+        plot(results, args.out / "revive.png")
+    except InputError as e:
+        sys.exit(f"error: {e}")
+    print(f"done in {results['wall_s']:.0f}s: {args.out / 'results.json'}, {args.out / 'revive.png'}")
+
+
+if __name__ == "__main__":
+    main()
