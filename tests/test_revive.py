@@ -1,0 +1,68 @@
+"""experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the science)."""
+
+import json
+import math
+import sys
+
+import pytest
+
+from conftest import ROOT, run_script
+
+sys.path.insert(0, str(ROOT / "experiments"))
+import revive  # noqa: E402
+
+BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_rate", "probe_improved_frac",
+               "probe_worst_drop", "samples_per_s", "tokens_per_s", "correct_frac_hist", "seeds"}
+
+
+def test_every_branch_generates_the_same_samples_and_scales_lr_with_the_square_root_of_its_batch():
+    plan = revive.Plan()
+    shapes = {n: revive.branch_shape(plan, n) for n in (16, 64, 256, 512)}
+    budget = plan.budget_steps * plan.stage1_n * plan.stage1_prompts
+    assert all(s["steps"] * s["samples_per_step"] == budget for s in shapes.values())
+    assert (shapes[16]["prompts_per_step"], shapes[512]["prompts_per_step"]) == (512, 128)  # the paper's two shapes
+    assert shapes[512]["steps"] == plan.budget_steps // 8  # 8x ProRL's samples per step
+    assert shapes[512]["lr"] == pytest.approx(plan.lr * math.sqrt(8)) and shapes[64]["lr"] == plan.lr
+
+
+def test_plateau_means_no_recent_gain_beyond_one_evals_interval():
+    assert not revive.plateaued([0.5, 0.6], evals=2, problems_x_samples=1024)  # too few evals to tell
+    assert revive.plateaued([0.5, 0.80, 0.81, 0.79], evals=2, problems_x_samples=1024)  # +0.01 < 1.96 x 0.0125
+    assert not revive.plateaued([0.5, 0.80, 0.85, 0.79], evals=2, problems_x_samples=1024)
+
+
+def fake_seed(final: float) -> dict:
+    return {"compute": [0, 100], "compute_tokens": [0, 700], "eval_pass1": [0.5, final], "probe_compute": [0, 100],
+            "probe_improved_frac": [0.0, 0.6], "probe_dropped_frac": [0.0, 0.3], "probe_worst_drop": [0.0, -0.2],
+            "pass_rate": 0.7, "samples_per_s": 50.0, "tokens_per_s": 350.0,
+            "correct_frac_hist": {b: 1 / 6 for b in revive.HIST_BINS}}
+
+
+def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
+    shape = revive.branch_shape(revive.Plan(), 512)
+    branch = revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})
+    assert BRANCH_KEYS <= set(branch)
+    assert branch["final_eval_pass1"] == {"mean": pytest.approx(0.7), "std": pytest.approx(0.1),
+                                          "per_seed": {"0": 0.6, "1": 0.8}}
+    assert branch["eval_pass1"] == pytest.approx([0.5, 0.7])
+    revive.plot({"branches": {"N512": branch}}, tmp_path / "revive.png")
+    assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_branches(tmp_path):
+    import tiny_model
+
+    out, model = tmp_path / "revive", str(tiny_model.ensure_tiny_model())  # the cached default model: fast to get
+    run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model)
+    results = json.loads((out / "results.json").read_text())
+    assert (out / "revive.png").is_file() and set(results["branches"]) == {"N4", "N16"}
+    assert results["stage1"]["checkpoint"] and results["stage1"]["eval_pass1"]
+    for branch in results["branches"].values():
+        assert BRANCH_KEYS <= set(branch) and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"}
+        assert branch["compute"][-1] == 128  # equal samples for every branch
+        assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
+    refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, check=False)
+    assert refused.returncode != 0 and "pass --resume" in refused.stderr
+    resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, "--resume")
+    assert resumed.stdout.count("finished earlier, kept") == 4
