@@ -664,7 +664,11 @@ def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[di
     correct = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg)) == 1.0
     if cfg.zero_truncated_reward:
         correct &= ~drawn.truncated
-    rows = [int(hits[0]) for g in range(len(tasks)) if len(hits := (correct & (drawn.group == g)).nonzero().squeeze(-1))]
+    rows = []
+    for g in range(len(tasks)):
+        hits = (correct & (drawn.group == g)).nonzero().squeeze(-1)
+        if len(hits):
+            rows.append(int(hits[0]))
     return {"prompt_ids": drawn.prompt_ids[rows], "prompt_mask": drawn.prompt_mask[rows],
             "response_ids": drawn.response_ids[rows], "response_mask": drawn.response_mask[rows],
             "prompts": [tasks[int(drawn.group[r])]["prompt"] for r in rows],

@@ -52,6 +52,8 @@ HIST_BINS = ("0", "0-0.25", "0.25-0.5", "0.5-0.75", "0.75-1", "1")  # train_bror
 
 @dataclass
 class Plan:
+    """The experiment's sizes; the defaults are the full run, QUICK the pipeline check."""
+
     stage1_n: int = 16
     stage1_prompts: int = 512
     lr: float = 1e-4  # η0, at stage 1's B0 = stage1_n x stage1_prompts samples per step
