@@ -284,15 +284,34 @@ def check_math(pred: str, gold: str) -> bool:
     An equation in the box (when the gold answer is not one) is correct only if it is true of the
     answer: its last side must equal the gold answer, and so must every other side that names no
     variable. `x = 5` and `2+3 = 5` are read as 5; `6 = 5` is a false statement, not the answer 5
-    (math-verify alone reads any equation as its right-hand side, which rewards hedging)."""
+    (math-verify alone reads any equation as its right-hand side, which rewards hedging). So is one in
+    brackets or written `\\equiv` (`(6=5)`): no equation between constants anywhere in the answer may be false.
+
+    The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot read
+    takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be read as 5."""
     from math_verify import verify  # imported lazily: sympy is slow to import
 
     gold_parsed = _parse_latex(f"${gold}$")
     if not gold_parsed:
         return False
     sides = [pred] if "=" in gold else equation_sides(pred)
-    return all(verify(gold_parsed, _parse_latex(f"\\boxed{{{side}}}"), timeout_seconds=None)
-               for k, side in enumerate(sides) if k == len(sides) - 1 or not names_a_variable(side))
+    for k, side in enumerate(sides):
+        parsed = _parse_latex(f"\\boxed{{{side}}}", whole_box=True)
+        if states_a_false_equation(parsed):
+            return False
+        if (k == len(sides) - 1 or not names_a_variable(side)) and not verify(gold_parsed, parsed, timeout_seconds=None):
+            return False
+    return True
+
+
+def states_a_false_equation(parsed: list) -> bool:
+    """Whether a parsed answer contains, at any depth, an equation between two constants that is false."""
+    import sympy
+    from math_verify import verify
+
+    return any(isinstance(node, sympy.Eq) and not node.free_symbols
+               and not verify(node.lhs, node.rhs, timeout_seconds=None)
+               for expr in parsed if isinstance(expr, sympy.Basic) for node in sympy.preorder_traversal(expr))
 
 
 def equation_sides(box: str) -> list[str]:
@@ -316,10 +335,13 @@ def names_a_variable(side: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_latex(text: str) -> list:
-    """math-verify's parse, memoised in the worker: a prompt's gold answer is parsed once, not per check."""
-    from math_verify import parse
+def _parse_latex(text: str, whole_box: bool = False) -> list:
+    """math-verify's parse, memoised in the worker: a prompt's gold answer is parsed once, not per check.
+    With `whole_box`, by its LaTeX grammar alone (no fallback that picks a number out of the text)."""
+    from math_verify import LatexExtractionConfig, parse
 
+    if whole_box:
+        return parse(text, extraction_config=[LatexExtractionConfig()], parsing_timeout=None)
     return parse(text, parsing_timeout=None)
 
 

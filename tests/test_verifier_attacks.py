@@ -306,9 +306,22 @@ def test_a_step_stops_verifying_when_its_time_budget_is_spent():
     ("5 = 6", "5", 0.0),
     ("x=5", "5", 1.0), ("2+3=5", "5", 1.0), ("\\frac{10}{2} = 5", "5", 1.0), ("a+b = 5", "5", 1.0),
     ("y = 2x+1", "y=2x+1", 1.0),  # an equation as the gold answer is compared whole
+    ("(6 = 5)", "5", 0.0), ("[6=5]", "5", 0.0), ("\\{6=5\\}", "5", 0.0),  # a false equation in brackets
+    ("6 \\equiv 5", "5", 0.0),
 ])
 def test_an_equation_in_the_box_counts_only_if_it_is_true(box, gold, expected):
     assert reward.score("math", f"so \\boxed{{{box}}}", gold) == expected
+
+
+@pytest.mark.parametrize("box", [
+    "6 \\implies 5", "6 \\iff 5", "6 \\to 5", "6 \\Rightarrow 5", "6 \\cong 5", "6 \\sim 5", "6 \\therefore 5",
+    "6 \\mid 5", "6 \\\\ 5", "6 & 5", "6 \\cdot{} 5", "6 \\times{} 5", "6 \\quad{} 5", "6 \\text{,} 5", "6\\dots 5",
+    "\\cancel{6} 5", "\\not{6} 5", "\\label{6} 5", "\\color{red}{6} 5", "6 \\hspace{1cm} 5",
+])
+def test_a_box_of_two_values_is_not_read_as_its_last_number(box):
+    """math-verify reads a box its LaTeX grammar cannot parse by picking out its last number: a policy
+    writes a wrong value and the right one joined by any symbol the grammar does not know."""
+    assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 0.0
 
 
 def test_spell_backward_gives_no_credit_for_the_word_plus_junk():
