@@ -320,7 +320,9 @@ def test_an_equation_in_the_box_counts_only_if_it_is_true(box, gold, expected):
 ])
 def test_a_box_of_two_values_is_not_read_as_its_last_number(box):
     """math-verify reads a box its LaTeX grammar cannot parse by picking out its last number: a policy
-    writes a wrong value and the right one joined by any symbol the grammar does not know."""
+    writes a wrong value and the right one joined by any symbol the grammar does not know. (Checked
+    in this process too: how a worker's environment reaches that fallback differs between machines.)"""
+    assert reward.check_math(box, "5") is False
     assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 0.0
 
 
