@@ -429,9 +429,12 @@ class NotPlainData(ValueError):
     pass
 
 
-def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
+def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset(), symbolic: bool = True) -> None:
     """Make every eval, exec and sympy parse_expr that reasoning-gym's scorers reach accept plain data
-    only, or one of the `trusted` strings (the entry's own: a scorer may eval its gold expression)."""
+    only, or one of the `trusted` strings (the entry's own: a scorer may eval its gold expression).
+    Without `symbolic` (the gold answer names nothing: countdown, puzzle24) parse_expr takes numbers and
+    arithmetic alone: a name there is one of sympy's constants, and `E/E` is a 1 written without a digit,
+    which countdown's scorer (it counts the digits used) would accept on top of the given numbers."""
     import reasoning_gym  # noqa: F401 (imports every dataset module, so that each one is patched below)
     import sympy
     import sympy.parsing.sympy_parser as sympy_parser
@@ -439,7 +442,8 @@ def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
     parse_expr = sympy_parser.parse_expr
 
     def plain_parse_expr(text, *args, **kwargs):
-        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=True)):
+        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=True)
+                                        and (symbolic or not re.search(r"[A-Za-z_]", text))):
             raise NotPlainData("not a plain expression")
         with _plain_data_compiles():
             return parse_expr(text, *args, **kwargs)
@@ -611,7 +615,8 @@ def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             _drop_privileges()
-            _forbid_code_in_scorers(frozenset(_strings_in(args[2])))
+            _forbid_code_in_scorers(frozenset(_strings_in(args[2])),
+                                    symbolic=re.search(r"[A-Za-z]", str(args[2].get("answer"))) is not None)
             _SCORER_GUARD.update(mode="child", tripped="")
             value = rg_raw_score(*args)
             _SCORER_GUARD["mode"] = None

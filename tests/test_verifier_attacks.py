@@ -102,6 +102,20 @@ def test_a_countdown_answer_that_kills_the_trainer_is_a_zero():
     assert (done.returncode, done.stdout) == (0, "reward: 0.0\n"), done.stderr[-2000:]
 
 
+def test_a_countdown_answer_cannot_add_sympys_constants_to_the_numbers():
+    """Countdown's scorer counts the digits an answer uses; `E/E` (or `pi/pi`) is a 1 with none, so any
+    target was reachable as the sum of the numbers plus enough of them."""
+    entry = RG["countdown"]["entry"]
+    numbers, target = entry["metadata"]["numbers"], entry["metadata"]["target"]
+    gap = target - sum(numbers)
+    sums = " + ".join(map(str, numbers))
+    hedges = [f"<answer>{sums} {'+' if gap > 0 else '-'} ({' + '.join([one] * abs(gap))})</answer>"
+              for one in ("E/E", "pi/pi", "E**(E - E)")]
+    items = [("reasoning_gym", response, RG["countdown"]) for response in hedges]
+    items.append(("reasoning_gym", f"<answer>{entry['answer']} </answer>x", RG["countdown"]))  # the gold scores
+    assert reward.score_batch(items, workers=2) == [0.0] * len(hedges) + [1.0]
+
+
 FORGER = '''
 def _forge_replies(answer, entry):
     """A scorer that runs the answer, as several reasoning-gym scorers do: it finds the request id in its
