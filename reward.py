@@ -1424,13 +1424,24 @@ def _reply_cap(config: VerifyConfig) -> int:
     return 6 * (config.code_output_kb << 10) + (1 << 16)
 
 
-def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0) -> CodeResult:
+def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0,
+                deadline: float = math.inf) -> CodeResult:
     """Run `program` on every test of `spec` in one fresh sandbox, a test at a time, each timed from outside
-    (blocking signals does not stop the clock); compare outputs outside it."""
+    (blocking signals does not stop the clock); compare outputs outside it. `deadline` (time.monotonic(),
+    the step's budget) cuts the program off wherever it is: status "over budget"."""
     config = config or VerifyConfig()
     box = require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
     if "test" in spec:
-        return _run_check(program, spec, config, box, slot)
+        result = _run_check(program, spec, config, box, slot, deadline)
+    else:
+        result = _run_tests(program, spec, config, box, slot, deadline)
+    if result.status == "timeout" and time.monotonic() >= deadline:
+        result.status = "over budget"
+    return result
+
+
+def _run_tests(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slot: int, deadline: float) -> CodeResult:
+    """A stdin/stdout or call-based spec: every test in the program's sandbox, compared here."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
@@ -1441,12 +1452,12 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
     passed, status = 0, None
     try:
         setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name, "max_output": max_output}
-        reply, failure = program_box.ask(setup, time.monotonic() + START_TIMEOUT, cap)
+        reply, failure = program_box.ask(setup, min(time.monotonic() + START_TIMEOUT, deadline), cap)
         if reply is None or reply["status"] != "ready":
             return CodeResult(0, len(inputs), failure or reply["status"])
         for test_input, expected in zip(inputs, outputs):
             test = {"args": test_input} if fn_name else {"input": test_input}
-            reply, failure = program_box.ask(test, time.monotonic() + config.test_timeout, cap)
+            reply, failure = program_box.ask(test, min(time.monotonic() + config.test_timeout, deadline), cap)
             if reply is None:  # out of time, dead or talking nonsense: no later test runs
                 status = status or failure
                 break
@@ -1459,7 +1470,8 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
     return CodeResult(passed, len(inputs), status or "ok", peak)
 
 
-def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slot: int) -> CodeResult:
+def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slot: int,
+               step_deadline: float) -> CodeResult:
     """A HumanEval-style spec: its test runs in a sandbox of its own (TESTER) and calls the program, in another,
     through this process; only encoded arguments and return values cross. A pass is the test sandbox's own
     verdict after check() returned; the program failing or timing out on any call fails it at once."""
@@ -1467,7 +1479,7 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slo
     if not re.search(rf"^def {re.escape(entry_point)}\b", program, re.MULTILINE):
         program = spec.get("prompt", "") + program  # a completion of the prompt's function body
     max_output, cap, cpu_seconds = config.code_output_kb << 10, _reply_cap(config), START_TIMEOUT + config.check_timeout
-    deadline = time.monotonic() + START_TIMEOUT + config.check_timeout  # the whole check, every call together
+    deadline = min(time.monotonic() + START_TIMEOUT + config.check_timeout, step_deadline)  # every call together
     test_box = SandboxedProcess(box, TESTER, config, slot, cpu_seconds)
     try:
         program_box = SandboxedProcess(box, HARNESS, config, slot, cpu_seconds)
@@ -1476,7 +1488,7 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slo
         raise
     try:
         setup = {"program": program, "mode": "humaneval", "fn_name": entry_point, "max_output": max_output}
-        reply, status = program_box.ask(setup, time.monotonic() + START_TIMEOUT, cap)
+        reply, status = program_box.ask(setup, min(time.monotonic() + START_TIMEOUT, deadline), cap)
         if reply is not None:
             status = "" if reply["status"] == "ready" else reply["status"]
         if not status:
@@ -1659,7 +1671,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 return CodeResult(0, 1, "over budget")
             slot = _FREE_SLOTS.get()
             try:
-                return run_program(key[1], specs[key[2]], config, slot)
+                return run_program(key[1], specs[key[2]], config, slot, deadline)
             except Exception as e:  # whatever a response makes go wrong scores 0 and is counted, never raised
                 return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
             finally:
