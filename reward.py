@@ -713,6 +713,7 @@ class VerifierPool:
     def __init__(self, workers: int, memory_mb: int):
         self.memory_mb = memory_mb
         self.procs: list[subprocess.Popen | None] = [None] * workers
+        self.lock = threading.Lock()  # one run at a time: concurrent score_batch calls share this pool
 
     def _start(self, slot: int) -> subprocess.Popen:
         global _WORKER_ISOLATION
@@ -767,7 +768,12 @@ class VerifierPool:
 
     def run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float = math.inf) -> list[tuple[float, str]]:
         """[(value, status)] per job, status "ok", "timeout", "error" or "over budget"; value 0.0 unless ok.
-        `deadline` (time.monotonic()) ends the whole run: jobs not finished by then are "over budget"."""
+        `deadline` (time.monotonic()) ends the whole run: jobs not finished by then are "over budget".
+        Calls from several threads take turns (each worker holds one request at a time)."""
+        with self.lock:
+            return self._run(jobs, timeout, deadline)
+
+    def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float) -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         busy: dict[int, tuple[int, str, float]] = {}  # slot -> (job index, request id, deadline)

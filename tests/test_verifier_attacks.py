@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -310,6 +311,15 @@ def test_a_step_stops_verifying_when_its_time_budget_is_spent():
     assert rewards == [0.0] * 4 and stats.over_budget == 4
     assert time.monotonic() - start < 10  # the budget, not 4 x 30 s
     assert reward.score("math", "\\boxed{2}", "2") == 1.0  # the pool recovers
+
+
+def test_score_batch_calls_in_concurrent_threads_share_the_verifier_workers_safely():
+    """Threads that score at once (an evaluation beside training) use one pool of workers: its requests
+    and replies used to cross, so calls raised out of score_batch or scored right answers 0."""
+    items = [("math", f"\\boxed{{{k}x+x^{k}}}", f"x^{k}+{k}x") for k in range(2, 30)]  # no fast path: workers
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: reward.score_batch(items, 2), range(3)))
+    assert results == [[1.0] * len(items)] * 3
 
 
 # ---- class 9: answers that hedge ---------------------------------------------------------------------
