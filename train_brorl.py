@@ -820,6 +820,7 @@ def train(cfg: Config) -> Path:
     eval_settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
                                             cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
                                             verify_workers=cfg.verify_workers, verify_config=verify_cfg)
+    sampling_protocol = evaluation.sampling_protocol(dataclasses.asdict(eval_settings))  # printed beside each score
     if main_process:
         print(eval_protocol(cfg))
     eval_shard = evaluation.Shard(rank, processes, lambda item: gather_object([item]))
@@ -829,7 +830,7 @@ def train(cfg: Config) -> Path:
         start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir, eval_shard)
         log_probes(probes, policy, update_cfg, reduce_max, set(), 0, metrics)
         if main_process:
-            print(f"step 0: eval_pass1 {start_pass1:.3f} ({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")
+            print(f"step 0: eval_pass1 {start_pass1:.3f} ({sampling_protocol})")
     accelerator.wait_for_everyone()
 
     progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
@@ -940,7 +941,7 @@ def train(cfg: Config) -> Path:
             log_probes(probes, policy, update_cfg, reduce_max, {t["prompt"] for t in step_prompts}, step, metrics)
             if main_process:
                 progress.write(f"step {step}: eval_pass1 {pass1:.3f} "
-                               f"({evaluation.sampling_protocol(dataclasses.asdict(eval_settings))})")
+                               f"({sampling_protocol})")
         accelerator.wait_for_everyone()
         if step % cfg.save_every == 0 or step == cfg.total_steps:
             save_checkpoint(output_dir, step, accelerator, policy, tokenizer,

@@ -82,6 +82,16 @@ def bench_math(name: str, items, workers: int) -> None:
           f"{plain_s / fast_s:.1f}x | {stats.fast_path / len(items):.0%} | {sum(fast) / len(fast):.3f} |")
 
 
+def print_code_table(items: list, tests: int, unit: str) -> None:
+    """Programs/s and tests (or calls)/s of scoring `items`, each program running `tests` of them, with 1 and 2 workers."""
+    print(f"| workers | programs/s | {unit} | all passed |")
+    print("| --- | --- | --- | --- |")
+    for workers in (1, 2):
+        rewards, seconds = timed(reward.score_batch, items, workers)
+        print(f"| {workers} | {len(items) / seconds:.1f} | {len(items) * tests / seconds:.0f} | "
+              f"{all(r == 1.0 for r in rewards)} |")
+
+
 def bench_code(programs: int, tests: int) -> None:
     rng = random.Random(0)
     inputs = [f"{rng.randint(-99, 99)} {rng.randint(-99, 99)}\n" for _ in range(tests)]
@@ -91,21 +101,13 @@ def bench_code(programs: int, tests: int) -> None:
              for i in range(programs)]
     reward.score_batch(items[:1])  # probe the sandbox outside the timing
     print(f"\ncode: {programs} distinct programs x {tests} stdin tests, sandbox: {reward.sandbox().mode}\n")
-    print("| workers | programs/s | tests/s | all passed |")
-    print("| --- | --- | --- | --- |")
-    for workers in (1, 2):
-        rewards, seconds = timed(reward.score_batch, items, workers)
-        print(f"| {workers} | {programs / seconds:.1f} | {programs * tests / seconds:.0f} | {all(r == 1.0 for r in rewards)} |")
+    print_code_table(items, tests, "tests/s")
     # HumanEval style: the test in a sandbox of its own, each assert's call relayed to the program's sandbox
     asserts = "".join(f"    assert candidate({a}, {b}) == {a + b}\n" for a, b in (map(int, x.split()) for x in inputs))
     check = {"prompt": "def add(a, b):\n", "entry_point": "add", "test": "def check(candidate):\n" + asserts}
     items = [("code", f"```python\n# variant {i}\ndef add(a, b):\n    return a + b\n```", check) for i in range(programs)]
     print(f"\ncode, HumanEval style: {programs} distinct programs x a check of {tests} asserts\n")
-    print("| workers | programs/s | calls/s | all passed |")
-    print("| --- | --- | --- | --- |")
-    for workers in (1, 2):
-        rewards, seconds = timed(reward.score_batch, items, workers)
-        print(f"| {workers} | {programs / seconds:.1f} | {programs * tests / seconds:.0f} | {all(r == 1.0 for r in rewards)} |")
+    print_code_table(items, tests, "calls/s")
 
 
 def main() -> None:

@@ -22,9 +22,10 @@ across three digits, a third term) it solves at a low rate, which is the regime 
 """
 
 import argparse
-import json
 import random
 from pathlib import Path
+
+from make_arith import write_jsonl  # data/, beside this script
 
 MAX_PROBLEMS = 4 * 1600  # level 0 has 2 x 90 x 10 = 1,800 distinct problems; stay clear of exhausting it
 LEVELS = ("2+1 digits", "2+2 digits", "3+3 digits", "2+2+2 digits")
@@ -52,13 +53,6 @@ def make_problems(count: int, seed: int) -> list[dict]:
             seen.add(problem["prompt"])
             problems.append(problem)
     return problems
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
 
 
 def main() -> None:
