@@ -328,10 +328,14 @@ def test_unix_sockets_of_the_host_are_unreachable():
 
 needs_cgroup = pytest.mark.skipif(reward._cgroup_parent() is None, reason="no memory cgroup this process may create")
 MEMORY_ATTACKS = {  # each prints "pwned" if it held more than its 256 MiB at once
-    "children": "import os, time\nchildren = []\nfor _ in range(4):\n    r, w = os.pipe()\n    if os.fork() == 0:\n"
+    # children that touched their 120 MiB and are still alive together (the OOM killer may take one that
+    # had already reported, so the reports alone would overcount)
+    "children": "import os, time\nchildren = []\nfor _ in range(4):\n    r, w = os.pipe()\n    pid = os.fork()\n"
+                "    if pid == 0:\n"
                 "        block = bytearray(120 << 20)\n        block[::4096] = b'x' * len(block[::4096])\n"
                 "        os.write(w, b'1')\n        time.sleep(5)\n        os._exit(0)\n    os.close(w)\n"
-                "    children.append(r)\nheld = sum(len(os.read(r, 1)) for r in children)\n"
+                "    children.append((pid, r))\nreported = [pid for pid, r in children if os.read(r, 1)]\n"
+                "time.sleep(0.5)\nheld = sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in reported)\n"
                 "print('pwned' if held * 120 > 256 else held)",
     "files in /dev": "n = 0\nfor i in range(300):\n    for d in ('/dev/', '/dev/shm/', '/tmp/'):\n        try:\n"
                      "            open(d + str(i), 'wb').write(b'x' * (1 << 20))\n            n += 1\n"
