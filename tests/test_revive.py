@@ -66,3 +66,22 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     assert refused.returncode != 0 and "pass --resume" in refused.stderr
     resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, "--resume")
     assert resumed.stdout.count("finished earlier, kept") == 4
+
+
+def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps({"n_rollouts": n_rollouts, "prompts_per_step": prompts_per_step}))
+    rows = [{"step": 0, "eval_pass1": 0.3}, {"step": 1, "reward_mean": 0.3, "pass_rate": 0.9},
+            {"step": 2, "reward_mean": 0.4, "pass_rate": 0.8}, {"step": 2, "eval_pass1": 0.5}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def test_plot_runs_draws_several_runs_against_samples_and_names_a_folder_that_is_not_a_run(tmp_path):
+    write_fake_run(tmp_path / "n256", 256, 32)
+    write_fake_run(tmp_path / "n16", 16, 512)
+    out = tmp_path / "runs.png"
+    run_script("experiments/plot_runs.py", str(tmp_path / "n256"), str(tmp_path / "n16"), "--out", str(out))
+    assert out.read_bytes().startswith(b"\x89PNG")
+    refused = run_script("experiments/plot_runs.py", str(tmp_path), "--out", str(out), check=False)
+    assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
+        f"error: {tmp_path} is not a train_brorl.py run folder: config.json is missing"]
