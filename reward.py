@@ -5,7 +5,9 @@ Self-contained (copy this file into another trainer): it imports nothing from th
     score(task, response, answer) -> float                      one response
     score_batch(items, workers=2, config=None, stats=None)     a whole step: [(task, response, answer)]
 
-`task` names the verifier:
+`task` names the verifier, one entry of TASK_KINDS (at "scoring" below: how to read the answer
+and the gold, what is decided here and what is checked in a worker or the sandbox; score,
+score_batch, the workers and the command line all read that table, so a new kind is one entry):
 - "arith": the toy task; the final answer must be the integer `answer`.
 - "math": the content of the last `\\boxed{...}` (nested braces allowed; a missing or empty box
   scores 0) is compared with `answer` by math-verify (sympy-backed: `\\frac{1}{2}`, `0.5` and `1/2`
@@ -18,11 +20,14 @@ Self-contained (copy this file into another trainer): it imports nothing from th
   its calls may fail; a block that does not define the entry point is taken as a completion of the
   prompt). The program is the response's last fenced Python block; reward 1 if every test passes
   (the fraction passed goes to the stats).
-- "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry}; the answer is
-  the last `<answer>...</answer>` of the response and the package's own `score_answer` grades it.
+- "reasoning_gym": `answer` is {"dataset": name, "entry": the reasoning-gym entry} (or its JSON
+  string); the answer is the last `<answer>...</answer>` of the response and the package's own
+  `score_answer` grades it.
   The RL reward is binary: 1 only at a score of exactly 1.0 (partial "format" credit that some tasks
   give to wrong answers is counted in the stats, never rewarded). The scorers that `eval` or
   `parse_expr` an answer get versions that accept plain data only (_forbid_code_in_scorers).
+- "exact": the content of the last `\\boxed{...}` or `<answer>...</answer>` must be the string
+  `answer`, surrounding whitespace aside, case included (see check_exact).
 
 How a batch is scored (BroRL samples N=512 responses per prompt, and most of them share a handful
 of final answers):
@@ -94,6 +99,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -110,7 +116,7 @@ FENCE_INFO_CHARS = 32  # longest text after ``` on an opening fence's line ("pyt
 class VerifyConfig:
     timeout: float = 5.0  # hard wall-clock limit per distinct math / Reasoning Gym answer, seconds
     worker_memory_mb: int = 2048  # address-space limit of each verifier process
-    max_answer_chars: int = 1000  # longer final answers score 0 unchecked (no real answer is this long)
+    max_answer_chars: int = 1000  # longer answers to a worker's check score 0 unchecked (none is this long)
     max_response_chars: int = 262_144  # longer responses score 0 unread (~64K tokens; counted as too_long)
     step_timeout: float = 600.0  # wall-clock cap on one score_batch call: checks left then score 0 (over_budget)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
@@ -135,7 +141,7 @@ class VerifyStats:
     checks: int = 0  # distinct checks run (verifier process or sandbox)
     timeouts: int = 0
     errors: int = 0  # verifier crash, memory limit, scorer exception
-    partial_credit: int = 0  # Reasoning Gym answers with 0 < score < 1 (rewarded 0)
+    partial_credit: int = 0  # answers a worker's check scored 0 < score < 1 (Reasoning Gym's; rewarded 0)
     too_long: int = 0  # responses over max_response_chars (rewarded 0 unread)
     over_budget: int = 0  # items whose check had not finished when the step's step_timeout ran out (rewarded 0)
     code_tests_passed: int = 0
@@ -229,10 +235,15 @@ def last_answer_tag(response: str) -> str | None:
     return found
 
 
+def boxed_answer(response: str) -> str | None:
+    """Math's final answer: the last box's content, None if there is no box or it is blank."""
+    boxed = last_boxed(response)
+    return boxed if boxed is not None and boxed.strip() else None
+
+
 def final_answer(task: str, response: str) -> str | None:
     """What the verifier of `task` reads from a response (for audit logs): box, program or answer tag."""
-    extract = {"arith": extract_answer, "math": last_boxed, "code": last_code_block, "reasoning_gym": last_answer_tag}
-    return extract[task](response)
+    return task_kind(task).extract(response)
 
 
 # ---- arith and math ----------------------------------------------------------------------------------
@@ -533,6 +544,7 @@ SCORE_TEXT = re.compile(rb"[0-9](?:\.[0-9]{1,20})?(?:e-[0-9]{1,3})?")  # repr() 
 def serve(memory_mb: int, isolated: bool) -> None:
     """Worker loop (`python reward.py --serve`): one JSON request {"id", "kind", "args"} per stdin line,
     one JSON reply {"id", "value"} or {"id", "error"} per stdout line; the parent enforces the time limit.
+    A request is a check of a task kind: the value is `TASK_KINDS[kind].check(*args)`, args = [answer, gold].
 
     Math checks run here: math-verify parses LaTeX with a grammar, and its plain-expression path only
     takes digits and operators, so an answer is never run. A Reasoning Gym check of a scorer in
@@ -547,6 +559,7 @@ def serve(memory_mb: int, isolated: bool) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
     replies = os.fdopen(os.dup(1), "w")  # the protocol channel; libraries that print go to stderr
     os.dup2(2, 1)
+    _SERVING.update(reply_fd=replies.fileno(), isolated=isolated)
     _set_dumpable(False)
     sys.addaudithook(_guard_scorers)
     import logging
@@ -565,16 +578,8 @@ def serve(memory_mb: int, isolated: bool) -> None:
     for line in sys.stdin:
         request = json.loads(line)  # from the trainer: trusted
         try:
-            if request["kind"] == "math":
-                reply = {"value": float(check_math(*request["args"]))}
-            else:
-                import reasoning_gym  # noqa: F401 (imported here, once: each child starts warm)
-
-                if request["args"][0] not in RG_SCORER_OVERRIDES:
-                    _rg_scorer(request["args"][0])
-                reply = _score_in_process(request["args"]) if request["args"][0] in RG_REVIEWED_SCORERS else None
-                if reply is None:  # not a reviewed scorer, or it tried to compile or run something
-                    reply = _score_in_child(request["args"], replies.fileno(), isolated)
+            value = float(TASK_KINDS[request["kind"]].check(*request["args"]))
+            reply = {"value": value} if 0.0 <= value <= 1.0 else {"error": f"score {value} is not in [0, 1]"}
         except MemoryError:
             replies.write(json.dumps({"id": request["id"], "error": "memory limit"}) + "\n")
             replies.flush()
@@ -583,6 +588,30 @@ def serve(memory_mb: int, isolated: bool) -> None:
             reply = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         replies.write(json.dumps({"id": request["id"], **reply}) + "\n")
         replies.flush()
+
+
+_SERVING = {"reply_fd": -1, "isolated": False}  # set by serve: what check_reasoning_gym's child must know
+
+
+class ScorerError(RuntimeError):
+    """A Reasoning Gym scorer raised, or its child wrote something that is not a score (counted as an error)."""
+
+
+def check_reasoning_gym(answer: str, gold: dict) -> float:
+    """The package's score of `answer` in [0, 1], in a verifier worker (serve). A scorer in
+    RG_REVIEWED_SCORERS runs in the worker itself under _guard_scorers; any other, or one that tripped
+    the guard, in a child forked for it (_score_in_child)."""
+    import reasoning_gym  # noqa: F401 (imported here, once: each child starts warm)
+
+    args = [gold["dataset"], answer, gold["entry"]]
+    if gold["dataset"] not in RG_SCORER_OVERRIDES:
+        _rg_scorer(gold["dataset"])  # looked up once, before any guard or fork
+    reply = _score_in_process(args) if gold["dataset"] in RG_REVIEWED_SCORERS else None
+    if reply is None:  # not a reviewed scorer, or it tried to compile or run something
+        reply = _score_in_child(args, _SERVING["reply_fd"], _SERVING["isolated"])
+    if "error" in reply:
+        raise ScorerError(reply["error"])
+    return reply["value"]
 
 
 def _score_in_process(args: list) -> dict | None:
@@ -1053,7 +1082,6 @@ START_TIMEOUT = 10.0  # bubblewrap, the interpreter and compile(), before a prog
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # the dynamic linker's and tools'
 INTERPRETER_DIRS = ("import json, site, sys, sysconfig; print(json.dumps([sys.prefix, sys.exec_prefix, sys.base_prefix, "
                     "sys.base_exec_prefix, sysconfig.get_path('stdlib'), *site.getsitepackages()]))")
-EXECUTING_TASKS = ("code",)  # tasks whose checks run the response: they need the sandbox
 # One thread each for numpy's math libraries: they start one per core at import, which on a many-core
 # machine would exceed the sandbox's process limit and address space before a test (EvalPlus's) starts.
 SANDBOX_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -1176,11 +1204,13 @@ def sandbox() -> Sandbox:
     return Sandbox("rlimits", runnable[0], note)
 
 
-def require_sandbox(tasks=EXECUTING_TASKS, unsafe_no_sandbox: bool = False) -> Sandbox | None:
-    """The sandbox that `tasks` (names) will run in, None if none of them executes anything. Fails closed:
+def require_sandbox(tasks=None, unsafe_no_sandbox: bool = False) -> Sandbox | None:
+    """The sandbox that `tasks` (names; None: every kind that runs code) will run in, None if none of them
+    executes anything (TaskKind.runs_code). Fails closed:
     SandboxUnavailable, one line naming the fix, when bubblewrap is unusable here, unless the user passed
     `unsafe_no_sandbox` (then programs run under rlimits and a non-root uid only: see the module docstring)."""
-    if not set(tasks) & set(EXECUTING_TASKS):
+    executing = {name for name, kind in TASK_KINDS.items() if kind.runs_code}
+    if not set(executing if tasks is None else tasks) & executing:
         return None
     box = sandbox()
     if box.mode == "rlimits" and unsafe_no_sandbox:
@@ -1558,7 +1588,7 @@ def _test_passed(record: dict, expected, fn_name: str | None) -> bool:
 
 def parse_code_spec(answer) -> dict:
     """A task's test spec (dict or JSON string) checked for shape; ValueError naming the problem."""
-    spec = json.loads(answer) if isinstance(answer, str) else answer
+    spec = _json_data(answer)
     if isinstance(spec, dict) and isinstance(spec.get("test"), str) and isinstance(spec.get("entry_point"), str) \
             and isinstance(spec.get("prompt", ""), str):
         return spec  # HumanEval style: {"test": "def check(candidate): ...", "entry_point", optional "prompt"}
@@ -1573,63 +1603,161 @@ def parse_code_spec(answer) -> dict:
 
 # ---- scoring -----------------------------------------------------------------------------------------
 
-TASKS = ("arith", "math", "code", "reasoning_gym")
+
+def read_arith_gold(answer) -> str:
+    if not (isinstance(answer, str) and INTEGER.match(answer)):
+        raise ValueError(f"arith answer must be an integer string, got {answer!r}")
+    return answer
+
+
+def read_math_gold(answer) -> str:
+    """The gold answer normalised once per prompt (normalize_math), as math_check_here and check_math read it."""
+    if not isinstance(answer, str):
+        raise ValueError(f"math answer must be a string, got {type(answer).__name__}")
+    return normalize_math(answer)
+
+
+def math_check_here(pred: str, gold: str) -> bool | str:
+    """The fast path (math_fast_path) on the normalised answer, else that answer for check_math: answers
+    spelled alike after normalising (`x^{2}`, `x^2`) share one check."""
+    normalised = normalize_math(pred)
+    verdict = math_fast_path(normalised, gold)
+    return normalised if verdict is None else verdict
+
+
+def read_reasoning_gym_gold(answer) -> dict:
+    answer = _json_data(answer)
+    if not (isinstance(answer, dict) and isinstance(answer.get("dataset"), str)
+            and isinstance(answer.get("entry"), dict)):
+        raise ValueError("reasoning_gym answer must be {'dataset': name, 'entry': {...}}")
+    if answer["dataset"] in RG_UNSCORABLE:
+        raise ValueError(f"reasoning_gym dataset '{answer['dataset']}' cannot be scored: "
+                         f"{RG_UNSCORABLE[answer['dataset']]} (leave it out of the data)")
+    return answer
+
+
+def reasoning_gym_check_here(pred: str, gold: dict) -> bool | str:
+    """The gold answer itself scores 1 here (make_reasoning_gym checks that its scorer agrees); any
+    other answer goes to the package's scorer (check_reasoning_gym)."""
+    expected = gold["entry"].get("answer")
+    return True if isinstance(expected, str) and pred == expected.strip() else pred
+
+
+def _json_data(answer):
+    """A gold answer given as JSON text (the command line's --answer) read into data; anything that is
+    not a string, or not JSON, as it is (the caller's shape check then names the problem)."""
+    if not isinstance(answer, str):
+        return answer
+    try:
+        return json.loads(answer)
+    except (ValueError, RecursionError):
+        return answer
+
+
+# exact: the smallest complete task kind, and the example of adding one (a function to read the gold,
+# one to decide the answer, and its entry in TASK_KINDS).
+
+def last_boxed_or_tagged(response: str) -> str | None:
+    """The exact kind's answer: of `\\boxed{` (or `\\fbox{`) and `<answer>`, whichever the response opens
+    last decides the format; then the last box's content (None if unclosed), or the last closed answer
+    tag's. Three reverse searches and one of the linear extractors above."""
+    box_start = max(response.rfind("\\boxed{"), response.rfind("\\fbox{"))
+    return last_boxed(response) if box_start > response.rfind("<answer>") else last_answer_tag(response)
+
+
+def read_exact_gold(answer) -> str:
+    """A non-empty string (an empty gold would reward an empty box), whitespace around it dropped."""
+    if not (isinstance(answer, str) and answer.strip()):
+        raise ValueError(f"exact answer must be a non-empty string, got {answer!r:.80}")
+    return answer.strip()
+
+
+def check_exact(pred: str, gold: str) -> bool:
+    """The answer equals the gold string once the whitespace around it is stripped, nothing else
+    normalised. Case matters: an exact-match gold is a canonical spelling, and case can be the whole
+    answer (`Co`, cobalt, is not `CO`, carbon monoxide); a task that means `paris` = `Paris` lowers
+    both sides in its own check_here. Decided in this process, in time linear in the answer, which
+    max_response_chars bounds (no worker, so max_answer_chars does not apply). The paper trains on
+    math, code and Reasoning Gym only; this kind is the template for a task of one's own."""
+    return pred.strip() == gold
+
+
+@dataclass(frozen=True)
+class TaskKind:
+    """Everything reward.py knows about one task kind. score, score_batch, validate_answer, final_answer,
+    the verifier workers and the command line all read TASK_KINDS, so a kind is added there, once.
+
+    A response is scored: extract the answer (None: no answer, 0); then check_here(answer, gold) in this
+    process gives True / False, or the answer (a string, perhaps normalised) for `check`, run once per
+    distinct (answer, gold) in the batch, outside this process:
+    - in a verifier worker (serve) under VerifyConfig.timeout and worker_memory_mb: check(answer, gold)
+      -> a score in [0, 1], rewarded 1 only at exactly 1.0 (0 < score < 1 is counted as partial credit),
+      an exception is a counted error. Answers over max_answer_chars score 0 before it. A worker runs this
+      file's own text, so a worker check must be a function of this file (a table entry added at run time
+      by another module is only seen in that module's process);
+    - with runs_code, in the code sandbox: check(program, gold, config, slot, deadline) -> CodeResult.
+    Without check, check_here decides every answer (anything but True scores 0)."""
+
+    extract: Callable[[str], str | None]  # the final answer of a response; one linear scan (hostile text)
+    read_gold: Callable[[object], object]  # the data's gold -> the gold the checks read (JSON data), or
+    # ValueError naming what is wrong: raised before training starts (validate_answer) and in score_batch
+    check_here: Callable[[str, object], bool | str] | None = None  # None: every answer goes to check
+    check: Callable | None = None
+    runs_code: bool = False  # check executes the answer: bubblewrap is required (require_sandbox)
+
+    def __post_init__(self):
+        if self.check_here is None and self.check is None:
+            raise ValueError("a task kind needs check_here, check, or both")
+
+
+TASK_KINDS: dict[str, TaskKind] = {
+    "arith": TaskKind(extract=extract_answer, read_gold=read_arith_gold, check_here=check_arith),
+    "math": TaskKind(extract=boxed_answer, read_gold=read_math_gold, check_here=math_check_here,
+                     check=check_math),
+    "code": TaskKind(extract=last_code_block, read_gold=parse_code_spec, check=run_program, runs_code=True),
+    "reasoning_gym": TaskKind(extract=last_answer_tag, read_gold=read_reasoning_gym_gold,
+                              check_here=reasoning_gym_check_here, check=check_reasoning_gym),
+    "exact": TaskKind(extract=last_boxed_or_tagged, read_gold=read_exact_gold, check_here=check_exact),
+}
+
+
+def task_kind(task: str) -> TaskKind:
+    if task not in TASK_KINDS:
+        raise ValueError(f"unknown task '{task}' (known: {', '.join(TASK_KINDS)})")
+    return TASK_KINDS[task]
 
 
 def validate_answer(task: str, answer) -> None:
     """ValueError naming the problem if `answer` is not a ground truth `task` can check (the data's
     fault, found before training starts rather than mid-step)."""
-    if task not in TASKS:
-        raise ValueError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
-    if task == "arith" and not (isinstance(answer, str) and INTEGER.match(answer)):
-        raise ValueError(f"arith answer must be an integer string, got {answer!r}")
-    if task == "math" and not isinstance(answer, str):
-        raise ValueError(f"math answer must be a string, got {type(answer).__name__}")
-    if task == "code":
-        parse_code_spec(answer)
-    if task == "reasoning_gym" and not (isinstance(answer, dict) and isinstance(answer.get("dataset"), str)
-                                        and isinstance(answer.get("entry"), dict)):
-        raise ValueError("reasoning_gym answer must be {'dataset': name, 'entry': {...}}")
-    if task == "reasoning_gym" and answer["dataset"] in RG_UNSCORABLE:
-        raise ValueError(f"reasoning_gym dataset '{answer['dataset']}' cannot be scored: "
-                         f"{RG_UNSCORABLE[answer['dataset']]} (leave it out of the data)")
+    task_kind(task).read_gold(answer)
 
 
-def _check_key(task: str, response: str, answer, spec_key: str | None, config: VerifyConfig, stats: VerifyStats,
-               math_keys: dict) -> tuple | bool | None:
-    """What decides one response: None (no answer: 0), a verdict known here, or the key of a check to run."""
+def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConfig, stats: VerifyStats,
+               decided: dict) -> tuple | bool | None:
+    """What decides one response: None (no answer: 0), a verdict known here, or the key of a check to run,
+    (task, the answer as check reads it, gold_key). `decided` keeps check_here's outcome per distinct
+    answer string: a group of N responses shares a handful of answers."""
     if not isinstance(response, str):
         raise TypeError(f"a response must be text, got {type(response).__name__}")
     if len(response) > config.max_response_chars:
         stats.too_long += 1
         return None
-    if task == "arith":
-        pred = extract_answer(response)
-        return bool(pred) and check_arith(pred, answer)
-    if task == "math":
-        pred = last_boxed(response)
-        if pred is None or not pred.strip() or len(pred) > config.max_answer_chars:
-            return None
-        stats.answered += 1
-        if (pred, answer) not in math_keys:  # normalise and try the fast path once per distinct string
-            norm_pred, norm_gold = normalize_math(pred), normalize_math(answer)
-            fast = math_fast_path(norm_pred, norm_gold)
-            math_keys[pred, answer] = ("math", norm_pred, norm_gold) if fast is None else fast
-        stats.fast_path += isinstance(math_keys[pred, answer], bool)
-        return math_keys[pred, answer]
-    if task == "code":
-        program = last_code_block(response)
-        stats.answered += program is not None
-        return None if program is None else ("code", program, spec_key)
-    pred = last_answer_tag(response)
-    if pred is None or len(pred) > config.max_answer_chars:
+    kind = TASK_KINDS[task]
+    pred = kind.extract(response)
+    in_worker = kind.check is not None and not kind.runs_code
+    if pred is None or (in_worker and len(pred) > config.max_answer_chars):
         return None
     stats.answered += 1
-    gold = answer["entry"].get("answer")
-    if isinstance(gold, str) and pred == gold.strip():  # the gold itself scores 1 (make_reasoning_gym checks it)
-        stats.fast_path += 1
-        return True
-    return ("reasoning_gym", pred, spec_key)
+    if (task, pred, gold_key) not in decided:
+        verdict = pred if kind.check_here is None else kind.check_here(pred, gold)
+        if kind.check is None or isinstance(verdict, bool):
+            decided[task, pred, gold_key] = verdict is True
+        else:
+            decided[task, pred, gold_key] = (task, verdict, gold_key)
+    verdict = decided[task, pred, gold_key]
+    stats.fast_path += isinstance(verdict, bool) and kind.check is not None  # a check it did not need
+    return verdict
 
 
 def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
@@ -1646,24 +1774,23 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     start = time.perf_counter()
     rewards = [0.0] * len(items)
     checks: dict[tuple, list[int]] = {}  # check key -> indices of the items it decides
-    spec_keys: dict[int, str] = {}  # id(answer) -> canonical JSON of its spec: parsed once per prompt
-    specs: dict[str, dict] = {}  # canonical JSON -> the spec
-    math_keys: dict[tuple[str, str], tuple | bool] = {}  # (box content, gold) -> check key, or the fast verdict
+    gold_keys: dict[tuple[str, int], str] = {}  # (task, id(answer)) -> canonical JSON of its gold: read once
+    golds: dict[str, object] = {}  # canonical JSON -> the gold
+    decided: dict[tuple, tuple | bool] = {}  # (task, answer, gold key) -> check key, or the verdict
     deadline = time.monotonic() + config.step_timeout
     for i, (task, response, answer) in enumerate(items):
-        if task not in TASKS:
-            raise ValueError(f"unknown task '{task}' (known: {', '.join(TASKS)})")
-        if task in ("code", "reasoning_gym") and id(answer) not in spec_keys:  # the data's fault: raise
-            spec = parse_code_spec(answer) if task == "code" else validate_answer(task, answer) or answer
-            spec_keys[id(answer)] = json.dumps(spec, sort_keys=True)
-            specs[spec_keys[id(answer)]] = spec
+        if (task, id(answer)) not in gold_keys:  # the data's fault: raised
+            gold = task_kind(task).read_gold(answer)
+            gold_keys[task, id(answer)] = json.dumps(gold, sort_keys=True)
+            golds[gold_keys[task, id(answer)]] = gold
+        gold_key = gold_keys[task, id(answer)]
         try:
-            key = _check_key(task, response, answer, spec_keys.get(id(answer)), config, stats, math_keys)
+            key = _check_key(task, response, golds[gold_key], gold_key, config, stats, decided)
         except Exception:  # model output that is not even text: a wrong answer, counted, never raised
             stats.errors += 1
             continue
         if not isinstance(key, tuple):
-            rewards[i] = float(key is True)  # decided here: no answer, the toy task, the math fast path
+            rewards[i] = float(key is True)  # decided here: no answer, or check_here's verdict
             continue
         if key in checks:
             stats.cache_hits += 1
@@ -1672,21 +1799,19 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     stats.checks += len(checks)
 
     # longest first, roughly (symbolic answers cost sympy the most), so no slow check starts last
-    keys = sorted((k for k in checks if k[0] != "code"), key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])),
-                  reverse=True)
-    jobs = [("math", [k[1], k[2]]) if k[0] == "math" else ("rg", [specs[k[2]]["dataset"], k[1], specs[k[2]]["entry"]])
-            for k in keys]
+    keys = sorted((k for k in checks if not TASK_KINDS[k[0]].runs_code),
+                  key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])), reverse=True)
+    jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
     outcomes = verifier_pool(workers, config.worker_memory_mb).run(jobs, config.timeout, deadline) if jobs else []
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
         stats.errors += status == "error"
         stats.over_budget += (status == "over budget") * len(checks[key])
-        if key[0] == "reasoning_gym" and 0 < value < 1:
-            stats.partial_credit += len(checks[key])
+        stats.partial_credit += (0 < value < 1) * len(checks[key])
         for i in checks[key]:
             rewards[i] = float(value == 1.0)  # full score only: a float sum of partial credits is not 1.0
 
-    code_keys = [k for k in checks if k[0] == "code"]
+    code_keys = [k for k in checks if TASK_KINDS[k[0]].runs_code]
     if code_keys:
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)  # the machine's fault: raised, never scored
 
@@ -1695,7 +1820,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 return CodeResult(0, 1, "over budget")
             slot = _FREE_SLOTS.get()
             try:
-                return run_program(key[1], specs[key[2]], config, slot, deadline)
+                return TASK_KINDS[key[0]].check(key[1], golds[key[2]], config, slot, deadline)
             except Exception as e:  # whatever a response makes go wrong scores 0 and is counted, never raised
                 return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
             finally:
@@ -1721,7 +1846,7 @@ def score(task: str, response: str, answer, config: VerifyConfig | None = None) 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", choices=TASKS, help="verifier to use")
+    parser.add_argument("--task", choices=list(TASK_KINDS), help="verifier to use")
     parser.add_argument("--response", help="model response text")
     parser.add_argument("--answer", help="ground truth: an answer string, or JSON for code / reasoning_gym")
     parser.add_argument("--timeout", type=float, default=VerifyConfig.timeout, help="hard limit per answer, s")
@@ -1742,11 +1867,10 @@ def main() -> None:
                      f"mounts {', '.join(box.mounts) or 'system directories only'}, memory bounded {memory}")
     if None in (args.task, args.response, args.answer):
         parser.error("--task, --response and --answer are required")
-    answer = args.answer if args.task in ("arith", "math") else json.loads(args.answer)
     try:
-        reward = score(args.task, args.response, answer,
+        reward = score(args.task, args.response, args.answer,
                        VerifyConfig(timeout=args.timeout, unsafe_no_sandbox=args.unsafe_no_sandbox))
-    except SandboxUnavailable as e:
+    except (SandboxUnavailable, ValueError) as e:  # no sandbox here, or an --answer the task cannot check
         sys.exit(f"error: {e}")
     print(f"reward: {reward}")
 

@@ -8,7 +8,7 @@ import pytest
 
 import reward
 from common import load_tasks
-from conftest import ROOT
+from conftest import ROOT, run_script
 from data import make_reasoning_gym
 from reward import extract_answer, score
 
@@ -60,6 +60,62 @@ def test_unknown_task_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown task 'chess'"):
         score("chess", "\\boxed{1}", "1")
 
+
+
+# ---- exact: a task kind that is one entry of reward.TASK_KINDS -----------------------------------------
+
+@pytest.mark.parametrize("response, reward_", [
+    ("The capital of France is \\boxed{Paris}.", 1.0),
+    ("<answer> Paris </answer>", 1.0),  # whitespace around the answer does not count
+    ("\\boxed{paris}", 0.0),  # case does
+    ("\\boxed{Paris or Lyon}", 0.0),  # a hedge is not the answer
+    ("\\boxed{Paris} no wait, \\boxed{Lyon}", 0.0),  # the last answer is the one read
+    ("<answer>Lyon</answer>, so \\boxed{Paris}", 1.0),  # a box or a tag, whichever the response opens last
+    ("\\boxed{Lyon} <answer>Paris</answer>", 1.0),
+    ("\\boxed{Paris", 0.0),  # unclosed: no answer
+    ("Paris", 0.0),  # no box and no tag: no answer
+])
+def test_exact_scores_the_last_box_or_answer_tag_against_the_gold_string(response, reward_):
+    assert score("exact", response, "Paris") == reward_
+
+
+def test_exact_in_a_batch_decides_every_answer_here_and_refuses_an_empty_gold():
+    stats = reward.VerifyStats()
+    items = [("exact", "\\boxed{Paris}", " Paris\n")] * 3 + [("exact", "<answer>Rome</answer>", "Paris"),
+                                                            ("exact", "no answer", "Paris")]
+    assert reward.score_batch(items, stats=stats) == [1.0, 1.0, 1.0, 0.0, 0.0]
+    assert stats.answered == 4 and stats.checks == 0  # no worker: answers are only compared
+    assert reward.final_answer("exact", "<answer>Rome</answer>") == "Rome"
+    with pytest.raises(ValueError, match="exact answer must be a non-empty string"):
+        reward.score("exact", "\\boxed{}", "  ")  # an empty gold would reward an empty box
+
+
+def test_exact_from_the_command_line():
+    right = run_script("reward.py", "--task", "exact", "--answer", "Paris", "--response", "so \\boxed{Paris}")
+    wrong = run_script("reward.py", "--task", "exact", "--answer", "Paris", "--response", "so \\boxed{paris}")
+    assert (right.stdout, wrong.stdout) == ("reward: 1.0\n", "reward: 0.0\n")
+    empty = run_script("reward.py", "--task", "exact", "--answer", " ", "--response", "\\boxed{}", check=False)
+    assert (empty.returncode, empty.stderr) == (1, "error: exact answer must be a non-empty string, got ' '\n")
+
+
+def read_yes_no(answer) -> str:
+    if answer not in ("yes", "no"):
+        raise ValueError(f"yes_no answer must be 'yes' or 'no', got {answer!r}")
+    return answer
+
+
+def test_a_new_task_kind_is_one_entry_that_score_and_score_batch_read(monkeypatch):
+    yes_no = reward.TaskKind(extract=reward.last_answer_tag, read_gold=read_yes_no,
+                             check_here=lambda pred, gold: pred.lower() == gold)
+    monkeypatch.setitem(reward.TASK_KINDS, "yes_no", yes_no)
+    assert score("yes_no", "<answer>Yes</answer>", "yes") == 1.0
+    assert reward.score_batch([("yes_no", "<answer>no</answer>", "yes"), ("yes_no", "<answer>YES</answer>", "yes"),
+                               ("arith", "\\boxed{4}", "4")]) == [0.0, 1.0, 1.0]
+    assert reward.final_answer("yes_no", "<answer>no</answer>") == "no"
+    with pytest.raises(ValueError, match="yes_no answer must be 'yes' or 'no'"):
+        reward.validate_answer("yes_no", "maybe")  # what the trainer asks of every data record
+    with pytest.raises(ValueError, match="needs check_here, check, or both"):
+        reward.TaskKind(extract=reward.last_answer_tag, read_gold=read_yes_no)
 
 # ---- math: equivalences, fast path, group cache, hard timeouts -----------------------------------------
 
@@ -177,7 +233,7 @@ def test_gold_answers_score_one_on_every_reasoning_gym_task():
     stats = reward.VerifyStats()
     assert reward.score_batch(items, workers=2, stats=stats) == [1.0] * len(items)
     assert stats.fast_path == len(items)  # an exact copy of the gold answer needs no scorer
-    jobs = [("rg", [entry["dataset"], entry["entry"]["answer"], entry["entry"]]) for entry in entries]  # the scorers
+    jobs = [("reasoning_gym", [entry["entry"]["answer"], entry]) for entry in entries]  # the scorers themselves
     assert reward.verifier_pool(2, 2048).run(jobs, timeout=30) == [(1.0, "ok")] * len(jobs)
 
 

@@ -68,8 +68,9 @@ def test_scorers_that_eval_keep_scoring_gold_answers_and_score_code_zero():
                   "spiral_matrix", "simple_integration", "countdown", "polynomial_multiplication"]
     entries = [(name, json.loads(json.dumps(entry))) for name in evaluating
                for entry in reasoning_gym.create_dataset(name, size=2, seed=3)]
-    golds = [("rg", [name, entry["answer"], entry]) for name, entry in entries]  # past score_batch's exact match
-    attacks = [("rg", [name, attack, entry]) for name, entry in entries
+    golds = [("reasoning_gym", [entry["answer"], {"dataset": name, "entry": entry}])  # past the exact match
+             for name, entry in entries]
+    attacks = [("reasoning_gym", [attack, {"dataset": name, "entry": entry}]) for name, entry in entries
                for attack in ("__import__('unittest.mock').mock.ANY", "[__import__('os').getpid()]")]
     results = reward.verifier_pool(2, 2048).run(golds + attacks, timeout=30)
     assert [value == 1.0 for value, _ in results] == [True] * len(golds) + [False] * len(attacks)
@@ -162,8 +163,9 @@ def test_an_unreviewed_scorer_that_evals_the_answer_cannot_run_it(monkeypatch):
     monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
     pool = reward.VerifierPool(workers=1, memory_mb=2048)
     try:
-        results = pool.run([("rg", ["evals_the_answer", "(lambda: 1.0)()", {}]),
-                            ("rg", ["evals_the_answer", "__import__('os').system('true') + 1.0", {}])], timeout=60)
+        evals = {"dataset": "evals_the_answer", "entry": {}}
+        results = pool.run([("reasoning_gym", ["(lambda: 1.0)()", evals]),
+                            ("reasoning_gym", ["__import__('os').system('true') + 1.0", evals])], timeout=60)
     finally:
         pool.close()
     assert results == [(0.0, "error"), (0.0, "error")]
@@ -176,8 +178,9 @@ def test_a_scorer_that_runs_code_cannot_forge_replies_or_outlive_its_check(monke
     monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
     pool = reward.VerifierPool(workers=1, memory_mb=2048)
     try:
-        results = pool.run([("rg", ["forge_replies", "x", {}]), ("math", ["7", "8"]),
-                            ("rg", ["kill_the_worker", "x", {}]), ("math", ["x(x+1)", "x^2+x"])], timeout=60)
+        forge, kill = ({"dataset": name, "entry": {}} for name in ("forge_replies", "kill_the_worker"))
+        results = pool.run([("reasoning_gym", ["x", forge]), ("math", ["7", "8"]),
+                            ("reasoning_gym", ["x", kill]), ("math", ["x(x+1)", "x^2+x"])], timeout=60)
     finally:
         pool.close()
     # the forger's own check is an error (what it wrote on its own pipe is not a number); the rest stand
