@@ -77,7 +77,7 @@ def metrics(correct: list[int], samples: int) -> dict:
             "pass_at_k": {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct])) for k in k_values(samples)}}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalSettings:
     samples: int = 16
     temperature: float = 0.6
@@ -390,9 +390,10 @@ def main() -> None:
                                         gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
         else:
             policy, tokenizer = load_policy(model)
-        settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
-                                not args.no_chat_template, args.max_batch_seqs, args.problems_per_batch,
-                                verify_workers=args.verify_workers,
+        settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+                                max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                chat_template=not args.no_chat_template, max_batch_seqs=args.max_batch_seqs,
+                                problems_per_batch=args.problems_per_batch, verify_workers=args.verify_workers,
                                 verify_config=reward.VerifyConfig(timeout=args.verify_timeout,
                                                                   unsafe_no_sandbox=args.unsafe_no_sandbox))
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SamplingParams:
     n: int = 16
     """rollouts per prompt (the paper's N)"""

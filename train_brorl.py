@@ -7,6 +7,15 @@ One step, top to bottom in `train()` below:
     whose N rewards are all equal) -> group-relative advantages -> clipped policy-gradient update
     (update.py) -> knowledge-shrinkage monitor -> log -> periodic eval (eval.py) -> checkpoint
 
+Why a large N helps (arXiv 2510.01180 Sec. 2, Theorem 1): to first order, one update changes the
+probability mass on correct tokens by two terms that are never negative (from the sampled correct
+and incorrect tokens) plus an unsampled coupling term, the only one that can shrink it. That term
+scales with the squared probability of the tokens that were NOT sampled, whose expectation
+Σ p²(1 - p)^N falls as N grows (Lemma 2, Corollary 3): with hundreds of rollouts per prompt it
+fades, and the correct mass grows. `python simulate.py` makes this concrete
+(Theorem 1 checked, the paper's Fig. 3 simulator), and the shrinkage monitor below (shrink_frac,
+shrink_worst; the probe set with --probe-prompts) measures it at LLM scale.
+
 The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
 up on 2-digit addition until it solves about a quarter of held-out problems at T=1 (built once and
 cached, see tiny_model.py), trained with N=256 rollouts per prompt on a 2-core CPU in minutes.
@@ -124,10 +133,9 @@ class Config:
     tis_cap: float = 0.0
     """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
-    advantage: Literal["grpo", "reinforce_pp_baseline"] = "grpo"
-    """grpo: group mean/std; reinforce_pp_baseline: group mean, batch whitening (ProRLv2/BroRL)"""
-    normalize_std: bool = True
-    """grpo only: divide by the group std (off: Dr. GRPO)"""
+    advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"  # the choices are update.ADVANTAGES's names
+    """grpo: group mean/std; dr_grpo: group mean only (Dr. GRPO); reinforce_pp_baseline: group mean, then
+    batch whitening (ProRLv2/BroRL)"""
     dynamic_sampling: bool = True
     """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
     refill_rounds: int = 0
@@ -307,6 +315,17 @@ def validate(cfg: Config) -> None:
 RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads", "verify_workers")
 
 
+def upgrade_saved_config(saved: dict) -> dict:
+    """A config.json written before `normalize_std` became an advantage of its own: grpo with
+    normalize_std false was Dr. GRPO's mean-only baseline, which is now `--advantage dr_grpo`."""
+    if "normalize_std" not in saved:
+        return saved
+    upgraded = {key: value for key, value in saved.items() if key != "normalize_std"}
+    if saved["normalize_std"] is False and saved.get("advantage") == "grpo":
+        upgraded["advantage"] = "dr_grpo"
+    return upgraded
+
+
 def saved_config(output_dir: Path) -> Config | None:
     """The config.json an earlier run wrote in `output_dir` (None when there is none)."""
     path = output_dir / "config.json"
@@ -317,6 +336,7 @@ def saved_config(output_dir: Path) -> Config | None:
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new --output-dir") from None
     defaults = dataclasses.asdict(Config())
+    saved = upgrade_saved_config(saved) if isinstance(saved, dict) else saved
     if not isinstance(saved, dict) or set(saved) - set(defaults):
         raise InputError(f"{path} is not a train_brorl.py config (unknown keys: "
                          f"{sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved!r})")
@@ -657,8 +677,8 @@ def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[di
     tasks = test_tasks[: cfg.probe_prompts] + train_tasks[: cfg.probe_prompts]
     held_out = [i < min(cfg.probe_prompts, len(test_tasks)) for i in range(len(tasks))]
     prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], cfg.chat_template)
-    params = rollout.SamplingParams(cfg.probe_samples, cfg.temperature, cfg.top_p, cfg.max_new_tokens,
-                                    cfg.gen_batch_seqs)
+    params = rollout.SamplingParams(n=cfg.probe_samples, temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_new_tokens=cfg.max_new_tokens, max_batch_seqs=cfg.gen_batch_seqs)
     drawn = rollout.generate(sampler, tokenizer, prompt_ids, params, torch.Generator().manual_seed(cfg.seed + 7919))
     items = [(tasks[g]["task"], text, tasks[g]["answer"]) for g, text in zip(drawn.group.tolist(), drawn.texts)]
     correct = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg)) == 1.0
@@ -811,15 +831,18 @@ def train(cfg: Config) -> Path:
         write_config(output_dir, cfg)
         metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
         metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
-    sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)
-    update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
-                                     cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens,
-                                     cfg.tis_cap)
+    sampling = rollout.SamplingParams(n=cfg.n_rollouts, temperature=cfg.temperature, top_p=cfg.top_p,
+                                      max_new_tokens=cfg.max_new_tokens, max_batch_seqs=cfg.gen_batch_seqs)
+    update_cfg = update.UpdateConfig(
+        eps_low=cfg.eps_low, eps_high=cfg.eps_high, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
+        minibatches=cfg.minibatches, micro_batch_tokens=cfg.micro_batch_tokens, max_grad_norm=cfg.max_grad_norm,
+        temperature=cfg.temperature, logprob_chunk_tokens=cfg.logprob_chunk_tokens, tis_cap=cfg.tis_cap)
     verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout,
                                      unsafe_no_sandbox=cfg.unsafe_no_sandbox)
-    eval_settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
-                                            cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
-                                            verify_workers=cfg.verify_workers, verify_config=verify_cfg)
+    eval_settings = evaluation.EvalSettings(
+        samples=cfg.eval_samples, temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+        max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, chat_template=cfg.chat_template,
+        max_batch_seqs=cfg.gen_batch_seqs, verify_workers=cfg.verify_workers, verify_config=verify_cfg)
     sampling_protocol = evaluation.sampling_protocol(dataclasses.asdict(eval_settings))  # printed beside each score
     if main_process:
         print(eval_protocol(cfg))
@@ -867,10 +890,7 @@ def train(cfg: Config) -> Path:
         informative = informative_groups(rewards)
         kept = (keep_target_groups(informative, cfg.prompts_per_step, rank, processes, reduce_sum)
                 if cfg.dynamic_sampling else torch.ones_like(informative))
-        if cfg.advantage == "grpo":
-            advantages = update.grpo_advantages(rewards[kept], cfg.normalize_std)
-        else:
-            advantages = update.reinforce_pp_baseline_advantages(rewards[kept], reduce_sum=reduce_sum)
+        advantages = update.ADVANTAGES[cfg.advantage](rewards[kept], reduce_sum=reduce_sum)
         kept_rows = (kept[:, None].expand_as(rewards)).flatten().nonzero().squeeze(-1).tolist()
         batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()), cfg.minibatches,
                                         step_generator(cfg, step, 1, rank))  # split into mini-batches, then merged

@@ -31,21 +31,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 # ALGO LOGIC: advantages ----------------------------------------------------------------------------
-
-
-def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3): A_i = (R_i - mean(R_group)) / std(R_group).
-
-    rewards: [G, N] (G prompts, N rollouts each). The std is the unbiased group std, as in TRL and
-    DeepSeekMath; `normalize_std=False` gives Dr. GRPO's mean-only baseline.
-
-    >>> grpo_advantages(torch.tensor([[1., 0., 0., 0.]]), normalize_std=False)
-    tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
-    """
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    if not normalize_std:
-        return centered
-    return centered / (rewards.std(dim=1, keepdim=True) + eps)
+# Every estimator maps the step's rewards [G prompts, N rollouts] to advantages [G, N] with the same
+# signature, so `ADVANTAGES` below is the one place a new one is added (train_brorl.py's --advantage
+# choices and its loop both read it). `reduce_sum` sums a tensor over processes, for estimators with
+# batch-wide statistics; group-wise ones never need it.
 
 
 def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -53,23 +42,70 @@ def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def reinforce_pp_baseline_advantages(rewards: torch.Tensor, eps: float = 1e-6,
-                                     reduce_sum: Callable = no_reduce) -> torch.Tensor:
-    """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, paper Sec. 3):
-    A_i = R_i - mean(R_group), then whitened with the mean and std of the whole batch.
+def whiten(values: torch.Tensor, reduce_sum: Callable = no_reduce, eps: float = 1e-6) -> torch.Tensor:
+    """(x - mean) / (std + eps), with the mean and the unbiased std (as torch.std) of every element on
+    every process. Nothing to whiten (no process holds an element) gives zeros.
+
+    >>> whiten(torch.tensor([1.0, 2.0, 3.0]), eps=0.0)
+    tensor([-1.,  0.,  1.])
+    """
+    moments = torch.stack([torch.tensor(float(values.numel())), values.sum(), (values**2).sum()])
+    count, total, squares = reduce_sum(moments.double()).tolist()
+    if count == 0:
+        return torch.zeros_like(values)
+    mean = total / count
+    variance = max((squares - count * mean**2) / max(count - 1, 1), 0.0)
+    return (values - mean) / (variance**0.5 + eps)
+
+
+def group_centered(rewards: torch.Tensor) -> torch.Tensor:
+    """R_i - mean(R_group): each rollout against the other rollouts of its prompt. rewards: [G, N]."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce,
+                    eps: float = 1e-6) -> torch.Tensor:
+    """GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3): A_i = (R_i - mean(R_group)) / std(R_group).
+
+    rewards: [G, N] (G prompts, N rollouts each). The std is the unbiased group std, as in TRL and
+    DeepSeekMath. Group statistics only: `reduce_sum` is not needed.
+
+    >>> grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
+    tensor([[ 1.5000, -0.5000, -0.5000, -0.5000]])
+    """
+    return group_centered(rewards) / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def dr_grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce) -> torch.Tensor:
+    """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783, Sec. 3.1):
+    A_i = R_i - mean(R_group), without GRPO's division by the group std, which up-weights prompts
+    that are nearly always or nearly never solved. (Dr. GRPO's other change, dropping the per-response
+    length normalisation, is already the loss here: a token mean over the mini-batch, DAPO eq. 8.)
+
+    >>> dr_grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
+    tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
+    """
+    return group_centered(rewards)
+
+
+def reinforce_pp_baseline_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce,
+                                     eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, arXiv 2510.01180 Sec. 3):
+    A_i = whiten(R_i - mean(R_group)), the whitening over the whole batch (every process).
 
     rewards: [G, N]. verl whitens over tokens; we whiten over samples (each rollout counts once),
     which differs only when response lengths differ within the batch. When no process kept a group
     (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages are zeros.
     """
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    count, total, squares = reduce_sum(torch.stack([torch.tensor(float(centered.numel())), centered.sum(),
-                                                     (centered**2).sum()]).double()).tolist()
-    if count == 0:
-        return torch.zeros_like(centered)
-    mean = total / count
-    std = max((squares - count * mean**2) / max(count - 1, 1), 0.0) ** 0.5  # unbiased, as torch.std
-    return (centered - mean) / (std + eps)
+    return whiten(group_centered(rewards), reduce_sum, eps)
+
+
+# name -> advantage estimator, all called as ADVANTAGES[name](rewards [G, N], reduce_sum=...) -> [G, N]
+ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
+}
 
 
 # ALGO LOGIC: log-probs -----------------------------------------------------------------------------
@@ -180,25 +216,52 @@ def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
             "mismatch_kl": float((torch.expm1(delta) - delta).mean())}
 
 
-def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
-    """Token-level PPO-clip with clip-higher (DAPO eq. 8). Returns the per-token loss [B, R] and the
-    per-token clipped indicator (where the clipped branch is the active minimum).
+def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                   mask: torch.Tensor, cfg: "UpdateConfig", sampler_logprobs: torch.Tensor | None = None,
+                   ref_logprobs: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss of each response token (arXiv 2510.01180 Sec. 3; DAPO, arXiv 2503.14476, eq. 8):
 
-    advantages: [B] (one per rollout, broadcast over its tokens).
+        loss_t = -min(r_t·A, clip(r_t, 1 - ε_low, 1 + ε_high)·A) · w_t + β·KL_t,
+        r_t = π_θ(y_t) / π_old(y_t),   w_t = min(π_old(y_t) / π_sampler(y_t), C)  (TIS)
+
+    logprobs (with gradient), old_logprobs, sampler_logprobs, ref_logprobs, mask: [B, R];
+    advantages: [B], one per rollout, shared by its tokens. `mask` is 0 on padding and may carry row
+    weights (`merge_duplicates`). TIS applies when cfg.tis_cap > 0 and sampler log-probs are given,
+    the KL term when cfg.kl_coef > 0 and reference log-probs are given. `ppo_update` sums the result
+    and divides by the mini-batch's token count (the token mean).
+
+    Returns the loss [B, R], where the clipped branch is the active minimum [B, R] (bool), and the
+    masked KL_t [B, R] (zeros without a KL term).
     """
     ratio = torch.exp(logprobs - old_logprobs)
     adv = advantages[:, None]
     unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
+    clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv  # clip-higher: ε_high > ε_low
     loss = -torch.minimum(unclipped, clipped) * mask
     was_clipped = (clipped < unclipped) & mask.bool()
+    if cfg.tis_cap > 0 and sampler_logprobs is not None:
+        tis_weight = torch.exp(old_logprobs - sampler_logprobs).clamp(max=cfg.tis_cap)  # no gradient
+        loss = loss * tis_weight
+    kl = torch.zeros_like(loss)
+    if cfg.kl_coef > 0 and ref_logprobs is not None:
+        kl = kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator) * mask
+        loss = loss + cfg.kl_coef * kl
+    return loss, was_clipped, kl
+
+
+def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
+    """Token-level PPO-clip with clip-higher alone (DAPO eq. 8): `per_token_loss` without TIS and KL.
+    Returns the per-token loss [B, R] and the per-token clipped indicator."""
+    cfg = UpdateConfig(eps_low=eps_low, eps_high=eps_high)
+    loss, was_clipped, _ = per_token_loss(logprobs, old_logprobs, advantages, mask, cfg)
     return loss, was_clipped
 
 
 # ALGO LOGIC: the update ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class UpdateConfig:
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -386,16 +449,13 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
                 mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
                 logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
                                            cfg.logprob_chunk_tokens)
-                old = old_logprobs[mb, :r].to(device)
-                loss_tok, was_clipped = clipped_policy_loss(logprobs, old, batch.advantages[mb].to(device), mask,
-                                                            cfg.eps_low, cfg.eps_high)
-                if cfg.tis_cap > 0 and batch.sampler_logprobs is not None:
-                    loss_tok = loss_tok * torch.exp(old - batch.sampler_logprobs[mb, :r].to(device)).clamp(max=cfg.tis_cap)
-                if ref_logprobs is not None and cfg.kl_coef > 0:
-                    kl = kl_penalty(logprobs, ref_logprobs[mb, :r].to(device), cfg.kl_estimator) * mask
-                    loss_tok = loss_tok + cfg.kl_coef * kl
-                    stats["kl"] += float(kl.sum())
+                sampler = batch.sampler_logprobs
+                loss_tok, was_clipped, kl = per_token_loss(
+                    logprobs, old_logprobs[mb, :r].to(device), batch.advantages[mb].to(device), mask, cfg,
+                    None if sampler is None else sampler[mb, :r].to(device),
+                    None if ref_logprobs is None else ref_logprobs[mb, :r].to(device))
                 (loss_tok.sum() * processes / n_tokens).backward()  # token-mean over the whole mini-batch
+                stats["kl"] += float(kl.sum())
             stats["loss"] += float(loss_tok.detach().sum())
             stats["clip_frac"] += float((was_clipped * mask).sum())
             stats["entropy"] += float((entropy * mask).sum())
