@@ -111,8 +111,10 @@ ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
 # ALGO LOGIC: log-probs -----------------------------------------------------------------------------
 
 
-def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets: torch.Tensor, temperature: float):
-    logits = (hidden @ lm_head_weight.T).float() / temperature  # [chunk, V]: the only vocab-sized tensor
+def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets: torch.Tensor,
+                    temperature: float):
+    # [chunk, V]: the only vocab-sized tensor
+    logits = (hidden @ lm_head_weight.T).float() / temperature
     logsumexp = logits.logsumexp(dim=-1)
     logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - logsumexp
     with torch.no_grad():
@@ -132,7 +134,8 @@ def token_logprobs(model, input_ids, attention_mask, response_len: int, temperat
     the peak vocab-sized tensor is [chunk_tokens, V] in forward and backward alike.
     """
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=positions).last_hidden_state
     hidden = hidden[:, -response_len - 1 : -1]  # [B, R, H]: the states that predict the response tokens
     targets = input_ids[:, -response_len:]
     live = attention_mask[:, -response_len:].bool()
@@ -140,7 +143,8 @@ def token_logprobs(model, input_ids, attention_mask, response_len: int, temperat
     flat_hidden, flat_targets = hidden[live], targets[live]
     pieces = []
     for start in range(0, len(flat_targets), chunk_tokens):
-        args = (flat_hidden[start : start + chunk_tokens], weight, flat_targets[start : start + chunk_tokens], temperature)
+        args = (flat_hidden[start : start + chunk_tokens], weight,
+                flat_targets[start : start + chunk_tokens], temperature)
         pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled()
                       else _chunk_logprobs(*args))
     logprobs = hidden.new_zeros(live.shape, dtype=torch.float32)
@@ -162,14 +166,18 @@ class Policy(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, response_len: int, temperature: float = 1.0, chunk_tokens: int = 4096):
-        return token_logprobs(self.model, input_ids, attention_mask, response_len, temperature, chunk_tokens)
+    def forward(self, input_ids, attention_mask, response_len: int, temperature: float = 1.0,
+                chunk_tokens: int = 4096):
+        return token_logprobs(self.model, input_ids, attention_mask, response_len, temperature,
+                              chunk_tokens)
 
 
-def naive_token_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0) -> torch.Tensor:
+def naive_token_logprobs(model, input_ids, attention_mask, response_len: int,
+                         temperature: float = 1.0) -> torch.Tensor:
     """Reference implementation: full [B, P+R, V] float32 logits. For tests and bench/ only."""
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits.float()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=positions).logits.float()
     logprobs = torch.log_softmax(logits[:, -response_len - 1 : -1] / temperature, dim=-1)
     logprobs = logprobs.gather(-1, input_ids[:, -response_len:, None]).squeeze(-1)
     return logprobs * attention_mask[:, -response_len:]
@@ -202,7 +210,8 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
     raise ValueError(f"unknown KL estimator '{estimator}' (k1, k2 or k3)")
 
 
-def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor) -> dict:
+def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                     mask: torch.Tensor) -> dict:
     """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean and
     max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old), estimated from
     the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance estimator), in float64
@@ -212,12 +221,14 @@ def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
     delta = (old_logprobs - sampler_logprobs)[live].double()
     if delta.numel() == 0:
         return {"mismatch_abs_mean": 0.0, "mismatch_abs_max": 0.0, "mismatch_kl": 0.0}
-    return {"mismatch_abs_mean": float(delta.abs().mean()), "mismatch_abs_max": float(delta.abs().max()),
+    return {"mismatch_abs_mean": float(delta.abs().mean()),
+            "mismatch_abs_max": float(delta.abs().max()),
             "mismatch_kl": float((torch.expm1(delta) - delta).mean())}
 
 
 def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                   mask: torch.Tensor, cfg: "UpdateConfig", sampler_logprobs: torch.Tensor | None = None,
+                   mask: torch.Tensor, cfg: "UpdateConfig",
+                   sampler_logprobs: torch.Tensor | None = None,
                    ref_logprobs: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The loss of each response token (arXiv 2510.01180 Sec. 3; DAPO, arXiv 2503.14476, eq. 8):
@@ -284,9 +295,11 @@ class TrainBatch:
     response_ids: torch.Tensor  # [B, R] right-padded
     response_mask: torch.Tensor  # [B, R]
     advantages: torch.Tensor  # [B]
-    weights: torch.Tensor | None = None  # [B] multiplicity of each row (see merge_duplicates); None: all 1
+    # [B] multiplicity of each row (see merge_duplicates); None: all 1
+    weights: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None  # [B, R] the inference engine's log-probs, when known
-    minibatch: torch.Tensor | None = None  # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
+    # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
+    minibatch: torch.Tensor | None = None
 
 
 def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.Generator | None = None
@@ -298,14 +311,16 @@ def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.
     [3, 3]
     """
     perm = torch.randperm(len(weights), generator=generator)
-    cumulative = weights.double()[perm].cumsum(0)  # float64: in float32 the 1e-9 below vanishes next to 1
+    # float64: in float32 the 1e-9 below vanishes next to 1
+    cumulative = weights.double()[perm].cumsum(0)
     share = torch.floor(cumulative * minibatches / cumulative[-1:].clamp(min=1e-9) - 1e-9)
     index = torch.empty(len(weights), dtype=torch.long)
     index[perm] = share.long().clamp(min=0, max=minibatches - 1)
     return index
 
 
-def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.Generator | None = None) -> TrainBatch:
+def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
+                     generator: torch.Generator | None = None) -> TrainBatch:
     """Keep one row per distinct (prompt, response, advantage) within each PPO mini-batch, weighted
     by how often it occurred there.
 
@@ -320,10 +335,13 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.G
     """
     n_rows = len(batch.advantages)
     weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
-    minibatch = split_minibatches(weights, minibatches, generator) if batch.minibatch is None else batch.minibatch
-    key = torch.cat([batch.prompt_ids, batch.response_ids, batch.prompt_mask.sum(-1, keepdim=True),
-                     batch.response_mask.sum(-1, keepdim=True),
-                     batch.advantages.float().view(torch.int32).long()[:, None], minibatch[:, None]], dim=-1)
+    minibatch = (split_minibatches(weights, minibatches, generator) if batch.minibatch is None
+                 else batch.minibatch)
+    prompt_length = batch.prompt_mask.sum(-1, keepdim=True)
+    response_length = batch.response_mask.sum(-1, keepdim=True)
+    advantage_bits = batch.advantages.float().view(torch.int32).long()[:, None]  # exact, as integers
+    key = torch.cat([batch.prompt_ids, batch.response_ids, prompt_length, response_length,
+                     advantage_bits, minibatch[:, None]], dim=-1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     n_unique = len(unique)  # 0 when dynamic sampling kept no group
     first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows), "amin")
@@ -332,7 +350,8 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.G
     rows = first[order]
     return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
                       batch.response_mask[rows], batch.advantages[rows], counts[order],
-                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows], minibatch[rows])
+                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows],
+                      minibatch[rows])
 
 
 def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
@@ -342,11 +361,14 @@ def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[l
     Rows are sorted by length first (then by response length, so that long-prompt and
     long-response rows of equal total do not pad each other), so little padding is computed. A
     row longer than the budget goes alone."""
-    prompt_lengths, response_lengths = batch.prompt_mask.sum(-1).tolist(), batch.response_mask.sum(-1).tolist()
-    order = sorted(rows, key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]), reverse=True)
+    prompt_lengths = batch.prompt_mask.sum(-1).tolist()
+    response_lengths = batch.response_mask.sum(-1).tolist()
+    order = sorted(rows, key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]),
+                   reverse=True)
     batches, current, longest_prompt, longest_response = [], [], 0, 0
     for i in order:
-        prompt, response = max(longest_prompt, prompt_lengths[i]), max(longest_response, response_lengths[i])
+        prompt = max(longest_prompt, prompt_lengths[i])
+        response = max(longest_response, response_lengths[i])
         if current and (len(current) + 1) * (prompt + response) > max_tokens:
             batches.append(current)
             current, prompt, response = [], prompt_lengths[i], response_lengths[i]
@@ -380,12 +402,14 @@ def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
     part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
     backward with zero gradient that still runs DDP's all-reduce / FSDP's reduce-scatter."""
     input_ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-    return policy(input_ids, torch.ones_like(input_ids), 1, cfg.temperature, cfg.logprob_chunk_tokens)[0]
+    return policy(input_ids, torch.ones_like(input_ids), 1, cfg.temperature,
+                  cfg.logprob_chunk_tokens)[0]
 
 
 def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None,
                    reduce_max: Callable = no_reduce) -> torch.Tensor:
-    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like the update.
+    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like
+    the update.
 
     policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: `reduce_max` takes the largest
     count over processes, and every process runs as many passes as the one with the most (padded
@@ -440,27 +464,31 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         passes = lockstep_passes(len(chunks), reduce_max)
         for i in range(passes):
             last = i == passes - 1  # DDP: all-reduce gradients once, after the last micro-batch
-            with contextlib.nullcontext() if last or not hasattr(policy, "no_sync") else policy.no_sync():
+            accumulate = not last and hasattr(policy, "no_sync")
+            with policy.no_sync() if accumulate else contextlib.nullcontext():
                 if i >= len(chunks):  # no rows left here: a zero-gradient pass in step with the others
                     (idle_pass(policy, cfg, device).sum() * 0.0).backward()
                     continue
                 mb = chunks[i]
                 input_ids, attention_mask, r = slice_rows(batch, mb)
                 mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
-                logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
-                                           cfg.logprob_chunk_tokens)
+                logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r,
+                                           cfg.temperature, cfg.logprob_chunk_tokens)
+                old = old_logprobs[mb, :r].to(device)
                 sampler = batch.sampler_logprobs
+                sampler = None if sampler is None else sampler[mb, :r].to(device)
+                ref = None if ref_logprobs is None else ref_logprobs[mb, :r].to(device)
                 loss_tok, was_clipped, kl = per_token_loss(
-                    logprobs, old_logprobs[mb, :r].to(device), batch.advantages[mb].to(device), mask, cfg,
-                    None if sampler is None else sampler[mb, :r].to(device),
-                    None if ref_logprobs is None else ref_logprobs[mb, :r].to(device))
-                (loss_tok.sum() * processes / n_tokens).backward()  # token-mean over the whole mini-batch
+                    logprobs, old, batch.advantages[mb].to(device), mask, cfg, sampler, ref)
+                token_mean = loss_tok.sum() * processes / n_tokens  # over the whole mini-batch
+                token_mean.backward()
                 stats["kl"] += float(kl.sum())
             stats["loss"] += float(loss_tok.detach().sum())
             stats["clip_frac"] += float((was_clipped * mask).sum())
             stats["entropy"] += float((entropy * mask).sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP2: a DTensor
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
         stats["grad_norm"] += float(grad_norm) / cfg.minibatches
         optimizer.step()
         tokens_seen += float(local_tokens)
