@@ -72,9 +72,9 @@ def bootstrap_ci(per_problem: list[float], resamples: int = 2000, seed: int = 0)
 def metrics(correct: list[int], samples: int) -> dict:
     """pass@1, its interval and pass@k from the number of correct samples of each problem."""
     per_problem = [c / samples for c in correct]
+    pass_at = {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct])) for k in k_values(samples)}
     return {"problems": len(correct), "samples": samples, "pass1": float(np.mean(per_problem)),
-            "ci95": bootstrap_ci(per_problem),
-            "pass_at_k": {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct])) for k in k_values(samples)}}
+            "ci95": bootstrap_ci(per_problem), "pass_at_k": pass_at}
 
 
 @dataclass(kw_only=True)
@@ -96,14 +96,21 @@ class EvalSettings:
 SAMPLE_DEFINING_SETTINGS = ("samples", "temperature", "top_p", "max_new_tokens", "chat_template")
 
 
-def samples_header(settings: EvalSettings, model: dict | None, loaded: list[tuple[str, list[dict], dict]]) -> dict:
-    """What produced a samples file: the model, the sampling settings, the verifier's limits and a hash of
-    each benchmark's records (its data version); as it reads back from JSON, so it compares equal to itself."""
+def data_version(records: list[dict]) -> str:
+    """A short hash of a benchmark's records: a samples file scored on other data is not resumed."""
+    canonical = json.dumps(records, sort_keys=True, default=str).encode()
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def samples_header(settings: EvalSettings, model: dict | None,
+                   loaded: list[tuple[str, list[dict], dict]]) -> dict:
+    """What produced a samples file: the model, the sampling settings, the verifier's limits and a
+    hash of each benchmark's records (its data version); as it reads back from JSON, so it compares
+    equal to itself."""
     header = {"model": model,
               "settings": {**{name: getattr(settings, name) for name in SAMPLE_DEFINING_SETTINGS},
                            "verify_config": asdict(settings.verify_config)},
-              "benchmarks": {name: hashlib.sha256(json.dumps(records, sort_keys=True, default=str).encode()).hexdigest()[:16]
-                             for name, records, _ in loaded}}
+              "benchmarks": {name: data_version(records) for name, records, _ in loaded}}
     return json.loads(json.dumps(header, default=str))
 
 

@@ -764,7 +764,10 @@ def train(cfg: Config) -> Path:
         return tensor if processes == 1 else accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()
 
     def reduce_max(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's pass counts, for FSDP)
-        return tensor if processes == 1 else accelerator.gather(tensor.reshape(1).to(accelerator.device)).max().cpu()
+        if processes == 1:
+            return tensor
+        every_process = accelerator.gather(tensor.reshape(1).to(accelerator.device))
+        return every_process.max().cpu()
 
     output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     if main_process:
@@ -891,7 +894,8 @@ def train(cfg: Config) -> Path:
         kept = (keep_target_groups(informative, cfg.prompts_per_step, rank, processes, reduce_sum)
                 if cfg.dynamic_sampling else torch.ones_like(informative))
         advantages = update.ADVANTAGES[cfg.advantage](rewards[kept], reduce_sum=reduce_sum)
-        kept_rows = (kept[:, None].expand_as(rewards)).flatten().nonzero().squeeze(-1).tolist()
+        kept_mask = kept[:, None].expand_as(rewards).flatten()  # [G·N]: the rows of the kept groups
+        kept_rows = kept_mask.nonzero().squeeze(-1).tolist()
         batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()), cfg.minibatches,
                                         step_generator(cfg, step, 1, rank))  # split into mini-batches, then merged
 
@@ -924,11 +928,12 @@ def train(cfg: Config) -> Path:
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint
         step_time = time.time() - step_start
         lengths = rollouts.response_mask.sum(-1).float()
+        group_worst, group_best = rewards.min(dim=1).values, rewards.max(dim=1).values
         scalars = {
             "reward_mean": float(rewards.mean()),
             "pass_rate": float(informative.float().mean()),
-            "solve_all_frac": float((rewards.min(dim=1).values == 1).float().mean()),
-            "solve_none_frac": float((rewards.max(dim=1).values == 0).float().mean()),
+            "solve_all_frac": float((group_worst == 1).float().mean()),
+            "solve_none_frac": float((group_best == 0).float().mean()),
             "samples_per_s": rewards.numel() / step_time,
             "gen_samples_per_s": rewards.numel() / gen_time,
             "response_len": float(lengths.mean()),
