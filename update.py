@@ -21,6 +21,10 @@ min(π_old / π_sampler, C), a detached weight that makes the gradient that of s
 Across processes (accelerate/DDP), each process holds part of the batch; `reduce_sum` sums a tensor
 over processes, so the token mean and the whitening statistics are those of the whole batch, and
 the update equals the single-process one on the same global batch.
+
+Where to change things: an advantage estimator is one entry of `ADVANTAGES`; the loss of a token
+(ratio, clip, TIS, KL) is `per_token_loss`; `ppo_update` is only the loop around it (mini-batches,
+micro-batches, DDP's no_sync, FSDP's lockstep passes).
 """
 
 import contextlib
