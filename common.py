@@ -20,7 +20,8 @@ import transformers
 import reward
 import rollout
 
-transformers.utils.logging.disable_progress_bar()  # per-call "Loading weights" bars drown the training log
+# per-call "Loading weights" bars drown the training log
+transformers.utils.logging.disable_progress_bar()
 HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 
@@ -49,7 +50,8 @@ def read_jsonl(path: Path, max_line_bytes: int | None = None) -> list[tuple[int,
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise InputError(f"{path}:{line_no}: not UTF-8 text (byte {e.start} of the line)") from None
+                raise InputError(f"{path}:{line_no}: not UTF-8 text (byte {e.start} of the line)"
+                                 ) from None
             if not line.strip():
                 continue
             try:
@@ -85,7 +87,8 @@ def check_prompt_lengths(path: str | os.PathLike, tokenizer, limit: int, chat_te
     response budget), before any work: it could not be answered within the context, and one huge prompt
     makes a whole batch allocate for its length."""
     rows = read_jsonl(Path(path), MAX_TASK_LINE_BYTES)
-    lengths = map(len, rollout.encode_prompts(tokenizer, [row["prompt"] for _, row in rows], chat_template))
+    lengths = map(len,
+                  rollout.encode_prompts(tokenizer, [row["prompt"] for _, row in rows], chat_template))
     for (line_no, _), length in zip(rows, lengths):
         if length > limit:
             raise InputError(f"{path}:{line_no}: prompt is {length} tokens, over the limit of {limit} "
@@ -93,7 +96,8 @@ def check_prompt_lengths(path: str | os.PathLike, tokenizer, limit: int, chat_te
 
 
 def check_answers(tasks: list[dict], source: str) -> None:
-    """InputError naming the record when a ground truth is not one its verifier can check (before any work)."""
+    """InputError naming the record when a ground truth is not one its verifier can check (before
+    any work)."""
     for index, task in enumerate(tasks):
         try:
             reward.validate_answer(task["task"], task["answer"])
@@ -115,8 +119,9 @@ CHECKPOINT = re.compile(r"^step_(\d{6})$")  # the trainer's checkpoints/step_NNN
 
 
 def checkpoint_problem(checkpoint: Path) -> str | None:
-    """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does not load,
-    or a file it lists (name and size, taken when the checkpoint was written) is missing or changed size."""
+    """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
+    not load, or a file it lists (name and size, taken when the checkpoint was written) is missing
+    or changed size."""
     try:
         state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
         files = state.get("files", {})
@@ -131,21 +136,23 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
 
 
 def latest_checkpoint(output_dir: Path, say=print) -> Path | None:
-    """The newest complete checkpoint of a training run (trainer_state.pt is written last); a damaged one
-    is passed over for the one before it, saying so."""
+    """The newest complete checkpoint of a training run (trainer_state.pt is written last); a
+    damaged one is passed over for the one before it, saying so."""
     root = output_dir / "checkpoints"
     found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
     for checkpoint in reversed([p for p in found if (p / "trainer_state.pt").is_file()]):
         problem = checkpoint_problem(checkpoint)
         if problem is None:
             return checkpoint
-        say(f"skipping the damaged checkpoint {checkpoint} ({problem}): falling back to the one before it")
+        say(f"skipping the damaged checkpoint {checkpoint} ({problem}): "
+            "falling back to the one before it")
     return None
 
 
 def resolve_model_dir(name_or_path: str) -> str:
-    """A model to load from what a user may pass as one: a training run's folder means the model of its
-    latest complete checkpoint, a checkpoint folder (step_*) its model/; anything else is returned as is."""
+    """A model to load from what a user may pass as one: a training run's folder means the model of
+    its latest complete checkpoint, a checkpoint folder (step_*) its model/; anything else is
+    returned as is."""
     path = Path(name_or_path)
     if (path / "checkpoints").is_dir():
         checkpoint = latest_checkpoint(path)
@@ -166,7 +173,8 @@ def model_fingerprint(name_or_path: str) -> dict:
     path = Path(name_or_path)
     if not path.is_dir():
         return {"hub": name_or_path}
-    files = {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in sorted(path.iterdir()) if f.is_file()}
+    files = {f.name: [f.stat().st_size, f.stat().st_mtime_ns]
+             for f in sorted(path.iterdir()) if f.is_file()}
     return {"path": str(path.resolve()), "files": files}
 
 
@@ -182,7 +190,8 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
     return tokenizer
 
 
-def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu", revision: str | None = None):
+def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu",
+                revision: str | None = None):
     """(model, tokenizer) from a local directory or a hub name; the one loading path for every model."""
     tokenizer = load_tokenizer(name_or_path, revision)
     try:

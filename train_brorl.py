@@ -7,6 +7,15 @@ One step, top to bottom in `train()` below:
     whose N rewards are all equal) -> group-relative advantages -> clipped policy-gradient update
     (update.py) -> knowledge-shrinkage monitor -> log -> periodic eval (eval.py) -> checkpoint
 
+Why a large N helps (arXiv 2510.01180 Sec. 2, Theorem 1): to first order, one update changes the
+probability mass on correct tokens by two terms that are never negative (from the sampled correct
+and incorrect tokens) plus an unsampled coupling term, the only one that can shrink it. That term
+scales with the squared probability of the tokens that were NOT sampled, whose expectation
+Σ p²(1 - p)^N falls as N grows (Lemma 2, Corollary 3): with hundreds of rollouts per prompt it
+fades, and the correct mass grows. `python simulate.py` makes this concrete
+(Theorem 1 checked, the paper's Fig. 3 simulator), and the shrinkage monitor below (shrink_frac,
+shrink_worst; the probe set with --probe-prompts) measures it at LLM scale.
+
 The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
 up on 2-digit addition until it solves about a quarter of held-out problems at T=1 (built once and
 cached, see tiny_model.py), trained with N=256 rollouts per prompt on a 2-core CPU in minutes.
@@ -17,11 +26,11 @@ cached, see tiny_model.py), trained with N=256 rollouts per prompt on a 2-core C
     accelerate launch --config_file configs/fsdp_8gpu.yaml train_brorl.py --preset brorl-paper
     tensorboard --logdir runs
 
-Several processes (`accelerate launch`): each process generates for its share of the prompts
-(with its own vLLM engine on a GPU), the update is data-parallel (DDP, or FSDP from the accelerate
-config) with the token mean and the advantage whitening taken over the whole batch, per-step
-metrics are averaged over processes, evaluation is sharded over processes, and only the main process logs
-and writes files.
+Several processes (`accelerate launch`): each process generates for its share of the prompts (with
+its own vLLM engine on a GPU), the update is data-parallel (DDP, or FSDP from the accelerate config)
+with the token mean and the advantage whitening taken over the whole batch, per-step metrics are
+averaged over processes, evaluation is sharded over processes, and only the main process logs and
+writes files.
 """
 
 import argparse
@@ -53,8 +62,8 @@ import eval as evaluation
 import reward
 import rollout
 import update
-from common import (CHECKPOINT, InputError, check_answers, check_model_path, check_prompt_lengths, latest_checkpoint,
-                    load_policy, load_tasks)
+from common import (CHECKPOINT, InputError, check_answers, check_model_path, check_prompt_lengths,
+                    latest_checkpoint, load_policy, load_tasks)
 from tiny_model import ensure_tiny_model
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -64,14 +73,16 @@ DATA_DIR = Path(__file__).parent / "data"
 class Config:
     # ---- run ----
     preset: str = "cpu-demo"
-    """named set of overrides applied before the other flags: cpu-demo, smoke, brorl-paper, prorl-paper"""
+    """named set of overrides applied before the other flags: cpu-demo, smoke, brorl-paper,
+    prorl-paper"""
     output_dir: str | None = None
     """where logs and checkpoints go (default: runs/<preset>__<seed>__<unix time>)"""
     resume: bool = False
     """continue from the latest checkpoint in --output-dir"""
     init_from: str | None = None
-    """start this new run from another run's checkpoint folder (.../checkpoints/step_N): its weights and optimizer
-    state, with this run's own settings and --lr (a BroRL branch of a ProRL run; --resume refuses new N)"""
+    """start this new run from another run's checkpoint folder (.../checkpoints/step_N): its weights
+    and optimizer state, with this run's own settings and --lr (a BroRL branch of a ProRL run;
+    --resume refuses new N)"""
     seed: int = 0
     """seed for data order, sampling and mini-batch splits"""
     device: Literal["auto", "cpu"] = "auto"
@@ -79,11 +90,13 @@ class Config:
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
     process_group_timeout_min: float = 60.0
-    """how long a process waits at a collective for the others (a 1.5B checkpoint save or a slow verifier
-    batch on one process must not kill the run; torch's own default is 10-30 min by backend)"""
+    """how long a process waits at a collective for the others (a 1.5B checkpoint save or a slow
+    verifier batch on one process must not kill the run; torch's own default is 10-30 min by
+    backend)"""
     # ---- model and data ----
     model: str = "tiny"
-    """policy: a local save_pretrained directory, a hub name, or 'tiny' (the embedded warmed-up toy model)"""
+    """policy: a local save_pretrained directory, a hub name, or 'tiny' (the embedded warmed-up toy
+    model)"""
     model_revision: str | None = None
     """hub revision (branch, tag or commit) when --model is a hub name"""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -106,11 +119,13 @@ class Config:
     max_new_tokens: int = 8
     """response length limit (tokens)"""
     zero_truncated_reward: bool = False
-    """score a response cut at max_new_tokens as 0, whatever answer it holds (ProRLv2's stop-properly penalty at 0)"""
+    """score a response cut at max_new_tokens as 0, whatever answer it holds (ProRLv2's
+    stop-properly penalty at 0)"""
     gen_batch_seqs: int = 2048
     """most sequences decoded at once (vLLM: max_num_seqs, kept >= N)"""
     engine: Literal["auto", "hf", "vllm"] = "auto"
-    """rollout engine: hf (transformers), vllm (in-process, colocated); auto: vllm when installed with a GPU"""
+    """rollout engine: hf (transformers), vllm (in-process, colocated); auto: vllm when installed
+    with a GPU"""
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training is what tis_cap corrects)"""
     gpu_memory_utilization: float = 0.5
@@ -118,20 +133,20 @@ class Config:
     vllm_max_model_len: int = 0
     """vLLM: longest prompt + response it must hold (0: the model's context length)"""
     vllm_request_seeds: bool = False
-    """vLLM: seed every request from the step's generator (reproducible request by request: a resumed run draws
-    what an uninterrupted one would, a sharded eval equals one process's); slow on a GPU at large N. Off: each
-    engine is seeded once (--seed + process index)"""
+    """vLLM: seed every request from the step's generator (reproducible request by request: a
+    resumed run draws what an uninterrupted one would, a sharded eval equals one process's); slow on
+    a GPU at large N. Off: each engine is seeded once (--seed + process index)"""
     tis_cap: float = 0.0
     """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
-    advantage: Literal["grpo", "reinforce_pp_baseline"] = "grpo"
-    """grpo: group mean/std; reinforce_pp_baseline: group mean, batch whitening (ProRLv2/BroRL)"""
-    normalize_std: bool = True
-    """grpo only: divide by the group std (off: Dr. GRPO)"""
+    advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"  # the choices are update.ADVANTAGES's names
+    """grpo: group mean/std; dr_grpo: group mean only (Dr. GRPO); reinforce_pp_baseline: group mean,
+    then batch whitening (ProRLv2/BroRL)"""
     dynamic_sampling: bool = True
     """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
     refill_rounds: int = 0
-    """dynamic sampling refill (DAPO): up to this many extra rounds of prompts until prompts_per_step groups are kept"""
+    """dynamic sampling refill (DAPO): up to this many extra rounds of prompts until
+    prompts_per_step groups are kept"""
     lr: float = 1e-4
     """AdamW learning rate"""
     weight_decay: float = 0.0
@@ -143,8 +158,9 @@ class Config:
     kl_coef: float = 0.0
     """β, weight of the KL penalty to the reference policy (0: no reference model)"""
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """KL penalty with l = log π_θ - log π_ref: k1 = l (zero expected gradient as a loss);
-    k2 = l²/2 (ProRLv2; gradient of KL(π_θ||π_ref)); k3 = exp(-l) - 1 + l (GRPO; gradient of KL(π_ref||π_θ))"""
+    """KL penalty with l = log π_θ - log π_ref: k1 = l (zero expected gradient as a loss); k2 = l²/2
+    (ProRLv2; gradient of KL(π_θ||π_ref)); k3 = exp(-l) - 1 + l (GRPO; gradient of
+    KL(π_ref||π_θ))"""
     ref_reset_every: int = 0
     """reset the reference policy to the current one every this many steps (ProRL; 0: never)"""
     minibatches: int = 2
@@ -161,8 +177,8 @@ class Config:
     total_steps: int = 120
     """RL steps"""
     eval_every: int = 20
-    """in-training eval every this many steps (and at step 0 and the end): a cheap proxy at the training length;
-    the paper's numbers come from eval.py on the saved checkpoints"""
+    """in-training eval every this many steps (and at step 0 and the end): a cheap proxy at the
+    training length; the paper's numbers come from eval.py on the saved checkpoints"""
     eval_samples: int = 4
     """samples per test problem; eval_pass1 is their mean reward"""
     eval_temperature: float = 1.0
@@ -172,7 +188,8 @@ class Config:
     eval_max_problems: int = 0
     """evaluate on the first M problems of the test set and of each benchmark (0: all)"""
     eval_benchmarks: tuple[str, ...] = ()
-    """benchmarks.py names also scored at every eval and logged per benchmark (e.g. aime2024 humaneval rg/gcd)"""
+    """benchmarks.py names also scored at every eval and logged per benchmark (e.g. aime2024
+    humaneval rg/gcd)"""
     eval_data_dir: str = ""
     """directory of benchmark files in their sources' layouts (eval.py --data-dir)"""
     save_every: int = 1
@@ -182,19 +199,21 @@ class Config:
     shrink_monitor_samples: int = 256
     """distinct correct responses re-scored after each update by the shrinkage monitor (0: off)"""
     probe_prompts: int = 0
-    """probe-set monitor (paper Fig. 3 (ii)/(iii)): correct responses drawn at step 0 on this many held-out and as many
-    training prompts, re-scored at every eval (0: off)"""
+    """probe-set monitor (paper Fig. 3 (ii)/(iii)): correct responses drawn at step 0 on this many
+    held-out and as many training prompts, re-scored at every eval (0: off)"""
     probe_samples: int = 8
     """samples per probe prompt at step 0; the first correct one becomes the prompt's probe"""
     # ---- verifiers (reward.py) ----
     verify_workers: int = 2
     """verifier processes for math / Reasoning Gym, and programs run at once for code"""
     verify_timeout: float = 5.0
-    """hard limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0 and is logged)"""
+    """hard limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0 and is
+    logged)"""
     code_test_timeout: float = 2.0
     """limit per code test case, seconds (CPU and wall clock)"""
     unsafe_no_sandbox: bool = False
-    """without bubblewrap, run code tasks' programs under rlimits only instead of refusing them (no isolation)"""
+    """without bubblewrap, run code tasks' programs under rlimits only instead of refusing them (no
+    isolation)"""
 
 
 PRESETS: dict[str, dict] = {
@@ -212,15 +231,17 @@ LR_PRORL = 2e-6  # open for BroRL (η_0): ProRL v1's constant learning rate
 PAPER_RECIPE = dict(
     model="nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
     model_revision=None,  # must be given: the ProRLv2 commit of the repository (see validate())
-    dtype="float32",  # fp32 master weights; the accelerate config adds bf16 autocast (FSDP mixed precision)
+    # fp32 master weights; the accelerate config adds bf16 autocast (FSDP mixed precision)
+    dtype="float32",
     vllm_dtype="bfloat16",
     train_data=str(DATA_DIR / "paper_mix_train.jsonl"),  # python data/make_paper_mix.py
     test_data=str(DATA_DIR / "paper_mix_val.jsonl"),
     max_new_tokens=16384,  # "continued at 16,384 context"
-    # Length handling: the paper gives only the 16K limit. Its framework's recipe, ProRLv2, scores truncated
-    # responses 0 (NeMo-RL ProRLv2 guide and examples/configs/prorlv2.yaml: stop_properly_penalty_coef 0.0;
-    # OpenRLHF's ProRLv2 example: --stop_properly_penalty_coef) and adds a scheduled cosine length penalty
-    # (ProRLv2 blog post, Aug 2025), which is NOT implemented here: its constants are not published.
+    # Length handling: the paper gives only the 16K limit. Its framework's recipe, ProRLv2, scores
+    # truncated responses 0 (NeMo-RL ProRLv2 guide and examples/configs/prorlv2.yaml:
+    # stop_properly_penalty_coef 0.0; OpenRLHF's ProRLv2 example: --stop_properly_penalty_coef) and
+    # adds a scheduled cosine length penalty (ProRLv2 blog post, Aug 2025), which is NOT implemented
+    # here: its constants are not published.
     zero_truncated_reward=True,
     temperature=1.2,  # open: ProRL v1's rollout temperature
     top_p=1.0,
@@ -231,31 +252,38 @@ PAPER_RECIPE = dict(
     kl_coef=1e-4,  # open: BroRL gives no β; a small value in the ProRL family's range
     kl_estimator="k2",  # ProRLv2: ½(log ratio)², clamped to [-10, 10]
     ref_reset_every=200,  # ProRLv2: every 200-500 steps
-    minibatches=8,  # open: ProRL v1's 64-prompt mini-batches at the baseline's 512 prompts; BroRL keeps the count
+    # open: ProRL v1's 64-prompt mini-batches at the baseline's 512 prompts; BroRL keeps the count
+    minibatches=8,
     tis_cap=2.0,  # truncated importance sampling; C=2 as recommended by Yao et al. (2025)
-    engine="vllm", gpu_memory_utilization=0.5, vllm_max_model_len=20480,  # 16K response + up to 4K prompt
+    # 16K response + up to 4K prompt
+    engine="vllm", gpu_memory_utilization=0.5, vllm_max_model_len=20480,
     gen_batch_seqs=1024,
     micro_batch_tokens=32768, logprob_chunk_tokens=4096, gradient_checkpointing=True,
-    # In-training eval: a cheap proxy (64 problems per benchmark x 4 samples at the 16K training length) to
-    # watch the run; Table 1's protocol (every problem x 16 samples at 32K tokens, hours on 8 GPUs) is
-    # `eval.py --suite all` on the saved checkpoints. Sampling as in Table 1: T 0.6, top-p 0.95.
+    # In-training eval: a cheap proxy (64 problems per benchmark x 4 samples at the 16K training
+    # length) to watch the run; Table 1's protocol (every problem x 16 samples at 32K tokens, hours
+    # on 8 GPUs) is `eval.py --suite all` on the saved checkpoints. Sampling as in Table 1: T 0.6,
+    # top-p 0.95.
     eval_every=20, eval_samples=4, eval_temperature=0.6, eval_top_p=0.95, eval_max_problems=64,
-    eval_benchmarks=("aime2024", "aime2025", "amc2023", "math500", "minerva", "olympiadbench", "humaneval"),
+    eval_benchmarks=("aime2024", "aime2025", "amc2023", "math500", "minerva", "olympiadbench",
+                     "humaneval"),
     save_every=10,  # a 1.5B checkpoint with optimizer state is ~20 GB: not every step
     shrink_monitor_samples=256,
     verify_workers=16,
 )
-PRESETS["brorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=PROMPTS_BRORL, total_steps=191,
-                              lr=LR_PRORL * math.sqrt((N_BRORL * PROMPTS_BRORL) / (N_PRORL * PROMPTS_PRORL)))
-PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step=PROMPTS_PRORL, total_steps=535,
-                              lr=LR_PRORL)  # Table 1: +191 BroRL steps vs +535 ProRL steps
+BATCH_RATIO = (N_BRORL * PROMPTS_BRORL) / (N_PRORL * PROMPTS_PRORL)  # B_new / B_0 = 8
+PRESETS["brorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=PROMPTS_BRORL,
+                              total_steps=191, lr=LR_PRORL * math.sqrt(BATCH_RATIO))
+# Table 1: +191 BroRL steps vs +535 ProRL steps
+PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step=PROMPTS_PRORL,
+                              total_steps=535, lr=LR_PRORL)
 
 
 def validate(cfg: Config) -> None:
     """One clear line per bad value, before any work starts."""
     checks = [
         (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
-        (cfg.n_rollouts >= 2, f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
+        (cfg.n_rollouts >= 2,
+         f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
         (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
@@ -268,26 +296,31 @@ def validate(cfg: Config) -> None:
         (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
         (cfg.kl_coef >= 0, f"kl_coef must be >= 0, got {cfg.kl_coef}"),
-        (0 < cfg.gpu_memory_utilization <= 1, f"gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"),
+        (0 < cfg.gpu_memory_utilization <= 1,
+         f"gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"),
         (cfg.tis_cap == 0 or cfg.tis_cap >= 1, f"tis_cap must be 0 (off) or >= 1, got {cfg.tis_cap}"),
         (cfg.vllm_max_model_len >= 0, f"vllm_max_model_len must be >= 0, got {cfg.vllm_max_model_len}"),
-        (min(cfg.max_new_tokens, cfg.gen_batch_seqs, cfg.micro_batch_tokens, cfg.logprob_chunk_tokens) >= 1,
+        (min(cfg.max_new_tokens, cfg.gen_batch_seqs, cfg.micro_batch_tokens,
+             cfg.logprob_chunk_tokens) >= 1,
          "max_new_tokens, gen_batch_seqs, micro_batch_tokens and logprob_chunk_tokens must be >= 1"),
-        (cfg.total_steps >= 0 and cfg.eval_every >= 1 and cfg.save_every >= 1 and cfg.keep_checkpoints >= 1,
+        (cfg.total_steps >= 0 and min(cfg.eval_every, cfg.save_every, cfg.keep_checkpoints) >= 1,
          "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
         (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
         (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
         (cfg.process_group_timeout_min > 0,
          f"process_group_timeout_min must be > 0, got {cfg.process_group_timeout_min}"),
-        (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0, "verify_timeout and code_test_timeout must be > 0"),
+        (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0,
+         "verify_timeout and code_test_timeout must be > 0"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
-        (cfg.probe_prompts >= 0 and cfg.probe_samples >= 1, "probe_prompts must be >= 0 and probe_samples >= 1"),
+        (cfg.probe_prompts >= 0 and cfg.probe_samples >= 1,
+         "probe_prompts must be >= 0 and probe_samples >= 1"),
         (not cfg.init_from or (Path(cfg.init_from) / "trainer_state.pt").is_file(),
-         f"--init-from needs a complete checkpoint folder (with trainer_state.pt), e.g. RUN/checkpoints/step_000150: "
-         f"{cfg.init_from}"),
+         "--init-from needs a complete checkpoint folder (with trainer_state.pt), "
+         f"e.g. RUN/checkpoints/step_000150: {cfg.init_from}"),
         (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
-         f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its ProRLv2 commit, "
-         "and the repository's main branch later received the BroRL checkpoint (see README)"),
+         f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its "
+         "ProRLv2 commit, and the repository's main branch later received the BroRL checkpoint "
+         "(see README)"),
     ]
     for ok, message in checks:
         if not ok:
@@ -298,13 +331,26 @@ def validate(cfg: Config) -> None:
         check_model_path(cfg.model)
     for path in (cfg.train_data, cfg.test_data):
         if not Path(path).is_file():
-            hint = " (build it: python data/make_paper_mix.py)" if Path(path).name.startswith("paper_mix") else ""
+            paper_mix = Path(path).name.startswith("paper_mix")
+            hint = " (build it: python data/make_paper_mix.py)" if paper_mix else ""
             raise InputError(f"data file not found: {path}{hint}")
 
 
 # What a resumed run may change (each change is printed): how long it runs, how often it evaluates and
 # saves, and how many threads and verifier processes do the work. Everything else defines the run.
-RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads", "verify_workers")
+RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads",
+                     "verify_workers")
+
+
+def upgrade_saved_config(saved: dict) -> dict:
+    """A config.json written before `normalize_std` became an advantage of its own: grpo with
+    normalize_std false was Dr. GRPO's mean-only baseline, which is now `--advantage dr_grpo`."""
+    if "normalize_std" not in saved:
+        return saved
+    upgraded = {key: value for key, value in saved.items() if key != "normalize_std"}
+    if saved["normalize_std"] is False and saved.get("advantage") == "grpo":
+        upgraded["advantage"] = "dr_grpo"
+    return upgraded
 
 
 def saved_config(output_dir: Path) -> Config | None:
@@ -315,18 +361,22 @@ def saved_config(output_dir: Path) -> Config | None:
     try:
         saved = json.loads(path.read_bytes())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new --output-dir") from None
+        raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new "
+                         "--output-dir") from None
     defaults = dataclasses.asdict(Config())
+    saved = upgrade_saved_config(saved) if isinstance(saved, dict) else saved
     if not isinstance(saved, dict) or set(saved) - set(defaults):
-        raise InputError(f"{path} is not a train_brorl.py config (unknown keys: "
-                         f"{sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved!r})")
+        unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved
+        raise InputError(f"{path} is not a train_brorl.py config (unknown keys: {unknown!r})")
     return Config(**{k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in saved.items()})
 
 
 def config_changes(before: Config, after: Config) -> list[str]:
-    """The settings that differ ("total_steps 2 -> 3"), leaving out --resume and how the folder was spelled."""
-    return [f"{f.name} {getattr(before, f.name)!r} -> {getattr(after, f.name)!r}" for f in dataclasses.fields(Config)
-            if f.name not in ("resume", "output_dir") and getattr(before, f.name) != getattr(after, f.name)]
+    """The settings that differ ("total_steps 2 -> 3"), leaving out --resume and how the folder was
+    spelled."""
+    names = [f.name for f in dataclasses.fields(Config) if f.name not in ("resume", "output_dir")]
+    return [f"{name} {getattr(before, name)!r} -> {getattr(after, name)!r}" for name in names
+            if getattr(before, name) != getattr(after, name)]
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -345,10 +395,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
     defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
     cfg = tyro.cli(Config, default=defaults, args=argv, description=__doc__)
     if saved is not None:
-        refused = [change for change in config_changes(saved, cfg) if change.split()[0] not in RESUME_MAY_CHANGE]
+        refused = [change for change in config_changes(saved, cfg)
+                   if change.split()[0] not in RESUME_MAY_CHANGE]
         if refused:
-            raise InputError(f"--resume continues the run in {known.output_dir} with its config.json, and these flags "
-                             f"change what it is: {'; '.join(refused)} (drop them, or start a new --output-dir)")
+            raise InputError(f"--resume continues the run in {known.output_dir} with its config.json, "
+                             f"and these flags change what it is: {'; '.join(refused)} (drop them, or "
+                             "start a new --output-dir)")
     validate(cfg)
     if cfg.output_dir is None:  # named here, so config.json and an interrupted run's message name it
         cfg = dataclasses.replace(cfg, output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
@@ -392,8 +444,9 @@ def fsync_tree(path: Path) -> None:
 
 
 def remove_leftovers(output_dir: Path) -> None:
-    """`.step_N.tmp` (a save that died) and `.step_N.deleting` (a pruning that died) are never read again,
-    and each is a whole checkpoint (about 20 GB at paper scale): removed when a run starts or resumes."""
+    """`.step_N.tmp` (a save that died) and `.step_N.deleting` (a pruning that died) are never read
+    again, and each is a whole checkpoint (about 20 GB at paper scale): removed when a run starts or
+    resumes."""
     root = output_dir / "checkpoints"
     for leftover in sorted(root.glob(".step_*")) if root.is_dir() else []:
         print(f"removing {leftover}, left by an interrupted save or pruning")
@@ -401,7 +454,8 @@ def remove_leftovers(output_dir: Path) -> None:
 
 
 def check_output_dir(output_dir: Path) -> None:
-    """One line, before any work, when the output folder can't be written (a file, read-only, no access)."""
+    """One line, before any work, when the output folder can't be written (a file, read-only, no
+    access)."""
     if output_dir.exists() and not output_dir.is_dir():
         raise InputError(f"--output-dir is a file, not a folder: {output_dir}")
     try:
@@ -413,8 +467,8 @@ def check_output_dir(output_dir: Path) -> None:
         raise InputError(f"cannot write to --output-dir {output_dir}: {e.strerror}") from None
 
 
-def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer, state: dict,
-                    keep: int) -> Path:
+def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer,
+                    state: dict, keep: int) -> Path:
     """`model/`: the policy as save_pretrained (what eval.py and from_pretrained load); `state/`:
     accelerate's save_state (policy, reference policy, optimizer, every process's RNG; sharded under
     FSDP); `trainer_state.pt`: step and data position, written last. Every process calls this."""
@@ -427,19 +481,23 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
     weights = accelerator.get_state_dict(policy)  # gathered on the main process under FSDP
     if accelerator.is_main_process:
         accelerator.unwrap_model(policy).model.save_pretrained(
-            tmp / "model", state_dict={name.removeprefix("model."): tensor for name, tensor in weights.items()})
+            tmp / "model",
+            state_dict={name.removeprefix("model."): tensor for name, tensor in weights.items()})
         tokenizer.save_pretrained(tmp / "model")
     accelerator.save_state(tmp / "state")
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:  # the size of every file, so a damaged checkpoint is recognised on resume
-        state = {**state, "files": {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*") if f.is_file()}}
+    # the size of every file, so a damaged checkpoint is recognised on resume
+    if accelerator.is_main_process:
+        sizes = {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*") if f.is_file()}
+        state = {**state, "files": sizes}
         torch.save(state, tmp / "trainer_state.pt")
         fsync_tree(tmp)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         fsync_dir(root)
         for old in sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name))[:-keep]:
-            doomed = root / f".{old.name}.deleting"  # renamed first, so a kill never leaves half a checkpoint
+            # renamed first, so a kill never leaves half a checkpoint
+            doomed = root / f".{old.name}.deleting"
             shutil.rmtree(doomed, ignore_errors=True)
             os.replace(old, doomed)
             shutil.rmtree(doomed)
@@ -451,9 +509,10 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
 
 
 class MetricsLog:
-    """metrics.jsonl and tensorboard, continued after `start_step` (the checkpoint's step; -1 without one):
-    rows and events an earlier attempt logged past it (after its last checkpoint, or all of them when it
-    died before the first) are dropped, so a resumed or rerun folder logs every step once and in order."""
+    """metrics.jsonl and tensorboard, continued after `start_step` (the checkpoint's step; -1
+    without one): rows and events an earlier attempt logged past it (after its last checkpoint, or
+    all of them when it died before the first) are dropped, so a resumed or rerun folder logs every
+    step once and in order."""
 
     def __init__(self, output_dir: Path, start_step: int):
         self.path = output_dir / "metrics.jsonl"
@@ -461,7 +520,8 @@ class MetricsLog:
             lines = self.path.read_text(errors="replace").splitlines()
             rows = [line for line in lines if self.row_step(line) <= start_step]
             if len(rows) < len(lines):
-                print(f"metrics.jsonl: dropped {len(lines) - len(rows)} rows an earlier attempt logged after step {start_step}")
+                print(f"metrics.jsonl: dropped {len(lines) - len(rows)} rows an earlier attempt logged "
+                      f"after step {start_step}")
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(row + "\n" for row in rows))
             os.replace(tmp, self.path)
@@ -491,27 +551,35 @@ class MetricsLog:
 
 def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSettings, step: int,
              metrics: MetricsLog | None, output_dir: Path, shard: evaluation.Shard) -> float:
-    """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also writes
-    eval.json (the layout `python eval.py --out` writes) and its per-sample audit file. Every process calls
-    this and scores its share of the problems (the paper's eval takes hours: one process alone would leave
-    the others waiting past the process-group timeout); the main process (`metrics` given) writes."""
+    """The held-out task file plus `eval_benchmarks`, scored by eval.py's code; the final eval also
+    writes eval.json (the layout `python eval.py --out` writes) and its per-sample audit file. Every
+    process calls this and scores its share of the problems (the paper's eval takes hours: one
+    process alone would leave the others waiting past the process-group timeout); the main process
+    (`metrics` given) writes."""
     final = step == cfg.total_steps
     samples_path = output_dir / "eval.samples.jsonl" if final else None
     if final and metrics is not None:
-        samples_path.unlink(missing_ok=True)  # a resumed run's final eval is a new one, not a continuation
-    result = evaluation.evaluate_suite(
-        sampler, tokenizer, benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else [],
-        settings, Path(cfg.eval_data_dir) if cfg.eval_data_dir else None, cfg.eval_max_problems, samples_path,
-        extra={"test_data": [{**t, "id": str(i)} for i, t in enumerate(tasks)]}, progress=lambda message: None,
-        shard=shard)
+        # a resumed run's final eval is a new one, not a continuation
+        samples_path.unlink(missing_ok=True)
+    selected = benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else []
+    data_dir = Path(cfg.eval_data_dir) if cfg.eval_data_dir else None
+    held_out_tasks = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
+    result = evaluation.evaluate_suite(sampler, tokenizer, selected, settings, data_dir,
+                                       cfg.eval_max_problems, samples_path,
+                                       extra={"test_data": held_out_tasks},
+                                       progress=lambda message: None, shard=shard)
     held_out = result["benchmarks"]["test_data"]
     if metrics is None:
         return held_out["pass1"]
-    protocol = {f"eval_{name}": value for name, value in result["settings"].items()  # which pass@1 this is (T=1 or 0.6)
+    # which pass@1 this is (T=1 or 0.6)
+    protocol = {f"eval_{name}": value for name, value in result["settings"].items()
                 if name in ("samples", "temperature", "top_p", "max_new_tokens")}
-    metrics.log(step, {**protocol, "eval_pass1": held_out["pass1"], **{f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()},
-                       **{f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items() if name != "test_data"},
-                       **{f"suite/{suite}": value for suite, value in result["suites"].items()}}, prefix="eval")
+    pass_at_k = {f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()}
+    per_benchmark = {f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items()
+                     if name != "test_data"}
+    per_suite = {f"suite/{suite}": value for suite, value in result["suites"].items()}
+    metrics.log(step, {**protocol, "eval_pass1": held_out["pass1"], **pass_at_k, **per_benchmark,
+                       **per_suite}, prefix="eval")
     if final:
         result["model"] = str(output_dir)
         (output_dir / "eval.json").write_text(json.dumps(result, indent=2))
@@ -519,16 +587,19 @@ def run_eval(sampler, tokenizer, tasks, cfg: Config, settings: evaluation.EvalSe
 
 
 def eval_protocol(cfg: Config) -> str:
-    """What the in-training eval measures, printed at the start so no one mistakes it for the paper's table."""
+    """What the in-training eval measures, printed at the start so no one mistakes it for the
+    paper's table."""
     problems = f"the first {cfg.eval_max_problems} problems" if cfg.eval_max_problems else "all problems"
-    return (f"in-training eval (a proxy): {problems} of the test data and of each benchmark x {cfg.eval_samples} "
-            f"samples at {cfg.max_new_tokens} tokens; the paper's Table 1 protocol (every problem x 16 samples at "
-            "32K tokens) is eval.py on the saved checkpoints")
+    return (f"in-training eval (a proxy): {problems} of the test data and of each benchmark x "
+            f"{cfg.eval_samples} samples at {cfg.max_new_tokens} tokens; the paper's Table 1 protocol "
+            "(every problem x 16 samples at 32K tokens) is eval.py on the saved checkpoints")
 
 
 def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> torch.Generator:
-    """A fresh generator per (step, purpose, process): a resumed run draws exactly what an uninterrupted one would."""
-    return torch.Generator().manual_seed(cfg.seed * 1_000_003 + step * 17 + stream + process * 1_000_000_007)
+    """A fresh generator per (step, purpose, process): a resumed run draws exactly what an
+    uninterrupted one would."""
+    seed = cfg.seed * 1_000_003 + step * 17 + stream + process * 1_000_000_007
+    return torch.Generator().manual_seed(seed)
 
 
 def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> list[dict]:
@@ -538,41 +609,49 @@ def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> lis
     for p in range(position, position + count):
         epoch, index = divmod(p, len(tasks))
         if epoch not in orders:
-            orders[epoch] = torch.randperm(len(tasks), generator=torch.Generator().manual_seed(seed + epoch))
+            orders[epoch] = torch.randperm(len(tasks),
+                                           generator=torch.Generator().manual_seed(seed + epoch))
         batch.append(tasks[int(orders[epoch][index])])
     return batch
 
 
 def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Tensor,
                weights: torch.Tensor | None = None) -> update.TrainBatch:
-    return update.TrainBatch(rollouts.prompt_ids[rows], rollouts.prompt_mask[rows], rollouts.response_ids[rows],
-                             rollouts.response_mask[rows], advantages, weights, rollouts.logprobs[rows])
+    return update.TrainBatch(rollouts.prompt_ids[rows], rollouts.prompt_mask[rows],
+                             rollouts.response_ids[rows], rollouts.response_mask[rows], advantages,
+                             weights, rollouts.logprobs[rows])
 
 
 def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
-    """[G] bool: groups whose N rewards are not all equal (0 < #correct < N), the ones with a learning signal."""
+    """[G] bool: groups whose N rewards are not all equal (0 < #correct < N), the ones with a
+    learning signal."""
     return rewards.max(dim=1).values > rewards.min(dim=1).values
 
 
 def check_launch(distributed_type: DistributedType, processes: int, environ=os.environ) -> None:
-    """Refuse a launch that would silently run something other than its accelerate config. On a machine
-    without GPUs accelerate runs an FSDP config as plain data parallelism (`Accelerator(cpu=True)`: unsharded
-    state, no FSDP code path) or, with `cpu=False`, as independent single processes (`DistributedType.NO`)
-    that all write the same output folder. FSDP on CPU is not available through accelerate (its FSDP
-    setup covers accelerator devices only), so both are refused."""
-    if environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and distributed_type != DistributedType.FSDP:
+    """Refuse a launch that would silently run something other than its accelerate config. On a
+    machine without GPUs accelerate runs an FSDP config as plain data parallelism
+    (`Accelerator(cpu=True)`: unsharded state, no FSDP code path) or, with `cpu=False`, as
+    independent single processes (`DistributedType.NO`) that all write the same output folder. FSDP
+    on CPU is not available through accelerate (its FSDP setup covers accelerator devices only), so
+    both are refused."""
+    wants_fsdp = environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if wants_fsdp and distributed_type != DistributedType.FSDP:
         raise InputError(f"the accelerate config asks for FSDP, which needs GPUs; here it would run as "
-                         f"{distributed_type.value} instead: use configs/ddp_cpu.yaml on a machine without GPUs")
+                         f"{distributed_type.value} instead: use configs/ddp_cpu.yaml on a machine "
+                         "without GPUs")
     launched = int(environ.get("WORLD_SIZE", "1"))
     if launched != processes:
-        raise InputError(f"launched as {launched} processes, but each would run alone ({distributed_type.value}) "
-                         "and all would write the same output folder: check the accelerate config")
+        raise InputError(f"launched as {launched} processes, but each would run alone "
+                         f"({distributed_type.value}) and all would write the same output folder: "
+                         "check the accelerate config")
 
 
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:
-    """How many informative groups each process keeps so that all together keep exactly `target` (or all,
-    when fewer were found): each process up to its equal share first, then the shortfall is filled from
-    processes that found more, lowest rank first. Identical on every process (it sees every count)."""
+    """How many informative groups each process keeps so that all together keep exactly `target` (or
+    all, when fewer were found): each process up to its equal share first, then the shortfall is
+    filled from processes that found more, lowest rank first. Identical on every process (it sees
+    every count)."""
     quotas = [min(count, target // len(counts)) for count in counts]
     left = target - sum(quotas)
     for process, count in enumerate(counts):
@@ -582,10 +661,12 @@ def kept_group_quotas(counts: list[int], target: int) -> list[int]:
     return quotas
 
 
-def keep_target_groups(informative: torch.Tensor, target: int, rank: int, processes: int, reduce_sum) -> torch.Tensor:
-    """[G] bool: this process's share of exactly `target` informative groups over all processes, as DAPO and
-    verl keep a fixed batch size after a dynamic-sampling refill. Groups are in collection order (round by
-    round), so the first ones collected are kept and the surplus of the last round is dropped."""
+def keep_target_groups(informative: torch.Tensor, target: int, rank: int, processes: int,
+                       reduce_sum) -> torch.Tensor:
+    """[G] bool: this process's share of exactly `target` informative groups over all processes, as
+    DAPO and verl keep a fixed batch size after a dynamic-sampling refill. Groups are in collection
+    order (round by round), so the first ones collected are kept and the surplus of the last round
+    is dropped."""
     counts = torch.zeros(processes)
     counts[rank] = informative.sum()
     quota = kept_group_quotas([int(c) for c in reduce_sum(counts).tolist()], target)[rank]
@@ -595,7 +676,8 @@ def keep_target_groups(informative: torch.Tensor, target: int, rank: int, proces
 
 
 def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) -> list[int]:
-    """Up to `limit` distinct correct responses (one row per distinct (prompt, response)), evenly spread."""
+    """Up to `limit` distinct correct responses (one row per distinct (prompt, response)), evenly
+    spread."""
     seen, rows = set(), []
     for row in (rewards.flatten() == 1.0).nonzero().squeeze(-1).tolist():
         key = (int(rollouts.group[row]), rollouts.texts[row])
@@ -608,8 +690,9 @@ def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) 
 
 
 def correct_fraction_histogram(rewards: torch.Tensor) -> dict[str, float]:
-    """Share of the step's prompts by the fraction of their N rollouts that were correct: all wrong, four
-    quarters of (0, 1), all right. The two ends are compute spent on groups with no signal (Sec. 3)."""
+    """Share of the step's prompts by the fraction of their N rollouts that were correct: all wrong,
+    four quarters of (0, 1), all right. The two ends are compute spent on groups with no signal
+    (Sec. 3)."""
     fraction = rewards.float().mean(dim=1)
     bins = {"correct_frac/0": fraction == 0, "correct_frac/1": fraction == 1}
     for lo, hi in ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)):
@@ -618,13 +701,15 @@ def correct_fraction_histogram(rewards: torch.Tensor) -> dict[str, float]:
 
 
 def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path, cfg: Config) -> None:
-    """--init-from: load another run's policy and optimizer state (AdamW's moments and step count carry
-    over: restarting them cost a large-N branch 15-25 points in its first step, see experiments/revive.py),
-    then give the optimizer this run's learning rate and re-seed, since this is a new run with its own seed."""
+    """--init-from: load another run's policy and optimizer state (AdamW's moments and step count
+    carry over: restarting them cost a large-N branch 15-25 points in its first step, see
+    experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since this
+    is a new run with its own seed."""
     source = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
     if (source["config"]["kl_coef"] > 0) != (cfg.kl_coef > 0):
-        raise InputError(f"--init-from {checkpoint}: its run {'had' if source['config']['kl_coef'] > 0 else 'had no'} "
-                         "reference policy (kl_coef > 0), and this run must match it")
+        had = "had" if source["config"]["kl_coef"] > 0 else "had no"
+        raise InputError(f"--init-from {checkpoint}: its run {had} reference policy (kl_coef > 0), "
+                         "and this run must match it")
     accelerator.load_state(checkpoint / "state")
     for group in optimizer.param_groups:
         group["lr"] = cfg.lr
@@ -632,14 +717,17 @@ def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path,
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     if accelerator.is_main_process:
-        print(f"initialised from {checkpoint} (step {source['step']}: weights and optimizer state), lr {cfg.lr:g}")
+        print(f"initialised from {checkpoint} (step {source['step']}: weights and optimizer state), "
+              f"lr {cfg.lr:g}")
 
 
-def log_probes(probes: dict | None, policy, update_cfg, reduce_max, sampled_prompts: set[str], step: int,
-               metrics: "MetricsLog | None") -> None:
-    """Re-score the probe set (every process: the passes run in lockstep) and log its report at this eval."""
+def log_probes(probes: dict | None, policy, update_cfg, reduce_max, sampled_prompts: set[str],
+               step: int, metrics: "MetricsLog | None") -> None:
+    """Re-score the probe set (every process: the passes run in lockstep) and log its report at this
+    eval."""
     if probes is not None:
-        report = probe_report(probes, probe_logprobs(policy, probes, update_cfg, reduce_max), sampled_prompts)
+        report = probe_report(probes, probe_logprobs(policy, probes, update_cfg, reduce_max),
+                              sampled_prompts)
         if metrics is not None:
             metrics.log(step, report, prefix="eval")
 
@@ -649,18 +737,22 @@ def log_probes(probes: dict | None, policy, update_cfg, reduce_max, sampled_prom
 
 def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[dict], cfg: Config,
                 verify_cfg: reward.VerifyConfig) -> dict:
-    """The fixed probe set, drawn once at step 0: for each of the first `probe_prompts` held-out prompts and
-    as many training prompts, the first correct response among `probe_samples` samples (a prompt with none
-    has no probe). Fig. 3 of arXiv 2510.01180 follows correct responses the policy already produced and asks
-    whether training raises or lowers them; the held-out ones are never trained on, the training ones are
-    sampled by some steps, which is the paper's sampled / unsampled split (Sec. 2.2, Fig. 3 (ii) vs (iii))."""
+    """The fixed probe set, drawn once at step 0: for each of the first `probe_prompts` held-out
+    prompts and as many training prompts, the first correct response among `probe_samples` samples
+    (a prompt with none has no probe). Fig. 3 of arXiv 2510.01180 follows correct responses the
+    policy already produced and asks whether training raises or lowers them; the held-out ones are
+    never trained on, the training ones are sampled by some steps, which is the paper's sampled /
+    unsampled split (Sec. 2.2, Fig. 3 (ii) vs (iii))."""
     tasks = test_tasks[: cfg.probe_prompts] + train_tasks[: cfg.probe_prompts]
     held_out = [i < min(cfg.probe_prompts, len(test_tasks)) for i in range(len(tasks))]
     prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], cfg.chat_template)
-    params = rollout.SamplingParams(cfg.probe_samples, cfg.temperature, cfg.top_p, cfg.max_new_tokens,
-                                    cfg.gen_batch_seqs)
-    drawn = rollout.generate(sampler, tokenizer, prompt_ids, params, torch.Generator().manual_seed(cfg.seed + 7919))
-    items = [(tasks[g]["task"], text, tasks[g]["answer"]) for g, text in zip(drawn.group.tolist(), drawn.texts)]
+    params = rollout.SamplingParams(n=cfg.probe_samples, temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_new_tokens=cfg.max_new_tokens,
+                                    max_batch_seqs=cfg.gen_batch_seqs)
+    drawn = rollout.generate(sampler, tokenizer, prompt_ids, params,
+                             torch.Generator().manual_seed(cfg.seed + 7919))
+    items = [(tasks[g]["task"], text, tasks[g]["answer"])
+             for g, text in zip(drawn.group.tolist(), drawn.texts)]
     correct = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg)) == 1.0
     if cfg.zero_truncated_reward:
         correct &= ~drawn.truncated
@@ -675,8 +767,10 @@ def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[di
             "held_out": torch.tensor([held_out[int(drawn.group[r])] for r in rows], dtype=torch.bool)}
 
 
-def probe_logprobs(policy, probes: dict, update_cfg: update.UpdateConfig, reduce_max, micro_batch_tokens: int = 0):
-    """[P] per-token mean log-prob of each probe response (a mean, so long and short responses weigh alike)."""
+def probe_logprobs(policy, probes: dict, update_cfg: update.UpdateConfig, reduce_max,
+                   micro_batch_tokens: int = 0):
+    """[P] per-token mean log-prob of each probe response (a mean, so long and short responses weigh
+    alike)."""
     batch = update.TrainBatch(probes["prompt_ids"], probes["prompt_mask"], probes["response_ids"],
                               probes["response_mask"], torch.zeros(len(probes["prompts"])))
     if micro_batch_tokens:
@@ -685,13 +779,14 @@ def probe_logprobs(policy, probes: dict, update_cfg: update.UpdateConfig, reduce
     return (logprobs * batch.response_mask).sum(-1) / batch.response_mask.sum(-1).clamp(min=1)
 
 
-def load_or_draw_probes(output_dir: Path, cfg: Config, accelerator: Accelerator, sampler, policy, tokenizer,
-                        train_tasks, test_tasks, update_cfg, verify_cfg, reduce_max) -> dict | None:
-    """`probes.pt` of this run: kept with the run, so a resumed run re-scores the same probes, and copied from
-    the source run by --init-from, so every branch is measured against the same probes and the same step-0
-    log-probs. A new probe set also gets its noise floor: the largest change of any probe between two
-    scorings with unchanged weights (one batched and padded, one row at a time), the rounding a change
-    must exceed to count as a change."""
+def load_or_draw_probes(output_dir: Path, cfg: Config, accelerator: Accelerator, sampler, policy,
+                        tokenizer, train_tasks, test_tasks, update_cfg, verify_cfg,
+                        reduce_max) -> dict | None:
+    """`probes.pt` of this run: kept with the run, so a resumed run re-scores the same probes, and
+    copied from the source run by --init-from, so every branch is measured against the same probes
+    and the same step-0 log-probs. A new probe set also gets its noise floor: the largest change of
+    any probe between two scorings with unchanged weights (one batched and padded, one row at a
+    time), the rounding a change must exceed to count as a change."""
     if not cfg.probe_prompts:
         return None
     path = output_dir / "probes.pt"
@@ -709,19 +804,22 @@ def load_or_draw_probes(output_dir: Path, cfg: Config, accelerator: Accelerator,
         probes["noise_floor"] = float((alone - probes["base"]).abs().max()) if len(alone) else 0.0
         if accelerator.is_main_process:
             torch.save(probes, path)
-            print(f"probe set: {len(probes['prompts'])} correct responses ({int(probes['held_out'].sum())} on "
-                  f"held-out prompts), noise floor {probes['noise_floor']:.2e} nats/token")
+            held_out = int(probes["held_out"].sum())
+            print(f"probe set: {len(probes['prompts'])} correct responses ({held_out} on held-out "
+                  f"prompts), noise floor {probes['noise_floor']:.2e} nats/token")
     return probes
 
 
 def probe_report(probes: dict, now: torch.Tensor, sampled_prompts: set[str]) -> dict[str, float]:
-    """The change of each probe's per-token mean log-prob since step 0, as in Fig. 3 (ii)/(iii): the fraction
-    that rose by more than the noise floor, the fraction that fell by more, and the worst drop; over all
-    probes, and separately over probes whose prompt this step sampled and the rest."""
+    """The change of each probe's per-token mean log-prob since step 0, as in Fig. 3 (ii)/(iii): the
+    fraction that rose by more than the noise floor, the fraction that fell by more, and the worst
+    drop; over all probes, and separately over probes whose prompt this step sampled and the
+    rest."""
     change, floor = now - probes["base"], probes["noise_floor"]
     sampled = torch.tensor([p in sampled_prompts for p in probes["prompts"]], dtype=torch.bool)
     report = {"probe_noise_floor": floor}
-    for name, mask in (("probe", torch.ones_like(sampled)), ("probe_sampled", sampled), ("probe_unsampled", ~sampled)):
+    for name, mask in (("probe", torch.ones_like(sampled)), ("probe_sampled", sampled),
+                       ("probe_unsampled", ~sampled)):
         report[f"{name}_count"] = int(mask.sum())
         if mask.any():
             report[f"{name}_improved_frac"] = float((change[mask] > floor).float().mean())
@@ -732,19 +830,29 @@ def probe_report(probes: dict, now: torch.Tensor, sampled_prompts: set[str]) -> 
 
 
 def train(cfg: Config) -> Path:
-    """Run (or resume) training; returns the output directory. Under `accelerate launch`, every process runs this."""
+    """Run (or resume) training; returns the output directory. Under `accelerate launch`, every
+    process runs this."""
     # ---- setup ----
     process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
-    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),  # (else no process group on CPU)
+    # (else no process group on CPU)
+    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),
                               kwargs_handlers=[process_group])
-    main_process, rank, processes = accelerator.is_main_process, accelerator.process_index, accelerator.num_processes
+    main_process = accelerator.is_main_process
+    rank, processes = accelerator.process_index, accelerator.num_processes
     check_launch(accelerator.distributed_type, processes)
 
-    def reduce_sum(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's token mean and whitening)
-        return tensor if processes == 1 else accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()
+    # over processes (update.py's token mean and whitening)
+    def reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
+        if processes == 1:
+            return tensor
+        return accelerator.reduce(tensor.to(accelerator.device), "sum").cpu()
 
-    def reduce_max(tensor: torch.Tensor) -> torch.Tensor:  # over processes (update.py's pass counts, for FSDP)
-        return tensor if processes == 1 else accelerator.gather(tensor.reshape(1).to(accelerator.device)).max().cpu()
+    # over processes (update.py's pass counts, for FSDP)
+    def reduce_max(tensor: torch.Tensor) -> torch.Tensor:
+        if processes == 1:
+            return tensor
+        every_process = accelerator.gather(tensor.reshape(1).to(accelerator.device))
+        return every_process.max().cpu()
 
     output_dir = Path(cfg.output_dir or f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     if main_process:
@@ -752,11 +860,13 @@ def train(cfg: Config) -> Path:
         remove_leftovers(output_dir)
     checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
     if checkpoint and not cfg.resume:
-        raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or another --output-dir")
+        raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or "
+                         "another --output-dir")
     if cfg.resume and checkpoint is None and main_process:
         print(f"--resume: no checkpoint in {output_dir} yet, starting from scratch")
     if cfg.prompts_per_step % processes:
-        raise InputError(f"prompts_per_step ({cfg.prompts_per_step}) must be divisible by the {processes} processes")
+        raise InputError(f"prompts_per_step ({cfg.prompts_per_step}) must be divisible by the "
+                         f"{processes} processes")
     engine_name = rollout.default_engine() if cfg.engine == "auto" else cfg.engine
     if accelerator.distributed_type == DistributedType.FSDP and engine_name == "hf":
         raise InputError("FSDP shards the model across processes: generate with --engine vllm")
@@ -766,14 +876,18 @@ def train(cfg: Config) -> Path:
     test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
     check_answers(train_tasks, cfg.train_data)
     check_answers(test_tasks, cfg.test_data)
-    eval_suites = {b.suite for b in benchmarks.select(names=list(cfg.eval_benchmarks))} if cfg.eval_benchmarks else set()
-    reward.require_sandbox({t["task"] for t in train_tasks + test_tasks} | eval_suites, cfg.unsafe_no_sandbox)
+    eval_benchmarks = benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else []
+    eval_suites = {b.suite for b in eval_benchmarks}
+    reward.require_sandbox({t["task"] for t in train_tasks + test_tasks} | eval_suites,
+                           cfg.unsafe_no_sandbox)
     with accelerator.main_process_first():  # the main process builds the tiny model's cache entry
-        model_path = (str(checkpoint / "model") if checkpoint else str(Path(cfg.init_from) / "model") if cfg.init_from
+        model_path = (str(checkpoint / "model") if checkpoint
+                      else str(Path(cfg.init_from) / "model") if cfg.init_from
                       else str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
     revision = None if checkpoint or cfg.init_from else cfg.model_revision
     model, tokenizer = load_policy(model_path, cfg.dtype, "cpu", revision)
-    context = min(getattr(model.config, "max_position_embeddings", math.inf), cfg.vllm_max_model_len or math.inf)
+    context = min(getattr(model.config, "max_position_embeddings", math.inf),
+                  cfg.vllm_max_model_len or math.inf)
     prompt_limit = context - cfg.max_new_tokens
     for path in (cfg.train_data, cfg.test_data):
         check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
@@ -784,11 +898,14 @@ def train(cfg: Config) -> Path:
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     policy, optimizer = accelerator.prepare(policy, optimizer)
     if ref_policy is not None:
-        ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)  # sharded under FSDP, not DDP-wrapped
+        # sharded under FSDP, not DDP-wrapped
+        ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)
     engine = None
     if engine_name == "vllm":
-        engine = rollout.VLLMEngine(model_path, dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype,
-                                    revision=revision, seed=cfg.seed + rank, request_seeds=cfg.vllm_request_seeds,
+        engine = rollout.VLLMEngine(model_path,
+                                    dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype,
+                                    revision=revision, seed=cfg.seed + rank,
+                                    request_seeds=cfg.vllm_request_seeds,
                                     max_model_len=cfg.vllm_max_model_len or None,
                                     max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
                                     gpu_memory_utilization=cfg.gpu_memory_utilization)
@@ -810,51 +927,65 @@ def train(cfg: Config) -> Path:
         output_dir.mkdir(parents=True, exist_ok=True)
         write_config(output_dir, cfg)
         metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
-        metrics.writer.add_text("config", "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items()))
-    sampling = rollout.SamplingParams(cfg.n_rollouts, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.gen_batch_seqs)
-    update_cfg = update.UpdateConfig(cfg.eps_low, cfg.eps_high, cfg.kl_coef, cfg.kl_estimator, cfg.minibatches,
-                                     cfg.micro_batch_tokens, cfg.max_grad_norm, cfg.temperature, cfg.logprob_chunk_tokens,
-                                     cfg.tis_cap)
+        settings_text = "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items())
+        metrics.writer.add_text("config", settings_text)
+    sampling = rollout.SamplingParams(n=cfg.n_rollouts, temperature=cfg.temperature, top_p=cfg.top_p,
+                                      max_new_tokens=cfg.max_new_tokens,
+                                      max_batch_seqs=cfg.gen_batch_seqs)
+    update_cfg = update.UpdateConfig(
+        eps_low=cfg.eps_low, eps_high=cfg.eps_high, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
+        minibatches=cfg.minibatches, micro_batch_tokens=cfg.micro_batch_tokens,
+        max_grad_norm=cfg.max_grad_norm, temperature=cfg.temperature,
+        logprob_chunk_tokens=cfg.logprob_chunk_tokens, tis_cap=cfg.tis_cap)
     verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout,
                                      unsafe_no_sandbox=cfg.unsafe_no_sandbox)
-    eval_settings = evaluation.EvalSettings(cfg.eval_samples, cfg.eval_temperature, cfg.eval_top_p, cfg.max_new_tokens,
-                                            cfg.seed, cfg.chat_template, cfg.gen_batch_seqs,
-                                            verify_workers=cfg.verify_workers, verify_config=verify_cfg)
-    sampling_protocol = evaluation.sampling_protocol(dataclasses.asdict(eval_settings))  # printed beside each score
+    eval_settings = evaluation.EvalSettings(
+        samples=cfg.eval_samples, temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+        max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, chat_template=cfg.chat_template,
+        max_batch_seqs=cfg.gen_batch_seqs, verify_workers=cfg.verify_workers, verify_config=verify_cfg)
+    # printed beside each score
+    sampling_protocol = evaluation.sampling_protocol(dataclasses.asdict(eval_settings))
     if main_process:
         print(eval_protocol(cfg))
     eval_shard = evaluation.Shard(rank, processes, lambda item: gather_object([item]))
-    probes = load_or_draw_probes(output_dir, cfg, accelerator, sampler, policy, tokenizer, train_tasks, test_tasks,
-                                 update_cfg, verify_cfg, reduce_max)
+    probes = load_or_draw_probes(output_dir, cfg, accelerator, sampler, policy, tokenizer,
+                                 train_tasks, test_tasks, update_cfg, verify_cfg, reduce_max)
     if step == 0:
-        start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics, output_dir, eval_shard)
+        start_pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, 0, metrics,
+                               output_dir, eval_shard)
         log_probes(probes, policy, update_cfg, reduce_max, set(), 0, metrics)
         if main_process:
             print(f"step 0: eval_pass1 {start_pass1:.3f} ({sampling_protocol})")
     accelerator.wait_for_everyone()
 
-    progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step, total=cfg.total_steps,
+    progress = tqdm(range(step + 1, cfg.total_steps + 1), desc="BroRL", initial=step,
+                    total=cfg.total_steps,
                     disable=not main_process)
     for step in progress:
         step_start, step_start_position = time.time(), data_position
         # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds), then
-        # verifiable rewards [G prompts, N rollouts] (each distinct answer checked once). Dynamic sampling
-        # keeps groups with 0 < #correct < N (all-equal groups carry no signal); with refill_rounds, more
-        # prompts are drawn until prompts_per_step groups are found, and exactly that many are kept (DAPO).
+        # verifiable rewards [G prompts, N rollouts] (each distinct answer checked once). Dynamic
+        # sampling keeps groups with 0 < #correct < N (all-equal groups carry no signal); with
+        # refill_rounds, more prompts are drawn until prompts_per_step groups are found, and exactly
+        # that many are kept (DAPO).
         verify_stats = reward.VerifyStats()
         parts, part_rewards, gen_time, found_so_far = [], [], 0.0, 0.0
         for refill in range(1 + cfg.refill_rounds):
             round_start = time.time()
-            round_tasks = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)[rank::processes]
+            round_prompts = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)
+            round_tasks = round_prompts[rank::processes]  # this process's share
             data_position += cfg.prompts_per_step
-            prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in round_tasks], cfg.chat_template)
+            prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in round_tasks],
+                                                cfg.chat_template)
             generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, rank)
             parts.append(rollout.generate(sampler, tokenizer, prompt_ids, sampling, generator))
             gen_time += time.time() - round_start
             items = [(round_tasks[g]["task"], text, round_tasks[g]["answer"])
                      for g, text in zip(parts[-1].group.tolist(), parts[-1].texts)]
-            round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, verify_stats))
-            if cfg.zero_truncated_reward:  # an unfinished response earns nothing, even with a \boxed{} answer
+            round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg,
+                                                            verify_stats))
+            # an unfinished response earns nothing, even with a \boxed{} answer
+            if cfg.zero_truncated_reward:
                 round_rewards[parts[-1].truncated] = 0.0
             part_rewards.append(round_rewards.view(len(round_tasks), -1))
             found_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
@@ -867,17 +998,19 @@ def train(cfg: Config) -> Path:
         informative = informative_groups(rewards)
         kept = (keep_target_groups(informative, cfg.prompts_per_step, rank, processes, reduce_sum)
                 if cfg.dynamic_sampling else torch.ones_like(informative))
-        if cfg.advantage == "grpo":
-            advantages = update.grpo_advantages(rewards[kept], cfg.normalize_std)
-        else:
-            advantages = update.reinforce_pp_baseline_advantages(rewards[kept], reduce_sum=reduce_sum)
-        kept_rows = (kept[:, None].expand_as(rewards)).flatten().nonzero().squeeze(-1).tolist()
-        batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()), cfg.minibatches,
-                                        step_generator(cfg, step, 1, rank))  # split into mini-batches, then merged
+        advantages = update.ADVANTAGES[cfg.advantage](rewards[kept], reduce_sum=reduce_sum)
+        kept_mask = kept[:, None].expand_as(rewards).flatten()  # [G·N]: the rows of the kept groups
+        kept_rows = kept_mask.nonzero().squeeze(-1).tolist()
+        batch = update.merge_duplicates(rows_batch(rollouts, kept_rows, advantages.flatten()),
+                                        cfg.minibatches,
+                                        # split into mini-batches, then merged
+                                        step_generator(cfg, step, 1, rank))
 
-        # the knowledge-shrinkage monitor, part 1: correct responses' sequence log-probs before the update
-        # (its passes run on every process, also one with no correct response: FSDP gathers in each pass)
-        watch = monitor_rows(rollouts, rewards, cfg.shrink_monitor_samples) if cfg.shrink_monitor_samples else []
+        # the knowledge-shrinkage monitor, part 1: correct responses' sequence log-probs before the
+        # update (its passes run on every process, also one with no correct response: FSDP gathers
+        # in each pass)
+        watch = (monitor_rows(rollouts, rewards, cfg.shrink_monitor_samples)
+                 if cfg.shrink_monitor_samples else [])
         watch_batch = rows_batch(rollouts, watch, torch.zeros(len(watch)))
         before = update.batch_logprobs(policy, watch_batch, update_cfg, reduce_max=reduce_max).sum(-1)
 
@@ -899,16 +1032,18 @@ def train(cfg: Config) -> Path:
         after = update.batch_logprobs(policy, watch_batch, update_cfg, reduce_max=reduce_max).sum(-1)
         shrink_frac, shrink_worst = update.shrinkage(before, after)
         if engine is not None:
-            engine.wake_up(accelerator.unwrap_model(policy).model)  # the next rollouts sample the new policy
+            # the next rollouts sample the new policy
+            engine.wake_up(accelerator.unwrap_model(policy).model)
 
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint
         step_time = time.time() - step_start
         lengths = rollouts.response_mask.sum(-1).float()
+        group_worst, group_best = rewards.min(dim=1).values, rewards.max(dim=1).values
         scalars = {
             "reward_mean": float(rewards.mean()),
             "pass_rate": float(informative.float().mean()),
-            "solve_all_frac": float((rewards.min(dim=1).values == 1).float().mean()),
-            "solve_none_frac": float((rewards.max(dim=1).values == 0).float().mean()),
+            "solve_all_frac": float((group_worst == 1).float().mean()),
+            "solve_none_frac": float((group_best == 0).float().mean()),
             "samples_per_s": rewards.numel() / step_time,
             "gen_samples_per_s": rewards.numel() / gen_time,
             "response_len": float(lengths.mean()),
@@ -927,25 +1062,31 @@ def train(cfg: Config) -> Path:
             **verify_stats.as_log(),
         }
         if processes > 1:  # the mean over processes (equal shares of prompts); throughputs add up
-            values = torch.tensor(list(scalars.values()), dtype=torch.float64, device=accelerator.device)
+            values = torch.tensor(list(scalars.values()), dtype=torch.float64,
+                                  device=accelerator.device)
             means = accelerator.reduce(values, "mean")
             scalars = dict(zip(scalars, means.cpu().tolist()))
             for key in ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_groups"):
                 scalars[key] *= processes
         if main_process:
             metrics.log(step, scalars, prefix="train")
-            progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}", pass_rate=f"{scalars['pass_rate']:.2f}")
+            progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}",
+                                 pass_rate=f"{scalars['pass_rate']:.2f}")
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
-            pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics, output_dir, eval_shard)
-            step_prompts = next_prompts(train_tasks, step_start_position, data_position - step_start_position, cfg.seed)
-            log_probes(probes, policy, update_cfg, reduce_max, {t["prompt"] for t in step_prompts}, step, metrics)
+            pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics,
+                             output_dir, eval_shard)
+            step_prompts = next_prompts(train_tasks, step_start_position,
+                                        data_position - step_start_position, cfg.seed)
+            log_probes(probes, policy, update_cfg, reduce_max, {t["prompt"] for t in step_prompts},
+                       step, metrics)
             if main_process:
                 progress.write(f"step {step}: eval_pass1 {pass1:.3f} "
                                f"({sampling_protocol})")
         accelerator.wait_for_everyone()
         if step % cfg.save_every == 0 or step == cfg.total_steps:
-            save_checkpoint(output_dir, step, accelerator, policy, tokenizer,
-                            {"step": step, "data_position": data_position, "config": dataclasses.asdict(cfg)},
+            trainer_state = {"step": step, "data_position": data_position,
+                             "config": dataclasses.asdict(cfg)}
+            save_checkpoint(output_dir, step, accelerator, policy, tokenizer, trainer_state,
                             cfg.keep_checkpoints)
     if metrics is not None:
         metrics.close()
@@ -957,7 +1098,8 @@ def train(cfg: Config) -> Path:
 
 def where_to_resume(cfg: Config | None) -> str:
     """What an interrupted run left: the checkpoint it continues from, and the command that does it."""
-    checkpoint = latest_checkpoint(Path(cfg.output_dir), say=lambda message: None) if cfg and cfg.output_dir else None
+    checkpoint = (latest_checkpoint(Path(cfg.output_dir), say=lambda message: None)
+                  if cfg and cfg.output_dir else None)
     if checkpoint is None:
         return "no checkpoint was saved yet (a rerun starts from step 0)"
     return (f"the last complete checkpoint is {checkpoint}; continue with: "
@@ -970,12 +1112,14 @@ ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "di
 
 
 def write_failure(e: Exception) -> str | None:
-    """The one-line name of a failed write, or None for any other error. Python reports a full disk as an
-    OSError with errno ENOSPC; torch.save as a RuntimeError from its zip writer, with no errno (on a full
-    device: "unexpected pos 704 vs 598", or "PytorchStreamWriter failed writing file ...")."""
+    """The one-line name of a failed write, or None for any other error. Python reports a full disk
+    as an OSError with errno ENOSPC; torch.save as a RuntimeError from its zip writer, with no errno
+    (on a full device: "unexpected pos 704 vs 598", or "PytorchStreamWriter failed writing file
+    ...")."""
     if isinstance(e, OSError) and e.errno in ONE_LINE_OS_ERRORS:
         return f"{ONE_LINE_OS_ERRORS[e.errno]} writing {e.filename or 'a file'}"
-    if isinstance(e, RuntimeError) and any(sign in str(e) for sign in ("PytorchStreamWriter", "unexpected pos")):
+    if isinstance(e, RuntimeError) and any(sign in str(e) for sign in ("PytorchStreamWriter",
+                                                                       "unexpected pos")):
         return "a checkpoint file could not be written (no space left on device?)"
     return None
 

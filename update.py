@@ -21,6 +21,10 @@ min(π_old / π_sampler, C), a detached weight that makes the gradient that of s
 Across processes (accelerate/DDP), each process holds part of the batch; `reduce_sum` sums a tensor
 over processes, so the token mean and the whitening statistics are those of the whole batch, and
 the update equals the single-process one on the same global batch.
+
+Where to change things: an advantage estimator is one entry of `ADVANTAGES`; the loss of a token
+(ratio, clip, TIS, KL) is `per_token_loss`; `ppo_update` is only the loop around it (mini-batches,
+micro-batches, DDP's no_sync, FSDP's lockstep passes).
 """
 
 import contextlib
@@ -31,21 +35,10 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 # ALGO LOGIC: advantages ----------------------------------------------------------------------------
-
-
-def grpo_advantages(rewards: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3): A_i = (R_i - mean(R_group)) / std(R_group).
-
-    rewards: [G, N] (G prompts, N rollouts each). The std is the unbiased group std, as in TRL and
-    DeepSeekMath; `normalize_std=False` gives Dr. GRPO's mean-only baseline.
-
-    >>> grpo_advantages(torch.tensor([[1., 0., 0., 0.]]), normalize_std=False)
-    tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
-    """
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    if not normalize_std:
-        return centered
-    return centered / (rewards.std(dim=1, keepdim=True) + eps)
+# Every estimator maps the step's rewards [G prompts, N rollouts] to advantages [G, N] with the same
+# signature, so `ADVANTAGES` below is the one place a new one is added (train_brorl.py's --advantage
+# choices and its loop both read it). `reduce_sum` sums a tensor over processes, for estimators with
+# batch-wide statistics; group-wise ones never need it.
 
 
 def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
@@ -53,30 +46,79 @@ def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
-def reinforce_pp_baseline_advantages(rewards: torch.Tensor, eps: float = 1e-6,
-                                     reduce_sum: Callable = no_reduce) -> torch.Tensor:
-    """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, paper Sec. 3):
-    A_i = R_i - mean(R_group), then whitened with the mean and std of the whole batch.
+def whiten(values: torch.Tensor, reduce_sum: Callable = no_reduce, eps: float = 1e-6) -> torch.Tensor:
+    """(x - mean) / (std + eps), with the mean and the unbiased std (as torch.std) of every element on
+    every process. Nothing to whiten (no process holds an element) gives zeros.
+
+    >>> whiten(torch.tensor([1.0, 2.0, 3.0]), eps=0.0)
+    tensor([-1.,  0.,  1.])
+    """
+    moments = torch.stack([torch.tensor(float(values.numel())), values.sum(), (values**2).sum()])
+    count, total, squares = reduce_sum(moments.double()).tolist()
+    if count == 0:
+        return torch.zeros_like(values)
+    mean = total / count
+    variance = max((squares - count * mean**2) / max(count - 1, 1), 0.0)
+    return (values - mean) / (variance**0.5 + eps)
+
+
+def group_centered(rewards: torch.Tensor) -> torch.Tensor:
+    """R_i - mean(R_group): each rollout against the other rollouts of its prompt. rewards: [G, N]."""
+    return rewards - rewards.mean(dim=1, keepdim=True)
+
+
+def grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce,
+                    eps: float = 1e-6) -> torch.Tensor:
+    """GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3): A_i = (R_i - mean(R_group)) / std(R_group).
+
+    rewards: [G, N] (G prompts, N rollouts each). The std is the unbiased group std, as in TRL and
+    DeepSeekMath. Group statistics only: `reduce_sum` is not needed.
+
+    >>> grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
+    tensor([[ 1.5000, -0.5000, -0.5000, -0.5000]])
+    """
+    return group_centered(rewards) / (rewards.std(dim=1, keepdim=True) + eps)
+
+
+def dr_grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce) -> torch.Tensor:
+    """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783, Sec. 3.1):
+    A_i = R_i - mean(R_group), without GRPO's division by the group std, which up-weights prompts
+    that are nearly always or nearly never solved. (Dr. GRPO's other change, dropping the per-response
+    length normalisation, is already the loss here: a token mean over the mini-batch, DAPO eq. 8.)
+
+    >>> dr_grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
+    tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
+    """
+    return group_centered(rewards)
+
+
+def reinforce_pp_baseline_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce,
+                                     eps: float = 1e-6) -> torch.Tensor:
+    """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, arXiv 2510.01180 Sec. 3):
+    A_i = whiten(R_i - mean(R_group)), the whitening over the whole batch (every process).
 
     rewards: [G, N]. verl whitens over tokens; we whiten over samples (each rollout counts once),
     which differs only when response lengths differ within the batch. When no process kept a group
     (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages are zeros.
     """
-    centered = rewards - rewards.mean(dim=1, keepdim=True)
-    count, total, squares = reduce_sum(torch.stack([torch.tensor(float(centered.numel())), centered.sum(),
-                                                     (centered**2).sum()]).double()).tolist()
-    if count == 0:
-        return torch.zeros_like(centered)
-    mean = total / count
-    std = max((squares - count * mean**2) / max(count - 1, 1), 0.0) ** 0.5  # unbiased, as torch.std
-    return (centered - mean) / (std + eps)
+    return whiten(group_centered(rewards), reduce_sum, eps)
+
+
+# name -> advantage estimator, all called as ADVANTAGES[name](rewards [G, N], reduce_sum=...) -> [G, N]
+ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
+}
 
 
 # ALGO LOGIC: log-probs -----------------------------------------------------------------------------
 
 
-def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets: torch.Tensor, temperature: float):
-    logits = (hidden @ lm_head_weight.T).float() / temperature  # [chunk, V]: the only vocab-sized tensor
+def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets: torch.Tensor,
+                    temperature: float):
+    # [chunk, V]: the only vocab-sized tensor
+    logits = (hidden @ lm_head_weight.T).float() / temperature
     logsumexp = logits.logsumexp(dim=-1)
     logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - logsumexp
     with torch.no_grad():
@@ -96,7 +138,8 @@ def token_logprobs(model, input_ids, attention_mask, response_len: int, temperat
     the peak vocab-sized tensor is [chunk_tokens, V] in forward and backward alike.
     """
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).last_hidden_state
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=positions).last_hidden_state
     hidden = hidden[:, -response_len - 1 : -1]  # [B, R, H]: the states that predict the response tokens
     targets = input_ids[:, -response_len:]
     live = attention_mask[:, -response_len:].bool()
@@ -104,7 +147,8 @@ def token_logprobs(model, input_ids, attention_mask, response_len: int, temperat
     flat_hidden, flat_targets = hidden[live], targets[live]
     pieces = []
     for start in range(0, len(flat_targets), chunk_tokens):
-        args = (flat_hidden[start : start + chunk_tokens], weight, flat_targets[start : start + chunk_tokens], temperature)
+        args = (flat_hidden[start : start + chunk_tokens], weight,
+                flat_targets[start : start + chunk_tokens], temperature)
         pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled()
                       else _chunk_logprobs(*args))
     logprobs = hidden.new_zeros(live.shape, dtype=torch.float32)
@@ -126,14 +170,18 @@ class Policy(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, response_len: int, temperature: float = 1.0, chunk_tokens: int = 4096):
-        return token_logprobs(self.model, input_ids, attention_mask, response_len, temperature, chunk_tokens)
+    def forward(self, input_ids, attention_mask, response_len: int, temperature: float = 1.0,
+                chunk_tokens: int = 4096):
+        return token_logprobs(self.model, input_ids, attention_mask, response_len, temperature,
+                              chunk_tokens)
 
 
-def naive_token_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0) -> torch.Tensor:
+def naive_token_logprobs(model, input_ids, attention_mask, response_len: int,
+                         temperature: float = 1.0) -> torch.Tensor:
     """Reference implementation: full [B, P+R, V] float32 logits. For tests and bench/ only."""
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions).logits.float()
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=positions).logits.float()
     logprobs = torch.log_softmax(logits[:, -response_len - 1 : -1] / temperature, dim=-1)
     logprobs = logprobs.gather(-1, input_ids[:, -response_len:, None]).squeeze(-1)
     return logprobs * attention_mask[:, -response_len:]
@@ -166,7 +214,8 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
     raise ValueError(f"unknown KL estimator '{estimator}' (k1, k2 or k3)")
 
 
-def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor) -> dict:
+def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                     mask: torch.Tensor) -> dict:
     """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean and
     max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old), estimated from
     the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance estimator), in float64
@@ -176,29 +225,58 @@ def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
     delta = (old_logprobs - sampler_logprobs)[live].double()
     if delta.numel() == 0:
         return {"mismatch_abs_mean": 0.0, "mismatch_abs_max": 0.0, "mismatch_kl": 0.0}
-    return {"mismatch_abs_mean": float(delta.abs().mean()), "mismatch_abs_max": float(delta.abs().max()),
+    return {"mismatch_abs_mean": float(delta.abs().mean()),
+            "mismatch_abs_max": float(delta.abs().max()),
             "mismatch_kl": float((torch.expm1(delta) - delta).mean())}
 
 
-def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
-    """Token-level PPO-clip with clip-higher (DAPO eq. 8). Returns the per-token loss [B, R] and the
-    per-token clipped indicator (where the clipped branch is the active minimum).
+def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                   mask: torch.Tensor, cfg: "UpdateConfig",
+                   sampler_logprobs: torch.Tensor | None = None,
+                   ref_logprobs: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss of each response token (arXiv 2510.01180 Sec. 3; DAPO, arXiv 2503.14476, eq. 8):
 
-    advantages: [B] (one per rollout, broadcast over its tokens).
+        loss_t = -min(r_t·A, clip(r_t, 1 - ε_low, 1 + ε_high)·A) · w_t + β·KL_t,
+        r_t = π_θ(y_t) / π_old(y_t),   w_t = min(π_old(y_t) / π_sampler(y_t), C)  (TIS)
+
+    logprobs (with gradient), old_logprobs, sampler_logprobs, ref_logprobs, mask: [B, R];
+    advantages: [B], one per rollout, shared by its tokens. `mask` is 0 on padding and may carry row
+    weights (`merge_duplicates`). TIS applies when cfg.tis_cap > 0 and sampler log-probs are given,
+    the KL term when cfg.kl_coef > 0 and reference log-probs are given. `ppo_update` sums the result
+    and divides by the mini-batch's token count (the token mean).
+
+    Returns the loss [B, R], where the clipped branch is the active minimum [B, R] (bool), and the
+    masked KL_t [B, R] (zeros without a KL term).
     """
     ratio = torch.exp(logprobs - old_logprobs)
     adv = advantages[:, None]
     unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv
+    clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv  # clip-higher: ε_high > ε_low
     loss = -torch.minimum(unclipped, clipped) * mask
     was_clipped = (clipped < unclipped) & mask.bool()
+    if cfg.tis_cap > 0 and sampler_logprobs is not None:
+        tis_weight = torch.exp(old_logprobs - sampler_logprobs).clamp(max=cfg.tis_cap)  # no gradient
+        loss = loss * tis_weight
+    kl = torch.zeros_like(loss)
+    if cfg.kl_coef > 0 and ref_logprobs is not None:
+        kl = kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator) * mask
+        loss = loss + cfg.kl_coef * kl
+    return loss, was_clipped, kl
+
+
+def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
+    """Token-level PPO-clip with clip-higher alone (DAPO eq. 8): `per_token_loss` without TIS and KL.
+    Returns the per-token loss [B, R] and the per-token clipped indicator."""
+    cfg = UpdateConfig(eps_low=eps_low, eps_high=eps_high)
+    loss, was_clipped, _ = per_token_loss(logprobs, old_logprobs, advantages, mask, cfg)
     return loss, was_clipped
 
 
 # ALGO LOGIC: the update ----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(kw_only=True)
 class UpdateConfig:
     eps_low: float = 0.2
     eps_high: float = 0.28
@@ -221,9 +299,11 @@ class TrainBatch:
     response_ids: torch.Tensor  # [B, R] right-padded
     response_mask: torch.Tensor  # [B, R]
     advantages: torch.Tensor  # [B]
-    weights: torch.Tensor | None = None  # [B] multiplicity of each row (see merge_duplicates); None: all 1
+    # [B] multiplicity of each row (see merge_duplicates); None: all 1
+    weights: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None  # [B, R] the inference engine's log-probs, when known
-    minibatch: torch.Tensor | None = None  # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
+    # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
+    minibatch: torch.Tensor | None = None
 
 
 def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.Generator | None = None
@@ -235,14 +315,16 @@ def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.
     [3, 3]
     """
     perm = torch.randperm(len(weights), generator=generator)
-    cumulative = weights.double()[perm].cumsum(0)  # float64: in float32 the 1e-9 below vanishes next to 1
+    # float64: in float32 the 1e-9 below vanishes next to 1
+    cumulative = weights.double()[perm].cumsum(0)
     share = torch.floor(cumulative * minibatches / cumulative[-1:].clamp(min=1e-9) - 1e-9)
     index = torch.empty(len(weights), dtype=torch.long)
     index[perm] = share.long().clamp(min=0, max=minibatches - 1)
     return index
 
 
-def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.Generator | None = None) -> TrainBatch:
+def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
+                     generator: torch.Generator | None = None) -> TrainBatch:
     """Keep one row per distinct (prompt, response, advantage) within each PPO mini-batch, weighted
     by how often it occurred there.
 
@@ -257,10 +339,13 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.G
     """
     n_rows = len(batch.advantages)
     weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
-    minibatch = split_minibatches(weights, minibatches, generator) if batch.minibatch is None else batch.minibatch
-    key = torch.cat([batch.prompt_ids, batch.response_ids, batch.prompt_mask.sum(-1, keepdim=True),
-                     batch.response_mask.sum(-1, keepdim=True),
-                     batch.advantages.float().view(torch.int32).long()[:, None], minibatch[:, None]], dim=-1)
+    minibatch = (split_minibatches(weights, minibatches, generator) if batch.minibatch is None
+                 else batch.minibatch)
+    prompt_length = batch.prompt_mask.sum(-1, keepdim=True)
+    response_length = batch.response_mask.sum(-1, keepdim=True)
+    advantage_bits = batch.advantages.float().view(torch.int32).long()[:, None]  # exact, as integers
+    key = torch.cat([batch.prompt_ids, batch.response_ids, prompt_length, response_length,
+                     advantage_bits, minibatch[:, None]], dim=-1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     n_unique = len(unique)  # 0 when dynamic sampling kept no group
     first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows), "amin")
@@ -269,7 +354,8 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1, generator: torch.G
     rows = first[order]
     return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
                       batch.response_mask[rows], batch.advantages[rows], counts[order],
-                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows], minibatch[rows])
+                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows],
+                      minibatch[rows])
 
 
 def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
@@ -279,11 +365,14 @@ def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[l
     Rows are sorted by length first (then by response length, so that long-prompt and
     long-response rows of equal total do not pad each other), so little padding is computed. A
     row longer than the budget goes alone."""
-    prompt_lengths, response_lengths = batch.prompt_mask.sum(-1).tolist(), batch.response_mask.sum(-1).tolist()
-    order = sorted(rows, key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]), reverse=True)
+    prompt_lengths = batch.prompt_mask.sum(-1).tolist()
+    response_lengths = batch.response_mask.sum(-1).tolist()
+    order = sorted(rows, key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]),
+                   reverse=True)
     batches, current, longest_prompt, longest_response = [], [], 0, 0
     for i in order:
-        prompt, response = max(longest_prompt, prompt_lengths[i]), max(longest_response, response_lengths[i])
+        prompt = max(longest_prompt, prompt_lengths[i])
+        response = max(longest_response, response_lengths[i])
         if current and (len(current) + 1) * (prompt + response) > max_tokens:
             batches.append(current)
             current, prompt, response = [], prompt_lengths[i], response_lengths[i]
@@ -317,12 +406,14 @@ def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
     part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
     backward with zero gradient that still runs DDP's all-reduce / FSDP's reduce-scatter."""
     input_ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-    return policy(input_ids, torch.ones_like(input_ids), 1, cfg.temperature, cfg.logprob_chunk_tokens)[0]
+    return policy(input_ids, torch.ones_like(input_ids), 1, cfg.temperature,
+                  cfg.logprob_chunk_tokens)[0]
 
 
 def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None,
                    reduce_max: Callable = no_reduce) -> torch.Tensor:
-    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like the update.
+    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like
+    the update.
 
     policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: `reduce_max` takes the largest
     count over processes, and every process runs as many passes as the one with the most (padded
@@ -377,30 +468,31 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         passes = lockstep_passes(len(chunks), reduce_max)
         for i in range(passes):
             last = i == passes - 1  # DDP: all-reduce gradients once, after the last micro-batch
-            with contextlib.nullcontext() if last or not hasattr(policy, "no_sync") else policy.no_sync():
+            accumulate = not last and hasattr(policy, "no_sync")
+            with policy.no_sync() if accumulate else contextlib.nullcontext():
                 if i >= len(chunks):  # no rows left here: a zero-gradient pass in step with the others
                     (idle_pass(policy, cfg, device).sum() * 0.0).backward()
                     continue
                 mb = chunks[i]
                 input_ids, attention_mask, r = slice_rows(batch, mb)
                 mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
-                logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
-                                           cfg.logprob_chunk_tokens)
+                logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r,
+                                           cfg.temperature, cfg.logprob_chunk_tokens)
                 old = old_logprobs[mb, :r].to(device)
-                loss_tok, was_clipped = clipped_policy_loss(logprobs, old, batch.advantages[mb].to(device), mask,
-                                                            cfg.eps_low, cfg.eps_high)
-                if cfg.tis_cap > 0 and batch.sampler_logprobs is not None:
-                    loss_tok = loss_tok * torch.exp(old - batch.sampler_logprobs[mb, :r].to(device)).clamp(max=cfg.tis_cap)
-                if ref_logprobs is not None and cfg.kl_coef > 0:
-                    kl = kl_penalty(logprobs, ref_logprobs[mb, :r].to(device), cfg.kl_estimator) * mask
-                    loss_tok = loss_tok + cfg.kl_coef * kl
-                    stats["kl"] += float(kl.sum())
-                (loss_tok.sum() * processes / n_tokens).backward()  # token-mean over the whole mini-batch
+                sampler = batch.sampler_logprobs
+                sampler = None if sampler is None else sampler[mb, :r].to(device)
+                ref = None if ref_logprobs is None else ref_logprobs[mb, :r].to(device)
+                loss_tok, was_clipped, kl = per_token_loss(
+                    logprobs, old, batch.advantages[mb].to(device), mask, cfg, sampler, ref)
+                token_mean = loss_tok.sum() * processes / n_tokens  # over the whole mini-batch
+                token_mean.backward()
+                stats["kl"] += float(kl.sum())
             stats["loss"] += float(loss_tok.detach().sum())
             stats["clip_frac"] += float((was_clipped * mask).sum())
             stats["entropy"] += float((entropy * mask).sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-        grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP2: a DTensor
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
         stats["grad_norm"] += float(grad_norm) / cfg.minibatches
         optimizer.step()
         tokens_seen += float(local_tokens)

@@ -116,6 +116,15 @@ def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the
         train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32", "--preset", "cpu-demo"])
 
 
+def test_a_config_json_saved_with_normalize_std_resumes_as_its_advantage(tmp_path):
+    # before --advantage dr_grpo, Dr. GRPO was --advantage grpo --no-normalize-std
+    saved = {**dataclasses.asdict(train_brorl.Config()), "advantage": "grpo", "normalize_std": False}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert train_brorl.saved_config(tmp_path).advantage == "dr_grpo"
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "normalize_std": True}))
+    assert train_brorl.saved_config(tmp_path).advantage == "grpo"
+
+
 def test_malformed_data_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "2+2=", "answer": 4, "task": "arith"}\n')

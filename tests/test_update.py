@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+import eval as evaluation
 import rollout
 import update
 from test_train import accelerate_launch
@@ -19,14 +20,40 @@ def test_grpo_advantages_match_hand_computed_values():
     expected = torch.tensor([[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -0.5, -0.5]])
     expected[1] /= (1 / 3) ** 0.5
     assert torch.allclose(update.grpo_advantages(rewards, eps=0.0), expected)
-    assert torch.allclose(update.grpo_advantages(rewards, normalize_std=False),
+    # Dr. GRPO keeps the group-mean baseline and drops the division by the std
+    assert torch.allclose(update.dr_grpo_advantages(rewards),
                           torch.tensor([[0.75, -0.25, -0.25, -0.25], [0.5, 0.5, -0.5, -0.5]]))
+
+
+def test_every_advantage_in_the_table_takes_rewards_and_reduce_sum_and_keeps_the_shape():
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    assert set(update.ADVANTAGES) == {"grpo", "dr_grpo", "reinforce_pp_baseline"}
+    for name, advantage in update.ADVANTAGES.items():
+        advantages = advantage(rewards, reduce_sum=update.no_reduce)
+        assert advantages.shape == rewards.shape, name
+        assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-6), name  # zero-mean groups
+        with pytest.raises(TypeError):  # a positional second argument is refused, never taken as something else
+            advantage(rewards, False)
+
+
+def test_whiten_uses_the_statistics_of_every_process():
+    mine, theirs = torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0, 4.0])
+
+    def reduce_sum(moments):  # what the other process adds: its count, sum and sum of squares
+        return moments + torch.tensor([3.0, 9.0, 29.0], dtype=torch.float64)
+
+    whole = update.whiten(torch.cat([mine, theirs]), eps=0.0)  # one process holding all five values
+    assert torch.allclose(update.whiten(mine, reduce_sum, eps=0.0), whole[:2])
+    assert torch.allclose(whole, (torch.arange(5.0) - 2.0) / 2.5**0.5)  # unbiased std of 0..4
+    assert update.whiten(torch.zeros(0)).shape == (0,)
 
 
 def test_reinforce_pp_baseline_centres_per_group_then_whitens_over_the_batch():
     rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     centered = torch.tensor([[0.5, -0.5], [0.0, 0.0]])  # batch mean 0, unbiased std sqrt(1/6)
     assert torch.allclose(update.reinforce_pp_baseline_advantages(rewards, eps=0.0), centered / (1 / 6) ** 0.5)
+    assert torch.equal(update.reinforce_pp_baseline_advantages(rewards),
+                       update.whiten(update.group_centered(rewards)))
 
 
 def test_reinforce_pp_baseline_of_a_step_that_kept_no_group_is_empty_not_a_crash():
@@ -53,6 +80,51 @@ def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip(
     assert clipped_flags == [True, False, True, False]
     # d/dlogp of -r*A is -r*A where unclipped, 0 where the clipped branch is the active minimum
     assert grads == pytest.approx([0.0, -1.1 * 2, 0.0, 0.9 * 1])
+
+
+def one_token_loss(ratio: float, advantage: float, **cfg_overrides):
+    """per_token_loss of a single token (old log-prob 0) and its gradient with respect to log π_θ."""
+    logprob = torch.tensor([[math.log(ratio)]], requires_grad=True)
+    sampler, ref = cfg_overrides.pop("sampler_logprob", None), cfg_overrides.pop("ref_logprob", None)
+    loss, clipped, kl = update.per_token_loss(
+        logprob, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1), update.UpdateConfig(**cfg_overrides),
+        None if sampler is None else torch.tensor([[sampler]]), None if ref is None else torch.tensor([[ref]]))
+    gradient = torch.autograd.grad(loss.sum(), logprob)[0]
+    return float(loss.detach()), bool(clipped), float(kl), float(gradient)
+
+
+def test_per_token_loss_of_one_token_by_hand():
+    # A > 0 and r = 1.1 inside [0.8, 1.28]: loss -r·A, gradient d(-r·A)/d log π = -r·A
+    assert one_token_loss(1.1, 2.0) == pytest.approx((-2.2, False, 0.0, -2.2))
+    # A > 0 and r = 1.5 above 1 + ε_high: the clipped branch -1.28·A is the minimum, and it has no gradient
+    assert one_token_loss(1.5, 2.0) == pytest.approx((-2.56, True, 0.0, 0.0))
+    # clip-higher: r = 1.25 is clipped with a symmetric ε = 0.2, not with ε_high = 0.28
+    assert one_token_loss(1.25, 1.0, eps_high=0.2)[1] and not one_token_loss(1.25, 1.0)[1]
+    # A < 0 and r = 0.5 below 1 - ε_low: clipped at 0.8, no gradient
+    assert one_token_loss(0.5, -1.0) == pytest.approx((0.8, True, 0.0, 0.0))
+
+
+def test_per_token_loss_weights_by_the_capped_sampler_ratio_and_adds_the_kl_term():
+    # TIS: the sampler gave the token log-prob -1 where π_old gives 0, so the weight is min(e, C)
+    assert one_token_loss(1.1, 2.0, tis_cap=2.0, sampler_logprob=-1.0) == pytest.approx((-4.4, False, 0.0, -4.4))
+    assert one_token_loss(1.1, 2.0, tis_cap=5.0, sampler_logprob=-1.0)[0] == pytest.approx(-2.2 * math.e)
+    assert one_token_loss(1.1, 2.0, sampler_logprob=-1.0)[0] == pytest.approx(-2.2)  # tis_cap 0: off
+    # KL: k2 = l²/2 with l = log π_θ - log π_ref = log 1.1 + 0.5, added with weight β
+    l = math.log(1.1) + 0.5
+    loss, _, kl, gradient = one_token_loss(1.1, 2.0, kl_coef=0.1, kl_estimator="k2", ref_logprob=-0.5)
+    assert kl == pytest.approx(l**2 / 2) and loss == pytest.approx(-2.2 + 0.1 * l**2 / 2)
+    assert gradient == pytest.approx(-2.2 + 0.1 * l)
+    assert one_token_loss(1.1, 2.0, kl_coef=0.0, ref_logprob=-0.5)[2] == 0.0  # β = 0: no KL term
+
+
+def test_configs_are_built_by_keyword_so_a_swap_cannot_pass_silently():
+    with pytest.raises(TypeError):
+        update.UpdateConfig(0.28, 0.2)  # which is eps_low? the keyword says it
+    assert update.UpdateConfig(eps_low=0.2, eps_high=0.28).eps_high == 0.28
+    with pytest.raises(TypeError):
+        evaluation.EvalSettings(4, 0.6)
+    with pytest.raises(TypeError):
+        rollout.SamplingParams(16, 1.0)
 
 
 def test_kl_estimators_match_their_formulas():
