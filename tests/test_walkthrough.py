@@ -19,12 +19,12 @@ def execute(notebook_path, tmp_path):
     in quick mode; returns the executed copy. A cell that raises fails with nbclient's CellExecutionError."""
     notebook = nbformat.read(notebook_path, as_version=4)
     os.environ["BRORL_WALKTHROUGH_QUICK"] = "1"  # the kernel inherits this process's environment
-    try:
-        nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+    try:  # timeout per cell: generous, for a loaded CI machine
+        nbclient.NotebookClient(notebook, timeout=1800, kernel_name="python3",
                                 resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     finally:
         del os.environ["BRORL_WALKTHROUGH_QUICK"]
-    nbformat.write(notebook, tmp_path / "walkthrough.executed.ipynb")
+        nbformat.write(notebook, tmp_path / "walkthrough.executed.ipynb")  # what ran, to read after a failure
     return notebook
 
 
@@ -52,10 +52,3 @@ def test_a_cell_that_raises_fails_the_run(tmp_path):
     with pytest.raises(nbclient.exceptions.CellExecutionError, match="a cell broke"):
         execute(broken, tmp_path)
 
-
-def test_the_committed_notebook_carries_its_full_size_outputs():
-    """Committed executed at full size, so it reads on GitHub without running."""
-    notebook = json.loads(NOTEBOOK.read_text())
-    code_cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
-    assert all(cell["outputs"] for cell in code_cells), "run it: jupyter nbconvert --execute --inplace"
-    assert "full mode" in "".join("".join(o.get("text", "")) for o in code_cells[0]["outputs"])
