@@ -49,7 +49,6 @@ def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
     assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
 
 
-@pytest.mark.slow
 def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_branches(tmp_path):
     import tiny_model
 
