@@ -1,7 +1,7 @@
 """Loading shared by train_brorl.py, eval.py and the benchmarks: task files and policies.
 
 Task files are jsonl, one record per line with string fields `prompt` and `task` (the verifier
-reward.py uses: "arith", "math", "code", "reasoning_gym") and an `answer`: a string, or a JSON
+reward.py uses: a key of reward.TASK_KINDS, "arith", "math", ...) and an `answer`: a string, or a JSON
 object for code test specs and Reasoning Gym entries; extra fields are kept. A policy is anything
 `transformers.AutoModelForCausalLM.from_pretrained` loads: a local `save_pretrained` directory (our
 checkpoints, the embedded tiny model) or a Hugging Face hub name.
