@@ -90,7 +90,7 @@ def one_token_loss(ratio: float, advantage: float, **cfg_overrides):
         logprob, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1), update.UpdateConfig(**cfg_overrides),
         None if sampler is None else torch.tensor([[sampler]]), None if ref is None else torch.tensor([[ref]]))
     gradient = torch.autograd.grad(loss.sum(), logprob)[0]
-    return float(loss.detach()), bool(clipped), float(kl), float(gradient)
+    return float(loss.detach()), bool(clipped), float(kl.detach()), float(gradient)
 
 
 def test_per_token_loss_of_one_token_by_hand():
