@@ -135,10 +135,10 @@ class SampleLog:
     unfinished problems dropped) and appended after each batch of problems."""
 
     def __init__(self, path: Path | None, samples: int, header: dict | None = None):
+        """header: required with a path (what produced the samples); unused without one."""
         self.path, self.done = path, {}
         if path is None:
             return
-        header = header or {"model": None, "settings": {}, "benchmarks": {}}
         rows: dict[tuple[str, str], list[dict]] = {}
         if path.is_file():
             lines = path.read_text(errors="replace").splitlines()
@@ -257,8 +257,8 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
             continue
         loaded.append((bench.name, records, {"suite": bench.suite, "source": origin, "note": bench.note,
                                              "category": bench.category}))
-    log = SampleLog(samples_path if shard.index == 0 else None, settings.samples,
-                    samples_header(settings, model, loaded))
+    path = samples_path if shard.index == 0 else None  # only process 0 writes the samples
+    log = SampleLog(path, settings.samples, samples_header(settings, model, loaded) if path else None)
     log.done = shard.gather(log.done)[0]  # the finished problems process 0 read back
     problems = 0
     for name, records, about in loaded:

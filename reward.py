@@ -1213,10 +1213,11 @@ def require_sandbox(tasks=None, unsafe_no_sandbox: bool = False) -> Sandbox | No
     if not set(executing if tasks is None else tasks) & executing:
         return None
     box = sandbox()
+    if box.mode == "bwrap":
+        return box
     if box.mode == "rlimits" and unsafe_no_sandbox:
         warnings.warn(f"reward.py: {box.note}; --unsafe-no-sandbox runs untrusted code with rlimits and a non-root "
                       "uid only: NO network or file-system isolation", RuntimeWarning, stacklevel=2)
-    if box.mode == "bwrap" or (box.mode == "rlimits" and unsafe_no_sandbox):
         return box
     raise SandboxUnavailable(f"code tasks run untrusted programs, and {box.note}: install bubblewrap "
                              "(apt-get install bubblewrap), or pass --unsafe-no-sandbox to run them without isolation")

@@ -689,13 +689,17 @@ def monitor_rows(rollouts: rollout.Rollouts, rewards: torch.Tensor, limit: int) 
     return rows
 
 
+CORRECT_FRACTION_QUARTERS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
+CORRECT_FRACTION_BINS = ("0", *(f"{lo:g}-{hi:g}" for lo, hi in CORRECT_FRACTION_QUARTERS), "1")
+
+
 def correct_fraction_histogram(rewards: torch.Tensor) -> dict[str, float]:
     """Share of the step's prompts by the fraction of their N rollouts that were correct: all wrong,
     four quarters of (0, 1), all right. The two ends are compute spent on groups with no signal
     (Sec. 3)."""
     fraction = rewards.float().mean(dim=1)
     bins = {"correct_frac/0": fraction == 0, "correct_frac/1": fraction == 1}
-    for lo, hi in ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)):
+    for lo, hi in CORRECT_FRACTION_QUARTERS:
         bins[f"correct_frac/{lo:g}-{hi:g}"] = (fraction > lo) & (fraction <= hi) & (fraction < 1)
     return {name: float(mask.float().mean()) for name, mask in bins.items()}
 
@@ -735,6 +739,17 @@ def log_probes(probes: dict | None, policy, update_cfg, reduce_max, sampled_prom
 # ---- the probe-set knowledge-shrinkage monitor: the paper's Fig. 3 (ii)/(iii) quantity ------------
 
 
+def score_rollouts(tasks: list[dict], rollouts: rollout.Rollouts, cfg: Config, verify_cfg,
+                   stats: reward.VerifyStats | None = None) -> torch.Tensor:
+    """The verifiable reward of every rollout [S] (rollout s answers tasks[rollouts.group[s]])."""
+    items = [(tasks[g]["task"], text, tasks[g]["answer"])
+             for g, text in zip(rollouts.group.tolist(), rollouts.texts)]
+    rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, stats))
+    if cfg.zero_truncated_reward:  # an unfinished response earns nothing, even with a \boxed{} answer
+        rewards[rollouts.truncated] = 0.0
+    return rewards
+
+
 def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[dict], cfg: Config,
                 verify_cfg: reward.VerifyConfig) -> dict:
     """The fixed probe set, drawn once at step 0: for each of the first `probe_prompts` held-out
@@ -751,11 +766,7 @@ def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[di
                                     max_batch_seqs=cfg.gen_batch_seqs)
     drawn = rollout.generate(sampler, tokenizer, prompt_ids, params,
                              torch.Generator().manual_seed(cfg.seed + 7919))
-    items = [(tasks[g]["task"], text, tasks[g]["answer"])
-             for g, text in zip(drawn.group.tolist(), drawn.texts)]
-    correct = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg)) == 1.0
-    if cfg.zero_truncated_reward:
-        correct &= ~drawn.truncated
+    correct = score_rollouts(tasks, drawn, cfg, verify_cfg) == 1.0
     rows = []
     for g in range(len(tasks)):
         hits = (correct & (drawn.group == g)).nonzero().squeeze(-1)
@@ -924,7 +935,6 @@ def train(cfg: Config) -> Path:
         start_from_checkpoint(accelerator, optimizer, Path(cfg.init_from), cfg)
     metrics = None
     if main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
         write_config(output_dir, cfg)
         metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
         settings_text = "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items())
@@ -962,7 +972,7 @@ def train(cfg: Config) -> Path:
                     total=cfg.total_steps,
                     disable=not main_process)
     for step in progress:
-        step_start, step_start_position = time.time(), data_position
+        step_start, sampled_prompts = time.time(), set()
         # ALGO LOGIC: N rollouts for each prompt (paper Sec. 3: BroRL's N is in the hundreds), then
         # verifiable rewards [G prompts, N rollouts] (each distinct answer checked once). Dynamic
         # sampling keeps groups with 0 < #correct < N (all-equal groups carry no signal); with
@@ -974,19 +984,14 @@ def train(cfg: Config) -> Path:
             round_start = time.time()
             round_prompts = next_prompts(train_tasks, data_position, cfg.prompts_per_step, cfg.seed)
             round_tasks = round_prompts[rank::processes]  # this process's share
+            sampled_prompts.update(task["prompt"] for task in round_prompts)  # for the probe split
             data_position += cfg.prompts_per_step
             prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in round_tasks],
                                                 cfg.chat_template)
             generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, rank)
             parts.append(rollout.generate(sampler, tokenizer, prompt_ids, sampling, generator))
             gen_time += time.time() - round_start
-            items = [(round_tasks[g]["task"], text, round_tasks[g]["answer"])
-                     for g, text in zip(parts[-1].group.tolist(), parts[-1].texts)]
-            round_rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg,
-                                                            verify_stats))
-            # an unfinished response earns nothing, even with a \boxed{} answer
-            if cfg.zero_truncated_reward:
-                round_rewards[parts[-1].truncated] = 0.0
+            round_rewards = score_rollouts(round_tasks, parts[-1], cfg, verify_cfg, verify_stats)
             part_rewards.append(round_rewards.view(len(round_tasks), -1))
             found_so_far += float(reduce_sum(informative_groups(part_rewards[-1]).sum().float()))
             if not cfg.dynamic_sampling or found_so_far >= cfg.prompts_per_step:
@@ -1075,10 +1080,7 @@ def train(cfg: Config) -> Path:
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
             pass1 = run_eval(sampler, tokenizer, test_tasks, cfg, eval_settings, step, metrics,
                              output_dir, eval_shard)
-            step_prompts = next_prompts(train_tasks, step_start_position,
-                                        data_position - step_start_position, cfg.seed)
-            log_probes(probes, policy, update_cfg, reduce_max, {t["prompt"] for t in step_prompts},
-                       step, metrics)
+            log_probes(probes, policy, update_cfg, reduce_max, sampled_prompts, step, metrics)
             if main_process:
                 progress.write(f"step {step}: eval_pass1 {pass1:.3f} "
                                f"({sampling_protocol})")

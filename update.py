@@ -323,6 +323,18 @@ def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.
     return index
 
 
+def row_weights_and_minibatches(batch: TrainBatch, minibatches: int,
+                                generator: torch.Generator | None = None
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's weight (1 where the batch records none) and its PPO mini-batch (the split
+    `merge_duplicates` recorded, or a fresh `split_minibatches` draw): one rule for both callers,
+    since merging is exact only when it splits as the update does."""
+    weights = torch.ones(len(batch.advantages)) if batch.weights is None else batch.weights.float()
+    if batch.minibatch is not None:
+        return weights, batch.minibatch
+    return weights, split_minibatches(weights, minibatches, generator)
+
+
 def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
                      generator: torch.Generator | None = None) -> TrainBatch:
     """Keep one row per distinct (prompt, response, advantage) within each PPO mini-batch, weighted
@@ -338,9 +350,7 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
     responses cost. Rows keep the order of their first occurrence.
     """
     n_rows = len(batch.advantages)
-    weights = torch.ones(n_rows) if batch.weights is None else batch.weights.float()
-    minibatch = (split_minibatches(weights, minibatches, generator) if batch.minibatch is None
-                 else batch.minibatch)
+    weights, minibatch = row_weights_and_minibatches(batch, minibatches, generator)
     prompt_length = batch.prompt_mask.sum(-1, keepdim=True)
     response_length = batch.response_mask.sum(-1, keepdim=True)
     advantage_bits = batch.advantages.float().view(torch.int32).long()[:, None]  # exact, as integers
@@ -450,9 +460,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     as many as the process with the most micro-batches, the others padding with zero-gradient
     passes (`lockstep_passes`), also when they have no rows in the mini-batch."""
     device = next(policy.parameters()).device
-    weights = torch.ones(len(batch.advantages)) if batch.weights is None else batch.weights.float()
-    minibatch_of = (split_minibatches(weights, cfg.minibatches, generator) if batch.minibatch is None
-                    else batch.minibatch)
+    weights, minibatch_of = row_weights_and_minibatches(batch, cfg.minibatches, generator)
     processes = float(reduce_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
     stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
     tokens_seen = 0.0
@@ -479,14 +487,17 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
                 logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r,
                                            cfg.temperature, cfg.logprob_chunk_tokens)
                 old = old_logprobs[mb, :r].to(device)
-                sampler = batch.sampler_logprobs
+                # copied to the device only for the terms that are on (TIS, KL)
+                sampler = batch.sampler_logprobs if cfg.tis_cap > 0 else None
                 sampler = None if sampler is None else sampler[mb, :r].to(device)
-                ref = None if ref_logprobs is None else ref_logprobs[mb, :r].to(device)
+                ref = ref_logprobs if cfg.kl_coef > 0 else None
+                ref = None if ref is None else ref[mb, :r].to(device)
                 loss_tok, was_clipped, kl = per_token_loss(
                     logprobs, old, batch.advantages[mb].to(device), mask, cfg, sampler, ref)
                 token_mean = loss_tok.sum() * processes / n_tokens  # over the whole mini-batch
                 token_mean.backward()
-                stats["kl"] += float(kl.sum())
+                if ref is not None:
+                    stats["kl"] += float(kl.sum())
             stats["loss"] += float(loss_tok.detach().sum())
             stats["clip_frac"] += float((was_clipped * mask).sum())
             stats["entropy"] += float((entropy * mask).sum())

@@ -43,11 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import train_brorl  # noqa: E402
-from common import InputError, latest_checkpoint  # noqa: E402
+from common import InputError, latest_checkpoint, read_jsonl  # noqa: E402
 from tiny_model import ensure_tiny_model  # noqa: E402
 
 TRAIN_DATA, TEST_DATA = ROOT / "data" / "graded_train.jsonl", ROOT / "data" / "graded_test.jsonl"
-HIST_BINS = ("0", "0-0.25", "0.25-0.5", "0.5-0.75", "0.75-1", "1")  # train_brorl.correct_fraction_histogram
+HIST_BINS = train_brorl.CORRECT_FRACTION_BINS  # the bins of train_brorl.correct_fraction_histogram
 
 
 @dataclass
@@ -97,7 +97,7 @@ def run(argv: list[str]) -> Path:
 
 def read_metrics(run_dir: Path) -> list[dict]:
     path = run_dir / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    return [row for _, row in read_jsonl(path)] if path.is_file() else []
 
 
 def plateaued(pass1: list[float], evals: int, problems_x_samples: int) -> bool:

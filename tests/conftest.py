@@ -1,6 +1,7 @@
 """Shared fixtures: a small untrained model built locally (no hub), and a way to run the scripts."""
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,17 @@ def run_script(*args: str, check: bool = True, env: dict | None = None) -> subpr
     if check and result.returncode != 0:
         raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):
+    """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU.
+
+    A free port per launch, so test runs side by side on one machine do not collide on 29500."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return run_script("-m", "accelerate.commands.launch", "--config_file", config,
+                      "--main_process_port", str(port), *args, check=check)
 
 
 def trainer_logprobs(model, rollouts, temperature: float, micro_batch_tokens: int = 16384):

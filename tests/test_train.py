@@ -6,7 +6,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import common
 import train_brorl
-from conftest import ROOT, run_script
+from conftest import ROOT, accelerate_launch, run_script
 
 SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst",
               "verify/seconds", "verify/timeouts", "verify/cache_hit_rate"}
@@ -338,17 +337,6 @@ def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: cannot write to --output-dir {read_only / 'run'}: Read-only file system"
-
-
-def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):
-    """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU.
-
-    A free port per launch, so test runs side by side on one machine do not collide on 29500."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return run_script("-m", "accelerate.commands.launch", "--config_file", config,
-                      "--main_process_port", str(port), *args, check=check)
 
 
 def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):

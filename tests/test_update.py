@@ -11,7 +11,7 @@ import torch
 import eval as evaluation
 import rollout
 import update
-from test_train import accelerate_launch
+from conftest import accelerate_launch
 
 
 def test_grpo_advantages_match_hand_computed_values():

