@@ -25,17 +25,22 @@ def test_every_branch_generates_the_same_samples_and_scales_lr_with_the_square_r
     assert shapes[512]["lr"] == pytest.approx(plan.lr * math.sqrt(8)) and shapes[64]["lr"] == plan.lr
 
 
-def test_plateau_means_no_recent_gain_beyond_one_evals_interval():
-    assert not revive.plateaued([0.5, 0.6], evals=2, problems_x_samples=1024)  # too few evals to tell
-    assert revive.plateaued([0.5, 0.80, 0.81, 0.79], evals=2, problems_x_samples=1024)  # +0.01 < 1.96 x 0.0125
-    assert not revive.plateaued([0.5, 0.80, 0.85, 0.79], evals=2, problems_x_samples=1024)
+def test_plateau_is_read_from_the_trend_of_the_last_evals_not_from_one_noisy_eval():
+    steps = [0, 10, 20, 30, 40, 50, 60, 70, 80]
+    first_stage1 = [0.022, 0.035, 0.044, 0.052, 0.062, 0.084, 0.081, 0.101, 0.099]  # the curve that fooled rule 1
+    assert not revive.plateaued(steps, first_stage1, window=5, problems_x_samples=1024)  # +3.5 points over 40 steps
+    flat = [0.40, 0.55, 0.60, 0.61, 0.59, 0.62, 0.60, 0.61, 0.60]  # noise of about one standard error
+    assert revive.plateaued(steps, flat, window=5, problems_x_samples=1024)
+    assert not revive.plateaued(steps[:4], flat[:4], window=5, problems_x_samples=1024)  # too few evals to tell
+    assert not revive.plateaued(steps, flat, window=9, problems_x_samples=1024)  # the window holds the early rise
 
 
 def fake_seed(final: float) -> dict:
     return {"compute": [0, 100], "compute_tokens": [0, 700], "eval_pass1": [0.5, final], "probe_compute": [0, 100],
             "probe_improved_frac": [0.0, 0.6], "probe_dropped_frac": [0.0, 0.3], "probe_worst_drop": [0.0, -0.2],
             "pass_rate": 0.7, "samples_per_s": 50.0, "tokens_per_s": 350.0,
-            "correct_frac_hist": {b: 1 / 6 for b in revive.HIST_BINS}}
+            "correct_frac_hist": {b: 1 / 6 for b in revive.HIST_BINS},
+            "final_pass1_by_level": {"0": final, "3": final / 2}}
 
 
 def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
@@ -45,6 +50,7 @@ def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
     assert branch["final_eval_pass1"] == {"mean": pytest.approx(0.7), "std": pytest.approx(0.1),
                                           "per_seed": {"0": 0.6, "1": 0.8}}
     assert branch["eval_pass1"] == pytest.approx([0.5, 0.7])
+    assert branch["final_pass1_by_level"] == {"0": pytest.approx(0.7), "3": pytest.approx(0.35)}
     revive.plot({"branches": {"N512": branch}}, tmp_path / "revive.png")
     assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
 
