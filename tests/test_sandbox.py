@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import reward
+from conftest import run_script
 
 ADD = {"inputs": ["1 2\n", "10 -3\n", "5 5\n"], "outputs": ["3\n", "7\n", "10"]}
 FAST = reward.VerifyConfig(test_timeout=1.0)
@@ -399,20 +400,19 @@ def test_without_bubblewrap_code_is_refused_with_the_fix_unless_unsafe_is_asked_
         assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, unsafe) == 1.0
 
 
+NO_BWRAP_ON_PATH = {"PATH": os.path.dirname(sys.executable)}
+
+
 def test_the_reward_cli_refuses_code_in_one_line_without_bubblewrap():
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}  # no bwrap on this PATH
-    command = [sys.executable, "reward.py", "--task", "code", "--answer", json.dumps(ADD), "--response", fenced("print(3)")]
-    done = subprocess.run(command, cwd=Path(reward.__file__).parent, env=env, capture_output=True, text=True)
+    command = ["reward.py", "--task", "code", "--answer", json.dumps(ADD), "--response", fenced("print(3)")]
+    done = run_script(*command, check=False, env=NO_BWRAP_ON_PATH)
     assert done.returncode != 0 and done.stderr.count("\n") == 1 and "--unsafe-no-sandbox" in done.stderr
-    done = subprocess.run(command + ["--unsafe-no-sandbox"], cwd=Path(reward.__file__).parent, env=env,
-                          capture_output=True, text=True)
+    done = run_script(*command, "--unsafe-no-sandbox", check=False, env=NO_BWRAP_ON_PATH)
     assert done.stdout == "reward: 0.0\n"
 
 
 def test_eval_refuses_code_benchmarks_in_one_line_without_bubblewrap():
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable)}
-    done = subprocess.run([sys.executable, "eval.py", "--model", "unused", "--benchmarks", "humaneval"],
-                          cwd=Path(reward.__file__).parent, env=env, capture_output=True, text=True)
+    done = run_script("eval.py", "--model", "unused", "--benchmarks", "humaneval", check=False, env=NO_BWRAP_ON_PATH)
     assert done.returncode != 0 and done.stderr.startswith("error: code tasks run untrusted programs")
     assert done.stderr.count("\n") == 1
 
