@@ -28,7 +28,9 @@ ProRL steps only reached 0.10, still rising; 600 steps start it at 0.26 (levels 
 From there lr 1e-4 still gained a point per 10 steps at step 110 (0.55), and 3e-4 reached the same
 pass@1 2.3x sooner and flattened near 0.58 by step 90 with the paper's ProRL signature: pass rate 0.34,
 half the groups all correct, 17% all wrong. Evals use 16 samples per problem so that the plateau rule's
-interval (about +/-0.015) is below the gains it must see.
+interval (about +/-0.015) is below the gains it must see. The rule's window is 8 evals (70 steps): with 5
+it fired at step 110 on a pause (0.566 0.579 0.583 0.577 0.585), after which ProRL gained 5 more points in
+40 steps.
 
 Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied into every branch
 (train_brorl.py --probe-prompts, the analog of Fig. 3 (ii)/(iii)).
@@ -69,8 +71,8 @@ class Plan:
     stage1_prompts: int = 512
     lr: float = 3e-4  # η0, at stage 1's B0 = stage1_n x stage1_prompts samples per step
     eval_every: int = 10
-    stage1_max_steps: int = 200
-    plateau_evals: int = 5
+    stage1_max_steps: int = 320
+    plateau_evals: int = 8
     branch_ns: tuple[int, ...] = (16, 64, 256, 512)
     seeds: tuple[int, ...] = (0, 1, 2)
     budget_steps: int = 40  # samples per branch: this many stage-1 steps' worth
