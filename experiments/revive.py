@@ -17,7 +17,9 @@ worth). Responses here are at most 8 tokens and about equally long across N, so 
 generation cost; generated tokens are logged beside them (compute_tokens) to check that. Prompts per step:
 equal samples per step (B0 = 16 x 512) while that leaves at least 128 prompts, then 128 prompts (the
 paper's BroRL batch, N=512 x 128: 8x ProRL's samples per step, so 1/8 of its steps). Learning rate:
-η = η0·sqrt(B / B0) with B the samples per step, the paper's square-root scaling (Sec. 4.2). The number
+η = η0·sqrt(B / B0) with B the samples per step, the paper's square-root scaling (Sec. 4.2), or with
+--lr-scaling constant η0 for every branch (AdamW moves the weights about η per step whatever B is, and
+the scaled η made the large-N branches fall here; both are reported). The number
 of PPO mini-batches per step stays 2 for every N, as the paper keeps it. Nothing else differs between
 branches; seeds set data order and sampling, and branches with the same seed see the same prompt order.
 
@@ -37,6 +39,7 @@ Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied
 
     python experiments/revive.py                 # the full experiment -> runs/revive/{results.json,revive.png}
     python experiments/revive.py --resume        # continue an interrupted experiment; finished branches are kept
+    python experiments/revive.py --resume --lr-scaling constant   # the same branch point, every branch at η0
     python experiments/revive.py --quick --out /tmp/revive-quick   # the whole pipeline in a few minutes
 """
 
@@ -63,6 +66,10 @@ HIST_BINS = train_brorl.CORRECT_FRACTION_BINS  # the bins of train_brorl.correct
 GRADED_WARMUP = TinySpec(warmup_steps=600)
 
 
+# a branch's learning rate is η0 x LR_SCALING[rule](B / B0), B its samples per step
+LR_SCALING = {"sqrt": math.sqrt, "constant": lambda ratio: 1.0}
+
+
 @dataclass
 class Plan:
     """The experiment's sizes; the defaults are the full run, QUICK the pipeline check."""
@@ -81,10 +88,11 @@ class Plan:
     eval_samples: int = 16
     eval_max_problems: int = 0
     probe_prompts: int = 64
+    lr_scaling: str = "sqrt"  # a branch's lr: "sqrt" η0·sqrt(B/B0), the paper's rule; "constant" η0 for every N
 
 
 QUICK = Plan(stage1_n=4, stage1_prompts=16, eval_every=2, stage1_max_steps=4, plateau_evals=2, branch_ns=(4, 16),
-             seeds=(0, 1), budget_steps=2, min_prompts=4, evals_per_branch=2, eval_samples=2, eval_max_problems=16,
+             seeds=(0, 1), budget_steps=2, min_prompts=8, evals_per_branch=2, eval_samples=2, eval_max_problems=16,
              probe_prompts=8)
 
 
@@ -94,7 +102,8 @@ def branch_shape(plan: Plan, n: int) -> dict:
     prompts = max(plan.min_prompts, base // n)
     steps = max(1, round(plan.budget_steps * base / (n * prompts)))
     return {"n_rollouts": n, "prompts_per_step": prompts, "steps": steps, "samples_per_step": n * prompts,
-            "lr": plan.lr * math.sqrt(n * prompts / base), "eval_every": max(1, steps // plan.evals_per_branch)}
+            "lr": plan.lr * LR_SCALING[plan.lr_scaling](n * prompts / base),
+            "eval_every": max(1, steps // plan.evals_per_branch)}
 
 
 def common_flags(plan: Plan, model: str) -> list[str]:
@@ -281,9 +290,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "revive", help="experiment folder")
     parser.add_argument("--quick", action="store_true", help="the whole pipeline at toy sizes, in a few minutes")
     parser.add_argument("--resume", action="store_true", help="continue an experiment in --out; finished branches are kept")
+    parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING), default=Plan.lr_scaling,
+                        help="branch learning rates: sqrt = η0·sqrt(B/B0), the paper's rule; constant = η0 for every "
+                             "N (with --resume, the same stage 1; writes results_lr-constant.json and its figure)")
     parser.add_argument("--model", help="starting policy (default: the tiny model warmed up on the graded task)")
     args = parser.parse_args()
-    plan = QUICK if args.quick else Plan()
+    plan = dataclasses.replace(QUICK if args.quick else Plan(), lr_scaling=args.lr_scaling)
+    suffix = "" if plan.lr_scaling == "sqrt" else f"_lr-{plan.lr_scaling}"
+    results_path, plot_path = args.out / f"results{suffix}.json", args.out / f"revive{suffix}.png"
     try:
         if (args.out / "stage1").exists() and not args.resume:
             raise InputError(f"{args.out} already holds an experiment: pass --resume to continue it, or another --out")
@@ -294,7 +308,7 @@ def main() -> None:
         for n in plan.branch_ns:
             shape, per_seed = branch_shape(plan, n), {}
             for seed in plan.seeds:
-                run_dir = args.out / "stage2" / f"N{n}_seed{seed}"
+                run_dir = args.out / "stage2" / f"N{n}_lr{shape['lr']:.3g}_seed{seed}"  # same N and lr: same run
                 if branch_finished(run_dir, shape["steps"]):
                     print(f"[revive] N={n} seed {seed}: finished earlier, kept")
                 else:
@@ -308,11 +322,11 @@ def main() -> None:
             final = results["branches"][f"N{n}"]["final_eval_pass1"]
             print(f"[revive] N={n}: final pass@1 {final['mean']:.3f} ± {final['std']:.3f} over seeds {final['per_seed']}")
         results["wall_s"] = time.time() - start  # this invocation's (a resumed one skips finished branches)
-        (args.out / "results.json").write_text(json.dumps(results, indent=2))
-        plot(results, args.out / "revive.png")
+        results_path.write_text(json.dumps(results, indent=2))
+        plot(results, plot_path)
     except InputError as e:
         sys.exit(f"error: {e}")
-    print(f"done in {results['wall_s']:.0f}s: {args.out / 'results.json'}, {args.out / 'revive.png'}")
+    print(f"done in {results['wall_s']:.0f}s: {results_path}, {plot_path}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the science)."""
 
+import dataclasses
 import json
 import math
 import sys
@@ -23,6 +24,8 @@ def test_every_branch_generates_the_same_samples_and_scales_lr_with_the_square_r
     assert (shapes[16]["prompts_per_step"], shapes[512]["prompts_per_step"]) == (512, 128)  # the paper's two shapes
     assert shapes[512]["steps"] == plan.budget_steps // 8  # 8x ProRL's samples per step
     assert shapes[512]["lr"] == pytest.approx(plan.lr * math.sqrt(8)) and shapes[64]["lr"] == plan.lr
+    constant = dataclasses.replace(plan, lr_scaling="constant")
+    assert all(revive.branch_shape(constant, n)["lr"] == plan.lr for n in (16, 64, 256, 512))
 
 
 def test_plateau_is_read_from_the_trend_of_the_last_evals_not_from_one_noisy_eval():
@@ -71,6 +74,11 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     assert refused.returncode != 0 and "pass --resume" in refused.stderr
     resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, "--resume")
     assert resumed.stdout.count("finished earlier, kept") == 4
+    constant = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, "--resume",
+                          "--lr-scaling", "constant")
+    assert constant.stdout.count("finished earlier, kept") == 2  # N=4 has B = B0: the same lr, the same runs
+    assert json.loads((out / "results_lr-constant.json").read_text())["plan"]["lr_scaling"] == "constant"
+    assert (out / "revive_lr-constant.png").is_file() and (out / "results.json").is_file()
 
 
 def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
