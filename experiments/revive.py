@@ -219,6 +219,7 @@ def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
     """Mean over seeds, with every seed's values kept (the spread is the point of several seeds)."""
     seeds = list(per_seed.values())
     seed_mean = lambda key: sum(s[key] for s in seeds) / len(seeds)
+    seed_mean_per_key = lambda key: {k: sum(s[key][k] for s in seeds) / len(seeds) for k in seeds[0][key]}
     mean_curve = lambda key: [sum(s[key][i] for s in seeds) / len(seeds) for i in range(min(len(s[key]) for s in seeds))]
     finals = {str(seed): s["eval_pass1"][-1] for seed, s in per_seed.items()}
     final_mean = sum(finals.values()) / len(finals)
@@ -234,9 +235,8 @@ def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
         "probe_worst_drop": mean_curve("probe_worst_drop"),
         "samples_per_s": seed_mean("samples_per_s"),
         "tokens_per_s": seed_mean("tokens_per_s"),
-        "correct_frac_hist": {b: sum(s["correct_frac_hist"][b] for s in seeds) / len(seeds) for b in HIST_BINS},
-        "final_pass1_by_level": {level: sum(s["final_pass1_by_level"][level] for s in seeds) / len(seeds)
-                                 for level in seeds[0]["final_pass1_by_level"]},
+        "correct_frac_hist": seed_mean_per_key("correct_frac_hist"),
+        "final_pass1_by_level": seed_mean_per_key("final_pass1_by_level"),
         "seeds": {str(seed): s for seed, s in per_seed.items()},
     }
 
