@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common import InputError, read_jsonl
+from tasks import InputError, read_jsonl
 
 ROOT = Path(__file__).resolve().parent
 MATH_TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."

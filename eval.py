@@ -38,9 +38,8 @@ import torch
 import benchmarks
 import reward
 import rollout
-from common import (InputError, check_answers, load_policy, load_tasks, load_tokenizer,
-                    model_fingerprint,
-                    resolve_model_dir)
+from rollout import load_policy, load_tokenizer, model_fingerprint, resolve_model_dir
+from tasks import InputError, check_answers, load_tasks
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -172,10 +171,6 @@ class SampleLog:
                 f.flush()
 
 
-def gather_nothing(item) -> list:
-    return [item]
-
-
 @dataclass
 class Shard:
     """This process's part of an evaluation run by several processes (the trainer under `accelerate
@@ -184,7 +179,7 @@ class Shard:
     the sample log."""
     index: int = 0
     count: int = 1
-    gather: Callable[[object], list] = gather_nothing
+    gather: Callable[[object], list] = lambda item: [item]
 
 
 def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: EvalSettings,
@@ -244,7 +239,7 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
                    model: dict | None = None,
                    shard: Shard = Shard()) -> dict:
     """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists;
-    `model` identifies the policy in the samples file's header (common.model_fingerprint).
+    `model` identifies the policy in the samples file's header (rollout.model_fingerprint).
     Under a `shard`, every process calls this and gets the same result."""
     start = time.time()
     result = {"settings": asdict(settings), "benchmarks": {}, "skipped": {}}
@@ -276,6 +271,29 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
     result["seconds"] = time.time() - start
     result["problems_per_s"] = problems / max(result["seconds"], 1e-9)
     return result
+
+
+def training_scalars(result: dict) -> dict[str, float]:
+    """What the trainer logs of an `evaluate_suite` result with its held-out `test_data`: the
+    sampling protocol (which pass@1 this is: T=1 or 0.6), pass@1 and pass@k on the held-out tasks,
+    pass@1 per benchmark and per suite."""
+    held_out = result["benchmarks"]["test_data"]
+    protocol = {f"eval_{name}": value for name, value in result["settings"].items()
+                if name in ("samples", "temperature", "top_p", "max_new_tokens")}
+    pass_at_k = {f"eval_pass@{k}": v for k, v in held_out["pass_at_k"].items()}
+    per_benchmark = {f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items()
+                     if name != "test_data"}
+    per_suite = {f"suite/{suite}": value for suite, value in result["suites"].items()}
+    return {**protocol, "eval_pass1": held_out["pass1"], **pass_at_k, **per_benchmark, **per_suite}
+
+
+def training_protocol(max_problems: int, samples: int, max_new_tokens: int) -> str:
+    """What the in-training eval measures, printed at the start so no one mistakes it for the
+    paper's table."""
+    problems = f"the first {max_problems} problems" if max_problems else "all problems"
+    return (f"in-training eval (a proxy): {problems} of the test data and of each benchmark x "
+            f"{samples} samples at {max_new_tokens} tokens; the paper's Table 1 protocol "
+            "(every problem x 16 samples at 32K tokens) is eval.py on the saved checkpoints")
 
 
 def group_means(pairs) -> dict[str, float]:
@@ -403,7 +421,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=d.seed, help="sampling seed")
     parser.add_argument("--verify-workers", type=int, default=d.verify_workers,
                         help="verifier processes / concurrent code sandboxes")
-    parser.add_argument("--verify-timeout", type=float, default=5.0,
+    parser.add_argument("--verify-timeout", type=float, default=d.verify_config.timeout,
                         help="hard limit per distinct answer, seconds")
     parser.add_argument("--unsafe-no-sandbox", action="store_true",
                         help="without bubblewrap, run code benchmarks' programs under rlimits only "

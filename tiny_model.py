@@ -33,7 +33,7 @@ import torch
 import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from common import load_tasks
+from tasks import load_tasks
 
 BOX_TOKEN = "\\boxed{"
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]

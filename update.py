@@ -18,9 +18,9 @@ other precision). Truncated importance sampling (Yao et al., "Your Efficient RL 
 Brings You Off-Policy RL Training", 2025; used by ProRLv2/BroRL) multiplies each token's loss by
 min(π_old / π_sampler, C), a detached weight that makes the gradient that of samples from π_old.
 
-Across processes (accelerate/DDP), each process holds part of the batch; `reduce_sum` sums a tensor
-over processes, so the token mean and the whitening statistics are those of the whole batch, and
-the update equals the single-process one on the same global batch.
+Across processes (accelerate/DDP/FSDP), each process holds part of the batch; `all_sum` sums a
+tensor over processes, so the token mean and the whitening statistics are those of the whole batch,
+and the update equals the single-process one on the same global batch.
 
 Where to change things: an advantage estimator is one entry of `ADVANTAGES`; the loss of a token
 (ratio, clip, TIS, KL) is `per_token_loss`; `ppo_update` is only the loop around it (mini-batches,
@@ -32,21 +32,39 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 
+# TRY NOT TO MODIFY: reductions over the processes of `accelerate launch` (the tensor itself when
+# there is one process) -----------------------------------------------------------------------------
+
+
+def _all_reduce(tensor: torch.Tensor, op) -> torch.Tensor:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return tensor
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    reduced = tensor.to(device, copy=True)
+    dist.all_reduce(reduced, op=op)
+    return reduced.cpu()
+
+
+def all_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of `tensor` over every process."""
+    return _all_reduce(tensor, dist.ReduceOp.SUM)
+
+
+def all_max(tensor: torch.Tensor) -> torch.Tensor:
+    """The largest value of `tensor` over every process."""
+    return _all_reduce(tensor, dist.ReduceOp.MAX)
+
+
 # ALGO LOGIC: advantages ----------------------------------------------------------------------------
-# Every estimator maps the step's rewards [G prompts, N rollouts] to advantages [G, N] with the same
-# signature, so `ADVANTAGES` below is the one place a new one is added (train_brorl.py's --advantage
-# choices and its loop both read it). `reduce_sum` sums a tensor over processes, for estimators with
-# batch-wide statistics; group-wise ones never need it.
+# Every estimator maps the step's rewards [G prompts, N rollouts] to advantages [G, N], so
+# `ADVANTAGES` below is the one place a new one is added (train_brorl.py's --advantage choices and
+# its loop both read it). Estimators with batch-wide statistics take them over every process.
 
 
-def no_reduce(tensor: torch.Tensor) -> torch.Tensor:
-    """The single-process `reduce_sum` (and `reduce_max`): the local value is the global one."""
-    return tensor
-
-
-def whiten(values: torch.Tensor, reduce_sum: Callable = no_reduce, eps: float = 1e-6) -> torch.Tensor:
+def whiten(values: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """(x - mean) / (std + eps), with the mean and the unbiased std (as torch.std) of every element on
     every process. Nothing to whiten (no process holds an element) gives zeros.
 
@@ -54,7 +72,7 @@ def whiten(values: torch.Tensor, reduce_sum: Callable = no_reduce, eps: float = 
     tensor([-1.,  0.,  1.])
     """
     moments = torch.stack([torch.tensor(float(values.numel())), values.sum(), (values**2).sum()])
-    count, total, squares = reduce_sum(moments.double()).tolist()
+    count, total, squares = all_sum(moments.double()).tolist()
     if count == 0:
         return torch.zeros_like(values)
     mean = total / count
@@ -67,12 +85,11 @@ def group_centered(rewards: torch.Tensor) -> torch.Tensor:
     return rewards - rewards.mean(dim=1, keepdim=True)
 
 
-def grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce,
-                    eps: float = 1e-6) -> torch.Tensor:
+def grpo_advantages(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3): A_i = (R_i - mean(R_group)) / std(R_group).
 
     rewards: [G, N] (G prompts, N rollouts each). The std is the unbiased group std, as in TRL and
-    DeepSeekMath. Group statistics only: `reduce_sum` is not needed.
+    DeepSeekMath.
 
     >>> grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
     tensor([[ 1.5000, -0.5000, -0.5000, -0.5000]])
@@ -80,7 +97,7 @@ def grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce,
     return group_centered(rewards) / (rewards.std(dim=1, keepdim=True) + eps)
 
 
-def dr_grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce) -> torch.Tensor:
+def dr_grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783, Sec. 3.1):
     A_i = R_i - mean(R_group), without GRPO's division by the group std, which up-weights prompts
     that are nearly always or nearly never solved. (Dr. GRPO's other change, dropping the per-response
@@ -92,8 +109,7 @@ def dr_grpo_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduc
     return group_centered(rewards)
 
 
-def reinforce_pp_baseline_advantages(rewards: torch.Tensor, *, reduce_sum: Callable = no_reduce,
-                                     eps: float = 1e-6) -> torch.Tensor:
+def reinforce_pp_baseline_advantages(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
     """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, arXiv 2510.01180 Sec. 3):
     A_i = whiten(R_i - mean(R_group)), the whitening over the whole batch (every process).
 
@@ -101,10 +117,10 @@ def reinforce_pp_baseline_advantages(rewards: torch.Tensor, *, reduce_sum: Calla
     which differs only when response lengths differ within the batch. When no process kept a group
     (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages are zeros.
     """
-    return whiten(group_centered(rewards), reduce_sum, eps)
+    return whiten(group_centered(rewards), eps)
 
 
-# name -> advantage estimator, all called as ADVANTAGES[name](rewards [G, N], reduce_sum=...) -> [G, N]
+# name -> advantage estimator, all called as ADVANTAGES[name](rewards [G, N]) -> [G, N]
 ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
@@ -174,17 +190,6 @@ class Policy(torch.nn.Module):
                 chunk_tokens: int = 4096):
         return token_logprobs(self.model, input_ids, attention_mask, response_len, temperature,
                               chunk_tokens)
-
-
-def naive_token_logprobs(model, input_ids, attention_mask, response_len: int,
-                         temperature: float = 1.0) -> torch.Tensor:
-    """Reference implementation: full [B, P+R, V] float32 logits. For tests and bench/ only."""
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=positions).logits.float()
-    logprobs = torch.log_softmax(logits[:, -response_len - 1 : -1] / temperature, dim=-1)
-    logprobs = logprobs.gather(-1, input_ids[:, -response_len:, None]).squeeze(-1)
-    return logprobs * attention_mask[:, -response_len:]
 
 
 # ALGO LOGIC: loss ----------------------------------------------------------------------------------
@@ -263,14 +268,6 @@ def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantage
         kl = kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator) * mask
         loss = loss + cfg.kl_coef * kl
     return loss, was_clipped, kl
-
-
-def clipped_policy_loss(logprobs, old_logprobs, advantages, mask, eps_low: float, eps_high: float):
-    """Token-level PPO-clip with clip-higher alone (DAPO eq. 8): `per_token_loss` without TIS and KL.
-    Returns the per-token loss [B, R] and the per-token clipped indicator."""
-    cfg = UpdateConfig(eps_low=eps_low, eps_high=eps_high)
-    loss, was_clipped, _ = per_token_loss(logprobs, old_logprobs, advantages, mask, cfg)
-    return loss, was_clipped
 
 
 # ALGO LOGIC: the update ----------------------------------------------------------------------------
@@ -402,13 +399,13 @@ def slice_rows(batch: TrainBatch, rows: list[int]) -> tuple[torch.Tensor, torch.
     return input_ids, attention_mask, r
 
 
-def lockstep_passes(local_passes: int, reduce_max: Callable) -> int:
+def lockstep_passes(local_passes: int) -> int:
     """How many forward (and backward) passes every process runs: the most that any process needs.
 
     Under FSDP every pass gathers each layer's shards from all processes, so a process that ran
     fewer passes than another would leave it waiting in a collective until the process-group
     timeout; the processes with fewer rows pad with `idle_pass`."""
-    return int(reduce_max(torch.tensor(local_passes)))
+    return int(all_max(torch.tensor(local_passes)))
 
 
 def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
@@ -420,20 +417,19 @@ def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
                   cfg.logprob_chunk_tokens)[0]
 
 
-def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None,
-                   reduce_max: Callable = no_reduce) -> torch.Tensor:
+def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None
+                   ) -> torch.Tensor:
     """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like
     the update.
 
-    policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: `reduce_max` takes the largest
-    count over processes, and every process runs as many passes as the one with the most (padded
-    with `idle_pass`), also a process with no rows at all."""
+    policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: every process runs as many
+    passes as the one with the most (padded with `idle_pass`), also a process with no rows at all."""
     rows = list(range(len(batch.advantages))) if rows is None else rows
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
     device = next(policy.parameters()).device
     chunks = micro_batches(batch, rows, cfg.micro_batch_tokens)
     with torch.no_grad():
-        for i in range(lockstep_passes(len(chunks), reduce_max)):
+        for i in range(lockstep_passes(len(chunks))):
             if i >= len(chunks):
                 idle_pass(policy, cfg, device)
                 continue
@@ -445,35 +441,38 @@ def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int]
     return out
 
 
+UPDATE_STATS = ("loss", "clip_frac", "kl", "entropy", "grad_norm")  # what ppo_update returns
+
+
 def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor, cfg: UpdateConfig,
-               ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None,
-               reduce_sum: Callable = no_reduce, reduce_max: Callable = no_reduce) -> dict:
+               ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None
+               ) -> dict:
     """One BroRL step: `cfg.minibatches` optimizer steps over a random split of the batch (the paper
     keeps the number of mini-batches per step fixed when N grows), or over the split that
     `merge_duplicates` recorded. Rows of weight w count w times (in the token mean and the
     statistics alike); a mini-batch holds about 1/minibatches of the total weight. Returns
     token-mean statistics and the mean gradient norm.
 
-    policy: a `Policy`, or its DDP/FSDP wrapper with this process's share of the batch (`reduce_sum`
-    then sums over processes, `reduce_max` takes the largest count). Every process runs the same
+    policy: a `Policy`, or its DDP/FSDP wrapper with this process's share of the batch (token counts
+    are then summed over processes). Every process runs the same
     number of optimizer steps and, in each mini-batch, the same number of forward/backward passes:
     as many as the process with the most micro-batches, the others padding with zero-gradient
     passes (`lockstep_passes`), also when they have no rows in the mini-batch."""
     device = next(policy.parameters()).device
     weights, minibatch_of = row_weights_and_minibatches(batch, cfg.minibatches, generator)
-    processes = float(reduce_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
-    stats = {"loss": 0.0, "clip_frac": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0}
+    processes = float(all_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
+    stats = dict.fromkeys(UPDATE_STATS, 0.0)
     tokens_seen = 0.0
     policy.train()
     for k in range(cfg.minibatches):
         minibatch = (minibatch_of == k).nonzero().squeeze(-1).tolist()
         local_tokens = (batch.response_mask[minibatch].sum(-1) * weights[minibatch]).sum()
-        n_tokens = float(reduce_sum(local_tokens))
+        n_tokens = float(all_sum(local_tokens))
         if n_tokens == 0:  # no process has a row in this mini-batch
             continue
         optimizer.zero_grad(set_to_none=True)
         chunks = micro_batches(batch, minibatch, cfg.micro_batch_tokens)
-        passes = lockstep_passes(len(chunks), reduce_max)
+        passes = lockstep_passes(len(chunks))
         for i in range(passes):
             last = i == passes - 1  # DDP: all-reduce gradients once, after the last micro-batch
             accumulate = not last and hasattr(policy, "no_sync")
@@ -512,18 +511,3 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         stats[key] /= max(tokens_seen, 1)
     return stats
 
-
-# The knowledge-shrinkage monitor (paper Fig. 3 (ii)/(iii), at LLM scale) ----------------------------
-
-
-def shrinkage(before: torch.Tensor, after: torch.Tensor, tol: float = 1e-6) -> tuple[float, float]:
-    """Fraction of correct responses whose sequence log-prob fell by more than `tol` nats across
-    the update, and the worst change (most negative after - before; 0 if none fell).
-
-    >>> shrinkage(torch.tensor([-1.0, -2.0, -3.0]), torch.tensor([-0.5, -2.5, -3.0]))
-    (0.3333333333333333, -0.5)
-    """
-    if before.numel() == 0:
-        return 0.0, 0.0
-    change = after - before
-    return int((change < -tol).sum()) / change.numel(), min(0.0, float(change.min()))

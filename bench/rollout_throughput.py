@@ -21,7 +21,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rollout  # noqa: E402
-from common import load_policy, load_tasks  # noqa: E402
+from rollout import load_policy  # noqa: E402
+from tasks import load_tasks  # noqa: E402
 from tiny_model import ensure_tiny_model  # noqa: E402
 
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import reward  # noqa: E402
 import train_brorl  # noqa: E402
-from common import load_tasks  # noqa: E402
+from tasks import load_tasks  # noqa: E402
 from tiny_model import ensure_tiny_model  # noqa: E402
 
 

@@ -33,6 +33,18 @@ from tiny_model import TinySpec, build_model, build_tokenizer  # noqa: E402
 MODES = ["naive", "chunked", "naive+ckpt", "chunked+ckpt"]
 
 
+def naive_token_logprobs(model, input_ids, attention_mask, response_len: int,
+                         temperature: float = 1.0) -> torch.Tensor:
+    """What a trainer without chunking computes: full [B, P+R, V] float32 logits, then their
+    log-softmax (tests/test_update.py checks update.token_logprobs against it)."""
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=positions).logits.float()
+    logprobs = torch.log_softmax(logits[:, -response_len - 1 : -1] / temperature, dim=-1)
+    logprobs = logprobs.gather(-1, input_ids[:, -response_len:, None]).squeeze(-1)
+    return logprobs * attention_mask[:, -response_len:]
+
+
 def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, chunk: int) -> dict:
     tokenizer = build_tokenizer()
     model = build_model(TinySpec(max_positions=prompt_len + response_len + 8), tokenizer)
@@ -48,11 +60,12 @@ def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, c
     base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.time()
     if mode.startswith("naive"):
-        logprobs = update.naive_token_logprobs(model, input_ids, attention_mask, response_len)
+        logprobs = naive_token_logprobs(model, input_ids, attention_mask, response_len)
     else:
         logprobs, _ = update.token_logprobs(model, input_ids, attention_mask, response_len, chunk_tokens=chunk)
     mask = torch.ones(n, response_len)
-    loss, _ = update.clipped_policy_loss(logprobs, old, advantages, mask, 0.2, 0.28)
+    cfg = update.UpdateConfig(eps_low=0.2, eps_high=0.28)
+    loss, _, _ = update.per_token_loss(logprobs, old, advantages, mask, cfg)
     (loss.sum() / mask.sum()).backward()
     seconds = time.time() - start
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

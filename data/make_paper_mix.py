@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import benchmarks  # noqa: E402
 import reward  # noqa: E402
-from common import InputError, read_jsonl  # noqa: E402
+from tasks import InputError, read_jsonl  # noqa: E402
 from make_reasoning_gym import make_split  # noqa: E402
 
 MATH_HUB = ("agentica-org/DeepScaleR-Preview-Dataset", None, "train")

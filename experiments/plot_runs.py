@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from common import InputError, read_jsonl  # noqa: E402
+from tasks import InputError, read_jsonl  # noqa: E402
 
 
 def read_run(run_dir: Path) -> tuple[str, list[dict], int]:

@@ -55,12 +55,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import monitor  # noqa: E402
 import train_brorl  # noqa: E402
-from common import InputError, latest_checkpoint, read_jsonl  # noqa: E402
+from rollout import latest_checkpoint  # noqa: E402
+from tasks import InputError, read_jsonl  # noqa: E402
 from tiny_model import TinySpec, ensure_tiny_model  # noqa: E402
 
 TRAIN_DATA, TEST_DATA = ROOT / "data" / "graded_train.jsonl", ROOT / "data" / "graded_test.jsonl"
-HIST_BINS = train_brorl.CORRECT_FRACTION_BINS  # the bins of train_brorl.correct_fraction_histogram
+HIST_BINS = monitor.CORRECT_FRACTION_BINS  # the bins of monitor.correct_fraction_histogram
 # The starting policy: the tiny model with a longer supervised warm-up on the graded task than the default
 # model's (see the docstring), cached under its own key like every tiny-model build.
 GRADED_WARMUP = TinySpec(warmup_steps=600)

@@ -22,7 +22,7 @@ def untrained_model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def untrained_policy(untrained_model_dir):
-    from common import load_policy
+    from rollout import load_policy
 
     return load_policy(str(untrained_model_dir))
 

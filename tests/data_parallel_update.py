@@ -5,7 +5,7 @@
 
 The global batch is 4 prompts x 3 rollouts with fixed random tokens and rewards. Process r takes
 prompts r, r + P, ... (as train_brorl.py does), so with 2 processes the shares differ in tokens; the
-advantages are REINFORCE++-baseline (whitened over the whole batch through reduce_sum) and the
+advantages are REINFORCE++-baseline (whitened over the whole batch through update.all_sum) and the
 micro-batches are small, so gradient accumulation without sync is exercised. Writes the updated
 parameters (main process).
 """
@@ -19,7 +19,7 @@ from accelerate import Accelerator
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import rollout  # noqa: E402
 import update  # noqa: E402
-from common import load_policy  # noqa: E402
+from rollout import load_policy  # noqa: E402
 
 PROMPTS, ROLLOUTS = 4, 3
 
@@ -38,7 +38,6 @@ def main() -> None:
     model_dir, out = sys.argv[1], Path(sys.argv[2])
     accelerator = Accelerator(cpu=True)
     rank, processes = accelerator.process_index, accelerator.num_processes
-    reduce_sum = update.no_reduce if processes == 1 else (lambda t: accelerator.reduce(t, "sum"))
     model, tokenizer = load_policy(model_dir)
     policy = update.Policy(model)
     optimizer = torch.optim.SGD(policy.parameters(), lr=0.5)
@@ -47,13 +46,13 @@ def main() -> None:
     prompts, responses, rewards = global_batch(tokenizer.pad_token_id)
     mine = list(range(PROMPTS))[rank::processes]
     rows = [p * ROLLOUTS + j for p in mine for j in range(ROLLOUTS)]
-    advantages = update.reinforce_pp_baseline_advantages(rewards[mine], reduce_sum=reduce_sum).flatten()
+    advantages = update.reinforce_pp_baseline_advantages(rewards[mine]).flatten()
     prompt_ids, prompt_mask = rollout.left_pad([prompts[r // ROLLOUTS] for r in rows], tokenizer.pad_token_id)
     batch = update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad([responses[r] for r in rows], tokenizer.pad_token_id),
                               rollout.right_pad([[1] * len(responses[r]) for r in rows], 0), advantages)
     cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=20, max_grad_norm=1e9)
     old = update.batch_logprobs(policy, batch, cfg)
-    update.ppo_update(policy, optimizer, batch, old - 0.1, cfg, reduce_sum=reduce_sum)  # ratios != 1: clipping acts
+    update.ppo_update(policy, optimizer, batch, old - 0.1, cfg)  # ratios != 1: clipping acts
     if accelerator.is_main_process:
         torch.save({k: v.detach().clone() for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
     accelerator.end_training()

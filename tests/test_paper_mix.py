@@ -1,6 +1,6 @@
 """data/make_paper_mix.py: the paper-style training mix from files in the sources' own layouts."""
 
-import common
+import tasks
 from conftest import ROOT, run_script
 
 
@@ -11,11 +11,11 @@ def test_paper_mix_from_deepscaler_and_eurus_files_plus_reasoning_gym(tmp_path):
                         "--out-dir", str(tmp_path))
     assert "math                 2 rows" in result.stdout and "(1 dropped" in result.stdout
     assert "code                 2 rows" in result.stdout and "(2 dropped" in result.stdout  # a math row, lost tests
-    train = common.load_tasks(tmp_path / "paper_mix_train.jsonl")
-    val = common.load_tasks(tmp_path / "paper_mix_val.jsonl")
+    train = tasks.load_tasks(tmp_path / "paper_mix_train.jsonl")
+    val = tasks.load_tasks(tmp_path / "paper_mix_val.jsonl")
     rows = train + val
     assert len(val) == 4 and len(rows) == 2 + 2 + 17
-    common.check_answers(rows, "paper mix")  # every ground truth is one its verifier can check
+    tasks.check_answers(rows, "paper mix")  # every ground truth is one its verifier can check
     by_id = {row["id"]: row for row in rows}
     assert by_id["math/0"]["answer"] == "\\frac{3}{2}" and "\\boxed{}" in by_id["math/0"]["prompt"]
     assert by_id["code/codecontests/0"]["answer"] == {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import reward
-from common import load_tasks
+from tasks import load_tasks
 from conftest import ROOT, run_script
 from data import make_reasoning_gym
 from reward import extract_answer, score

@@ -16,7 +16,10 @@ from accelerate.utils import DistributedType
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import common
+import monitor
+import rollout
+import run
+import tasks
 import train_brorl
 from conftest import ROOT, accelerate_launch, run_script
 
@@ -36,7 +39,7 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization must be in (0, 1]"),
 ])
 def test_bad_config_values_are_rejected_with_one_clear_line(args, message):
-    with pytest.raises(common.InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(tasks.InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         train_brorl.parse_config(args)
 
 
@@ -87,7 +90,7 @@ def test_paper_presets_hold_the_papers_recipe(column, preset):
 
 
 def test_paper_preset_demands_a_pinned_revision():
-    with pytest.raises(common.InputError, match="--model-revision is required"):
+    with pytest.raises(tasks.InputError, match="--model-revision is required"):
         train_brorl.parse_config(["--preset", "brorl-paper"])
 
 
@@ -110,8 +113,8 @@ def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the
     resumed = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume"])  # no flags retyped
     assert dataclasses.replace(resumed, resume=False) == smoke
     longer = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--total-steps", "9", "--preset", "smoke"])
-    assert longer.total_steps == 9 and train_brorl.config_changes(smoke, longer) == ["total_steps 2 -> 9"]
-    with pytest.raises(common.InputError, match=r"change what it is: preset 'smoke' -> 'cpu-demo'; n_rollouts 16 -> 32 "):
+    assert longer.total_steps == 9 and run.config_changes(smoke, longer) == ["total_steps 2 -> 9"]
+    with pytest.raises(tasks.InputError, match=r"change what it is: preset 'smoke' -> 'cpu-demo'; n_rollouts 16 -> 32 "):
         train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32", "--preset", "cpu-demo"])
 
 
@@ -119,25 +122,25 @@ def test_a_config_json_saved_with_normalize_std_resumes_as_its_advantage(tmp_pat
     # before --advantage dr_grpo, Dr. GRPO was --advantage grpo --no-normalize-std
     saved = {**dataclasses.asdict(train_brorl.Config()), "advantage": "grpo", "normalize_std": False}
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    assert train_brorl.saved_config(tmp_path).advantage == "dr_grpo"
+    assert run.saved_config(tmp_path, train_brorl.Config).advantage == "dr_grpo"
     (tmp_path / "config.json").write_text(json.dumps({**saved, "normalize_std": True}))
-    assert train_brorl.saved_config(tmp_path).advantage == "grpo"
+    assert run.saved_config(tmp_path, train_brorl.Config).advantage == "grpo"
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "2+2=", "answer": 4, "task": "arith"}\n')
-    with pytest.raises(common.InputError, match=f"{path}:2: field 'answer' must be a string"):
-        common.load_tasks(path)
+    with pytest.raises(tasks.InputError, match=f"{path}:2: field 'answer' must be a string"):
+        tasks.load_tasks(path)
     path.write_text("not json\n")
-    with pytest.raises(common.InputError, match=f"{path}:1: not valid JSON"):
-        common.load_tasks(path)
+    with pytest.raises(tasks.InputError, match=f"{path}:1: not valid JSON"):
+        tasks.load_tasks(path)
     path.write_bytes(b'{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "\xe9t\xe9", "answer": "2", "task": "arith"}\n')
-    with pytest.raises(common.InputError, match=f"{path}:2: not UTF-8 text"):  # latin-1, say
-        common.load_tasks(path)
+    with pytest.raises(tasks.InputError, match=f"{path}:2: not UTF-8 text"):  # latin-1, say
+        tasks.load_tasks(path)
     path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n' + "x" * 200 + "\n")
-    with pytest.raises(common.InputError, match=f"{path}:2: line longer than"):
-        common.read_jsonl(path, max_line_bytes=100)
+    with pytest.raises(tasks.InputError, match=f"{path}:2: line longer than"):
+        tasks.read_jsonl(path, max_line_bytes=100)
 
 
 def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming_file_and_line(tmp_path):
@@ -167,7 +170,7 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
     assert list(out.glob("events.out.tfevents.*"))
     checkpoint = out / "checkpoints" / "step_000002"
     assert (checkpoint / "model" / "config.json").is_file() and (checkpoint / "trainer_state.pt").is_file()
-    model, _ = common.load_policy(str(checkpoint / "model"))  # what eval.py and from_pretrained load
+    model, _ = rollout.load_policy(str(checkpoint / "model"))  # what eval.py and from_pretrained load
     assert model.config.tie_word_embeddings is False
     again = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), check=False)
     assert again.returncode != 0 and "pass --resume" in again.stderr
@@ -186,7 +189,7 @@ def logged_steps(out_dir) -> list[tuple[int, str]]:
 def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(tmp_path):
     out = tmp_path / "run"
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--total-steps", "0")  # the step-0 eval only
-    assert train_brorl.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
+    assert rollout.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
     rerun = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
     assert "metrics.jsonl: dropped 1 rows an earlier attempt logged after step -1" in rerun.stdout
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval")]
@@ -198,7 +201,7 @@ def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(
 def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
     mixed = [{"task": "math", "prompt": "1+1=", "answer": "2"},
              {"task": "code", "prompt": "add=", "answer": {"inputs": ["1 2\n"], "outputs": ["3"]}},
-             *common.load_tasks(ROOT / "data" / "rg_test.jsonl")[:2]]
+             *tasks.load_tasks(ROOT / "data" / "rg_test.jsonl")[:2]]
     data = tmp_path / "mixed.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in mixed))
     run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data), "--test-data", str(data),
@@ -226,7 +229,7 @@ def test_without_bubblewrap_code_data_is_refused_in_one_line(tmp_path):
 
 
 def final_weights(out_dir):
-    return load_file(str(train_brorl.latest_checkpoint(out_dir) / "model" / "model.safetensors"))
+    return load_file(str(rollout.latest_checkpoint(out_dir) / "model" / "model.safetensors"))
 
 
 def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run(tmp_path):
@@ -242,7 +245,7 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    last = train_brorl.latest_checkpoint(crashed)
+    last = rollout.latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000006", "the kill came too late to test anything"
     run_script("train_brorl.py", *args, "--output-dir", str(crashed), "--resume")
 
@@ -294,7 +297,7 @@ def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode not in (0, None) and "Traceback" not in stderr, stderr
-    last = train_brorl.latest_checkpoint(out)
+    last = rollout.latest_checkpoint(out)
     assert stderr.strip().splitlines()[-1] == (f"interrupted: the last complete checkpoint is {last}; continue with: "
                                                f"python train_brorl.py --output-dir {out} --resume")
 
@@ -320,7 +323,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoin
     assert result.stderr.strip().splitlines()[-1] == (  # after the progress bar
         f"error: no space left on device writing {out / 'checkpoints' / '.step_000002.tmp' / 'trainer_state.pt'}; "
         f"the last complete checkpoint is {last}; continue with: python train_brorl.py --output-dir {out} --resume")
-    assert train_brorl.latest_checkpoint(out) == last and not list((out / "checkpoints").glob(".step_*"))
+    assert rollout.latest_checkpoint(out) == last and not list((out / "checkpoints").glob(".step_*"))
 
 
 def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
@@ -370,8 +373,8 @@ def test_an_fsdp_config_on_a_machine_without_gpus_is_refused_in_one_line(tmp_pat
     (DistributedType.NO, 1, {"WORLD_SIZE": "2"}, "launched as 2 processes, but each would run alone"),
 ])
 def test_a_launch_that_would_degrade_silently_is_refused(distributed_type, processes, environ, message):
-    with pytest.raises(common.InputError, match=message):
-        train_brorl.check_launch(distributed_type, processes, environ)
+    with pytest.raises(tasks.InputError, match=message):
+        run.check_launch(distributed_type, processes, environ)
 
 
 @pytest.mark.parametrize("distributed_type, processes, environ", [
@@ -380,14 +383,14 @@ def test_a_launch_that_would_degrade_silently_is_refused(distributed_type, proce
     (DistributedType.NO, 1, {}),  # python train_brorl.py
 ])
 def test_launches_that_run_what_they_ask_for_pass(distributed_type, processes, environ):
-    train_brorl.check_launch(distributed_type, processes, environ)
+    run.check_launch(distributed_type, processes, environ)
 
 
 def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch(untrained_model_dir, tmp_path):
     run_script("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "one.pt"))
     accelerate_launch("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "two.pt"))
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
-    start = common.load_policy(str(untrained_model_dir))[0].state_dict()
+    start = rollout.load_policy(str(untrained_model_dir))[0].state_dict()
     assert any(not torch.equal(start[name], one[name]) for name in one)  # the update moved something
     for name in one:
         assert torch.allclose(one[name], two[name], atol=1e-6), name
@@ -435,14 +438,14 @@ def test_refilled_batch_keeps_exactly_the_target_across_processes(counts, quotas
 
 def test_the_last_collected_informative_groups_are_the_ones_dropped():
     informative = torch.tensor([True, False, True, True, False, True, True])  # two rounds, in collection order
-    keep = train_brorl.keep_target_groups(informative, target=3, rank=0, processes=1, reduce_sum=lambda t: t)
+    keep = train_brorl.keep_target_groups(informative, target=3, rank=0, processes=1)
     assert keep.tolist() == [True, False, True, True, False, False, False]
 
 
 def test_probe_report_counts_changes_beyond_the_noise_floor_and_splits_sampled_prompts():
     probes = {"base": torch.tensor([-1.0, -1.0, -2.0, -2.0]), "noise_floor": 0.01, "prompts": ["a", "b", "c", "d"]}
     now = torch.tensor([-0.5, -1.005, -2.5, -1.0])  # up, within the floor, down 0.5, up
-    report = train_brorl.probe_report(probes, now, sampled_prompts={"a", "c"})
+    report = monitor.probe_report(probes, now, sampled_prompts={"a", "c"})
     assert report["probe_count"] == 4 and report["probe_improved_frac"] == 0.5 and report["probe_dropped_frac"] == 0.25
     assert report["probe_worst_drop"] == pytest.approx(-0.5)
     assert report["probe_sampled_count"] == 2 and report["probe_sampled_improved_frac"] == 0.5

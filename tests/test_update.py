@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import eval as evaluation
+import monitor
 import rollout
 import update
+from bench.update_memory import naive_token_logprobs
 from conftest import accelerate_launch
 
 
@@ -25,25 +27,24 @@ def test_grpo_advantages_match_hand_computed_values():
                           torch.tensor([[0.75, -0.25, -0.25, -0.25], [0.5, 0.5, -0.5, -0.5]]))
 
 
-def test_every_advantage_in_the_table_takes_rewards_and_reduce_sum_and_keeps_the_shape():
+def test_every_advantage_in_the_table_takes_rewards_and_keeps_the_shape():
     rewards = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
     assert set(update.ADVANTAGES) == {"grpo", "dr_grpo", "reinforce_pp_baseline"}
     for name, advantage in update.ADVANTAGES.items():
-        advantages = advantage(rewards, reduce_sum=update.no_reduce)
+        advantages = advantage(rewards)
         assert advantages.shape == rewards.shape, name
         assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-6), name  # zero-mean groups
         with pytest.raises(TypeError):  # a positional second argument is refused, never taken as something else
             advantage(rewards, False)
 
 
-def test_whiten_uses_the_statistics_of_every_process():
+def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
     mine, theirs = torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0, 4.0])
-
-    def reduce_sum(moments):  # what the other process adds: its count, sum and sum of squares
-        return moments + torch.tensor([3.0, 9.0, 29.0], dtype=torch.float64)
-
     whole = update.whiten(torch.cat([mine, theirs]), eps=0.0)  # one process holding all five values
-    assert torch.allclose(update.whiten(mine, reduce_sum, eps=0.0), whole[:2])
+    # what the other process adds over torch.distributed: its count, sum and sum of squares
+    monkeypatch.setattr(update, "all_sum", lambda moments: moments + torch.tensor([3.0, 9.0, 29.0],
+                                                                                  dtype=torch.float64))
+    assert torch.allclose(update.whiten(mine, eps=0.0), whole[:2])
     assert torch.allclose(whole, (torch.arange(5.0) - 2.0) / 2.5**0.5)  # unbiased std of 0..4
     assert update.whiten(torch.zeros(0)).shape == (0,)
 
@@ -71,8 +72,8 @@ def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip(
     losses, grads, clipped_flags = [], [], []
     for t in range(4):  # one token per rollout so each token gets its own advantage
         lp = logprobs[:, t : t + 1]
-        loss, clipped = update.clipped_policy_loss(lp, old[:, t : t + 1], adv_per_token[t : t + 1], torch.ones(1, 1),
-                                                   eps_low, eps_high)
+        cfg = update.UpdateConfig(eps_low=eps_low, eps_high=eps_high)
+        loss, clipped, _ = update.per_token_loss(lp, old[:, t : t + 1], adv_per_token[t : t + 1], torch.ones(1, 1), cfg)
         losses.append(float(loss.detach()))
         clipped_flags.append(bool(clipped))
         grads.append(torch.autograd.grad(loss.sum(), logprobs)[0][0, t].item())
@@ -175,7 +176,7 @@ def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_p
     model, tokenizer = untrained_policy
     batch = make_batch(tokenizer)
     input_ids, attention_mask, r = update.slice_rows(batch, list(range(6)))
-    naive = update.naive_token_logprobs(model, input_ids, attention_mask, r, temperature=0.7)
+    naive = naive_token_logprobs(model, input_ids, attention_mask, r, temperature=0.7)
     naive_grad = torch.autograd.grad(naive.sum(), model.lm_head.weight)[0]
     chunked, entropy = update.token_logprobs(model, input_ids, attention_mask, r, temperature=0.7, chunk_tokens=3)
     chunked_grad = torch.autograd.grad(chunked.sum(), model.lm_head.weight)[0]
@@ -271,9 +272,9 @@ def test_update_raises_the_probability_of_positive_advantage_responses(untrained
 def test_shrinkage_monitor_on_a_constructed_case():
     before = torch.tensor([-1.0, -2.0, -3.0, -4.0])
     after = torch.tensor([-0.5, -2.25, -3.0, -5.0])  # two fell: by 0.25 and by 1.0
-    assert update.shrinkage(before, after) == (0.5, -1.0)
-    assert update.shrinkage(before, before + 1) == (0.0, 0.0)
-    assert update.shrinkage(torch.zeros(0), torch.zeros(0)) == (0.0, 0.0)
+    assert monitor.shrinkage(before, after) == (0.5, -1.0)
+    assert monitor.shrinkage(before, before + 1) == (0.0, 0.0)
+    assert monitor.shrinkage(torch.zeros(0), torch.zeros(0)) == (0.0, 0.0)
 
 
 def test_truncated_importance_sampling_weights_each_token_by_the_capped_ratio(untrained_policy):

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import reward
-from common import load_tasks
+from tasks import load_tasks
 from conftest import ROOT
 
 RG = {row["answer"]["dataset"]: row["answer"] for row in load_tasks(ROOT / "data" / "rg_test.jsonl")}

@@ -12,7 +12,7 @@ import torch
 import rollout
 import tiny_model
 import transformers
-from common import load_policy
+from rollout import load_policy
 from conftest import accelerate_launch, run_script, trainer_logprobs
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,

@@ -26,7 +26,7 @@ from accelerate.utils import InitProcessGroupKwargs
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import rollout  # noqa: E402
 import update  # noqa: E402
-from common import load_policy  # noqa: E402
+from rollout import load_policy  # noqa: E402
 
 
 def share(rank: int, pad_id: int) -> update.TrainBatch:
@@ -45,12 +45,6 @@ def main() -> None:
     model_dir, out_dir, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     accelerator = Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=60))])
     rank = accelerator.process_index
-
-    def reduce_sum(tensor):
-        return accelerator.reduce(tensor, "sum")
-
-    def reduce_max(tensor):
-        return accelerator.gather(tensor.reshape(1)).max()
 
     model, tokenizer = load_policy(model_dir)
     policy = update.Policy(model)
@@ -78,18 +72,16 @@ def main() -> None:
                                 batch.response_mask[:0], batch.advantages[:0])
     watch = batch if rank == 0 else nothing  # the monitor's correct responses: process 1 has none
     phase["name"] = "monitor"
-    before = update.batch_logprobs(policy, watch, cfg, reduce_max=reduce_max).sum(-1)
+    before = update.batch_logprobs(policy, watch, cfg).sum(-1)
     phase["name"] = "old_logprobs"
-    old = update.batch_logprobs(policy, batch, cfg, reduce_max=reduce_max)
+    old = update.batch_logprobs(policy, batch, cfg)
     phase["name"] = "ppo_update"
-    stats = update.ppo_update(policy, optimizer, batch, old - 0.1, cfg, generator=torch.Generator().manual_seed(0),
-                              reduce_sum=reduce_sum, reduce_max=reduce_max)
+    stats = update.ppo_update(policy, optimizer, batch, old - 0.1, cfg, generator=torch.Generator().manual_seed(0))
     phase["name"] = "monitor_after"
-    after = update.batch_logprobs(policy, watch, cfg, reduce_max=reduce_max).sum(-1)
+    after = update.batch_logprobs(policy, watch, cfg).sum(-1)
     phase["name"] = "update_without_rows"  # a step where process 1 kept no group
     kept = batch if rank == 0 else nothing
-    update.ppo_update(policy, optimizer, kept, update.batch_logprobs(policy, kept, cfg, reduce_max=reduce_max), cfg,
-                      reduce_sum=reduce_sum, reduce_max=reduce_max)
+    update.ppo_update(policy, optimizer, kept, update.batch_logprobs(policy, kept, cfg), cfg)
     assert len(before) == len(after) == len(watch.advantages)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"passes_{rank}.json").write_text(json.dumps({**phase["passes"], "grad_norm": stats["grad_norm"]}))

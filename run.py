@@ -1,0 +1,463 @@
+"""TRY NOT TO MODIFY: the plumbing of a training run, kept out of the step in train_brorl.py.
+
+- `setup(cfg) -> Run`: the process group, the data, the policy (and the reference policy for the KL
+  term), the optimizer, the rollout engine, and where the run starts: step 0, a resumed checkpoint
+  (bit-identical continuation: every process's RNG, the data position, the optimizer) or another
+  run's checkpoint (--init-from);
+- the run folder: config.json and the rules for resuming, atomic checkpoints (written to a temp
+  folder, fsynced, renamed; pruned by rename), metrics.jsonl and tensorboard (`MetricsLog`);
+- launch checks and the one-line failures `main()` prints (a full disk, a killed run).
+
+Under `accelerate launch` every process runs all of this; only the main process writes files.
+"""
+
+import copy
+import dataclasses
+import errno
+import json
+import math
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, gather_object
+from torch.utils.tensorboard import SummaryWriter
+
+import benchmarks
+import eval as evaluation
+import reward
+import rollout
+import update
+from rollout import CHECKPOINT, latest_checkpoint
+from tasks import InputError, check_answers, load_tasks
+from tiny_model import ensure_tiny_model
+
+
+@dataclass
+class Run:
+    """What `setup` builds for the step: every field is this process's."""
+
+    accelerator: Accelerator
+    output_dir: Path
+    train_tasks: list[dict]
+    test_tasks: list[dict]
+    tokenizer: object
+    policy: torch.nn.Module  # an update.Policy, prepared (DDP/FSDP-wrapped under accelerate launch)
+    ref_policy: torch.nn.Module | None  # π_ref of the KL term (kl_coef > 0)
+    optimizer: torch.optim.Optimizer
+    engine: rollout.VLLMEngine | None  # None: the hf engine samples from the policy itself
+    step: int  # the last step done: 0, or the resumed checkpoint's
+    data_position: int  # how many training prompts the run has drawn so far
+    metrics: "MetricsLog | None"  # the main process's; None on the others
+
+    @property
+    def main_process(self) -> bool:
+        return self.accelerator.is_main_process
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index
+
+    @property
+    def processes(self) -> int:
+        return self.accelerator.num_processes
+
+    @property
+    def eval_shard(self) -> evaluation.Shard:
+        """This process's share of every evaluation."""
+        return evaluation.Shard(self.rank, self.processes, lambda item: gather_object([item]))
+
+    @property
+    def sampler(self):
+        """What rollouts and evals generate with: the vLLM engine, or the policy's own model."""
+        return self.engine or self.accelerator.unwrap_model(self.policy).model
+
+    def engine_sleep(self) -> None:
+        """Hand the GPU memory of the vLLM engine to the update."""
+        if self.engine is not None:
+            self.engine.sleep()
+
+    def engine_wake(self) -> None:
+        """Load the updated weights into the vLLM engine: the next rollouts sample the new policy."""
+        if self.engine is not None:
+            self.engine.wake_up(self.accelerator.unwrap_model(self.policy).model)
+
+    def mean_over_processes(self, scalars: dict, summed: tuple[str, ...]) -> dict:
+        """Each scalar's mean over processes (equal shares of prompts), the `summed` ones' sum."""
+        if self.processes == 1:
+            return scalars
+        values = torch.tensor(list(scalars.values()), dtype=torch.float64,
+                              device=self.accelerator.device)
+        means = dict(zip(scalars, self.accelerator.reduce(values, "mean").cpu().tolist()))
+        return {key: value * self.processes if key in summed else value
+                for key, value in means.items()}
+
+    def save(self, step: int, cfg) -> None:
+        """An atomic checkpoint of this step (every process calls this)."""
+        trainer_state = {"step": step, "data_position": self.data_position,
+                         "config": dataclasses.asdict(cfg)}
+        save_checkpoint(self.output_dir, step, self.accelerator, self.policy, self.tokenizer,
+                        trainer_state, cfg.keep_checkpoints)
+
+    def close(self) -> None:
+        if self.metrics is not None:
+            self.metrics.close()
+        if self.engine is not None:
+            self.engine.close()  # before the process group goes: vLLM tears down its own groups first
+        self.accelerator.end_training()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def setup(cfg) -> Run:
+    """Everything before the first step, for a train_brorl.Config: refuses a bad launch, folder,
+    data file or model in one line before loading anything large."""
+    process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
+    # (else no process group on CPU)
+    accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),
+                              kwargs_handlers=[process_group])
+    main_process = accelerator.is_main_process
+    rank, processes = accelerator.process_index, accelerator.num_processes
+    check_launch(accelerator.distributed_type, processes)
+    output_dir = Path(cfg.output_dir)
+    if main_process:
+        check_output_dir(output_dir)
+        remove_leftovers(output_dir)
+    checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
+    if checkpoint and not cfg.resume:
+        raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or "
+                         "another --output-dir")
+    if cfg.resume and checkpoint is None and main_process:
+        print(f"--resume: no checkpoint in {output_dir} yet, starting from scratch")
+    if cfg.prompts_per_step % processes:
+        raise InputError(f"prompts_per_step ({cfg.prompts_per_step}) must be divisible by the "
+                         f"{processes} processes")
+    engine_name = rollout.default_engine() if cfg.engine == "auto" else cfg.engine
+    if accelerator.distributed_type == DistributedType.FSDP and engine_name == "hf":
+        raise InputError("FSDP shards the model across processes: generate with --engine vllm")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    train_tasks, test_tasks = load_tasks(cfg.train_data), load_tasks(cfg.test_data)
+    test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
+    check_answers(train_tasks, cfg.train_data)
+    check_answers(test_tasks, cfg.test_data)
+    eval_benchmarks = benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else []
+    eval_suites = {b.suite for b in eval_benchmarks}
+    reward.require_sandbox({t["task"] for t in train_tasks + test_tasks} | eval_suites,
+                           cfg.unsafe_no_sandbox)
+    with accelerator.main_process_first():  # the main process builds the tiny model's cache entry
+        model_path = (str(checkpoint / "model") if checkpoint
+                      else str(Path(cfg.init_from) / "model") if cfg.init_from
+                      else str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
+    revision = None if checkpoint or cfg.init_from else cfg.model_revision
+    model, tokenizer = rollout.load_policy(model_path, cfg.dtype, "cpu", revision)
+    context = min(getattr(model.config, "max_position_embeddings", math.inf),
+                  cfg.vllm_max_model_len or math.inf)
+    prompt_limit = context - cfg.max_new_tokens
+    for path in (cfg.train_data, cfg.test_data):
+        rollout.check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ref_policy = update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0 else None
+    policy = update.Policy(model)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+    if ref_policy is not None:
+        # sharded under FSDP, not DDP-wrapped
+        ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)
+    engine = None
+    if engine_name == "vllm":
+        engine = rollout.VLLMEngine(model_path,
+                                    dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype,
+                                    revision=revision, seed=cfg.seed + rank,
+                                    request_seeds=cfg.vllm_request_seeds,
+                                    max_model_len=cfg.vllm_max_model_len or None,
+                                    max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
+                                    gpu_memory_utilization=cfg.gpu_memory_utilization)
+    step, data_position = 0, 0
+    seed_everything(cfg.seed)
+    if checkpoint:
+        accelerator.load_state(checkpoint / "state")  # policy, reference, optimizer, this process's RNG
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        step, data_position = state["step"], state["data_position"]
+        if main_process:
+            print(f"resumed from {checkpoint} at step {step}")
+    elif cfg.init_from:
+        start_from_checkpoint(accelerator, optimizer, Path(cfg.init_from), cfg.lr, cfg.kl_coef,
+                              cfg.seed)
+    metrics = None
+    if main_process:
+        write_config(output_dir, cfg)
+        metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
+        settings_text = "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items())
+        metrics.writer.add_text("config", settings_text)
+    return Run(accelerator, output_dir, train_tasks, test_tasks, tokenizer, policy, ref_policy,
+               optimizer, engine, step, data_position, metrics)
+
+
+# ---- config.json: what a resumed run may change ------------------------------------------------
+
+
+# What a resumed run may change (each change is printed): how long it runs, how often it evaluates and
+# saves, and how many threads and verifier processes do the work. Everything else defines the run.
+RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads",
+                     "verify_workers")
+
+
+def upgrade_saved_config(saved: dict) -> dict:
+    """A config.json written before `normalize_std` became an advantage of its own: grpo with
+    normalize_std false was Dr. GRPO's mean-only baseline, which is now `--advantage dr_grpo`."""
+    if "normalize_std" not in saved:
+        return saved
+    upgraded = {key: value for key, value in saved.items() if key != "normalize_std"}
+    if saved["normalize_std"] is False and saved.get("advantage") == "grpo":
+        upgraded["advantage"] = "dr_grpo"
+    return upgraded
+
+
+def saved_config(output_dir: Path, config_class: type):
+    """The config.json an earlier run wrote in `output_dir`, as a `config_class` (None when there is
+    none)."""
+    path = output_dir / "config.json"
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_bytes())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new "
+                         "--output-dir") from None
+    defaults = dataclasses.asdict(config_class())
+    saved = upgrade_saved_config(saved) if isinstance(saved, dict) else saved
+    if not isinstance(saved, dict) or set(saved) - set(defaults):
+        unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved
+        raise InputError(f"{path} is not a train_brorl.py config (unknown keys: {unknown!r})")
+    return config_class(**{k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in saved.items()})
+
+
+def config_changes(before, after) -> list[str]:
+    """The settings that differ ("total_steps 2 -> 3"), leaving out --resume and how the folder was
+    spelled."""
+    names = [f.name for f in dataclasses.fields(before) if f.name not in ("resume", "output_dir")]
+    return [f"{name} {getattr(before, name)!r} -> {getattr(after, name)!r}" for name in names
+            if getattr(before, name) != getattr(after, name)]
+
+
+def write_config(output_dir: Path, cfg) -> None:
+    """config.json, printing what differs from the one already there (a resume's allowed changes, or a
+    restart from scratch with other settings): it is never replaced by another config silently."""
+    try:
+        earlier = saved_config(output_dir, type(cfg))
+    except InputError as e:  # torn by a kill before the first checkpoint: nothing to keep
+        print(f"replacing {e}")
+        earlier = None
+    for change in config_changes(earlier, cfg) if earlier else []:
+        print(f"config.json: {change}")
+    tmp = output_dir / "config.json.tmp"
+    tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    os.replace(tmp, output_dir / "config.json")
+
+
+# ---- checkpoints: atomic (temp dir, fsync, rename); a save_pretrained model and accelerate's state
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(path: Path) -> None:
+    for item in path.rglob("*"):
+        if item.is_file():
+            with open(item, "rb") as f:
+                os.fsync(f.fileno())
+        else:
+            fsync_dir(item)
+    fsync_dir(path)
+
+
+def remove_leftovers(output_dir: Path) -> None:
+    """`.step_N.tmp` (a save that died) and `.step_N.deleting` (a pruning that died) are never read
+    again, and each is a whole checkpoint (about 20 GB at paper scale): removed when a run starts or
+    resumes."""
+    root = output_dir / "checkpoints"
+    for leftover in sorted(root.glob(".step_*")) if root.is_dir() else []:
+        print(f"removing {leftover}, left by an interrupted save or pruning")
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """One line, before any work, when the output folder can't be written (a file, read-only, no
+    access)."""
+    if output_dir.exists() and not output_dir.is_dir():
+        raise InputError(f"--output-dir is a file, not a folder: {output_dir}")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / ".write_probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise InputError(f"cannot write to --output-dir {output_dir}: {e.strerror}") from None
+
+
+def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer,
+                    state: dict, keep: int) -> Path:
+    """`model/`: the policy as save_pretrained (what eval.py and from_pretrained load); `state/`:
+    accelerate's save_state (policy, reference policy, optimizer, every process's RNG; sharded under
+    FSDP); `trainer_state.pt`: step and data position, written last. Every process calls this."""
+    root = output_dir / "checkpoints"
+    final, tmp = root / f"step_{step:06d}", root / f".step_{step:06d}.tmp"
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "state").mkdir(parents=True)  # before any process writes its RNG state there
+    accelerator.wait_for_everyone()
+    weights = accelerator.get_state_dict(policy)  # gathered on the main process under FSDP
+    if accelerator.is_main_process:
+        accelerator.unwrap_model(policy).model.save_pretrained(
+            tmp / "model",
+            state_dict={name.removeprefix("model."): tensor for name, tensor in weights.items()})
+        tokenizer.save_pretrained(tmp / "model")
+    accelerator.save_state(tmp / "state")
+    accelerator.wait_for_everyone()
+    # the size of every file, so a damaged checkpoint is recognised on resume
+    if accelerator.is_main_process:
+        sizes = {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*") if f.is_file()}
+        state = {**state, "files": sizes}
+        torch.save(state, tmp / "trainer_state.pt")
+        fsync_tree(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        fsync_dir(root)
+        for old in sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name))[:-keep]:
+            # renamed first, so a kill never leaves half a checkpoint
+            doomed = root / f".{old.name}.deleting"
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.replace(old, doomed)
+            shutil.rmtree(doomed)
+    accelerator.wait_for_everyone()
+    return final
+
+
+# ---- metrics: one JSON object per row in metrics.jsonl, the same scalars in tensorboard ----------
+
+
+class MetricsLog:
+    """metrics.jsonl and tensorboard, continued after `start_step` (the checkpoint's step; -1
+    without one): rows and events an earlier attempt logged past it (after its last checkpoint, or
+    all of them when it died before the first) are dropped, so a resumed or rerun folder logs every
+    step once and in order."""
+
+    def __init__(self, output_dir: Path, start_step: int):
+        self.path = output_dir / "metrics.jsonl"
+        if self.path.exists():
+            lines = self.path.read_text(errors="replace").splitlines()
+            rows = [line for line in lines if self.row_step(line) <= start_step]
+            if len(rows) < len(lines):
+                print(f"metrics.jsonl: dropped {len(lines) - len(rows)} rows an earlier attempt logged "
+                      f"after step {start_step}")
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(row + "\n" for row in rows))
+            os.replace(tmp, self.path)
+        # purge_step: tensorboard hides the earlier event files' events at steps >= it
+        self.writer = SummaryWriter(str(output_dir), purge_step=start_step + 1)
+        self.file = open(self.path, "a")
+
+    @staticmethod
+    def row_step(line: str) -> float:
+        """The row's step; a line torn by a kill counts as lost."""
+        try:
+            return json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            return float("inf")
+
+    def log(self, step: int, scalars: dict, prefix: str) -> None:
+        self.file.write(json.dumps({"step": step, **scalars}) + "\n")
+        self.file.flush()
+        for key, value in scalars.items():
+            self.writer.add_scalar(f"{prefix}/{key}", value, step)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        self.writer.close()
+
+
+# ---- launch checks and one-line failures -------------------------------------------------------
+
+
+def check_launch(distributed_type: DistributedType, processes: int, environ=os.environ) -> None:
+    """Refuse a launch that would silently run something other than its accelerate config. On a
+    machine without GPUs accelerate runs an FSDP config as plain data parallelism
+    (`Accelerator(cpu=True)`: unsharded state, no FSDP code path) or, with `cpu=False`, as
+    independent single processes (`DistributedType.NO`) that all write the same output folder. FSDP
+    on CPU is not available through accelerate (its FSDP setup covers accelerator devices only), so
+    both are refused."""
+    wants_fsdp = environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+    if wants_fsdp and distributed_type != DistributedType.FSDP:
+        raise InputError(f"the accelerate config asks for FSDP, which needs GPUs; here it would run as "
+                         f"{distributed_type.value} instead: use configs/ddp_cpu.yaml on a machine "
+                         "without GPUs")
+    launched = int(environ.get("WORLD_SIZE", "1"))
+    if launched != processes:
+        raise InputError(f"launched as {launched} processes, but each would run alone "
+                         f"({distributed_type.value}) and all would write the same output folder: "
+                         "check the accelerate config")
+
+
+def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path, lr: float,
+                          kl_coef: float, seed: int) -> None:
+    """--init-from: load another run's policy and optimizer state (AdamW's moments and step count
+    carry over: restarting them cost a large-N branch 15-25 points in its first step, see
+    experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since this
+    is a new run with its own seed."""
+    source = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    if (source["config"]["kl_coef"] > 0) != (kl_coef > 0):
+        had = "had" if source["config"]["kl_coef"] > 0 else "had no"
+        raise InputError(f"--init-from {checkpoint}: its run {had} reference policy (kl_coef > 0), "
+                         "and this run must match it")
+    accelerator.load_state(checkpoint / "state")
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    seed_everything(seed)
+    if accelerator.is_main_process:
+        print(f"initialised from {checkpoint} (step {source['step']}: weights and optimizer state), "
+              f"lr {lr:g}")
+
+
+def where_to_resume(output_dir: str | None) -> str:
+    """What an interrupted run left: the checkpoint it continues from, and the command that does it."""
+    checkpoint = latest_checkpoint(Path(output_dir), say=lambda message: None) if output_dir else None
+    if checkpoint is None:
+        return "no checkpoint was saved yet (a rerun starts from step 0)"
+    return (f"the last complete checkpoint is {checkpoint}; continue with: "
+            f"python train_brorl.py --output-dir {output_dir} --resume")
+
+
+# Environment failures that deserve one line, not a traceback: the disk, the folder, the permissions.
+ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                      errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+
+
+def write_failure(e: Exception) -> str | None:
+    """The one-line name of a failed write, or None for any other error. Python reports a full disk
+    as an OSError with errno ENOSPC; torch.save as a RuntimeError from its zip writer, with no errno
+    (on a full device: "unexpected pos 704 vs 598", or "PytorchStreamWriter failed writing file
+    ...")."""
+    if isinstance(e, OSError) and e.errno in ONE_LINE_OS_ERRORS:
+        return f"{ONE_LINE_OS_ERRORS[e.errno]} writing {e.filename or 'a file'}"
+    if isinstance(e, RuntimeError) and any(sign in str(e) for sign in ("PytorchStreamWriter",
+                                                                       "unexpected pos")):
+        return "a checkpoint file could not be written (no space left on device?)"
+    return None
