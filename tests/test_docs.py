@@ -2,9 +2,11 @@
 heading, for a link into a page), and every link to a line of code, [`symbol`](file.py#L123), lands
 on a line that holds `symbol`.
 
-When code moves, `python tests/test_docs.py --fix` rewrites each such line number to where the symbol
-is defined now (`def symbol`, `class symbol`, `symbol =`, else its first occurrence); read the diff."""
+When code moves, `python tests/test_docs.py --fix` rewrites each such link to where the symbol is now
+(`def symbol`, `class symbol`, `symbol =`, else its first occurrence in the file; else the file that
+defines it); read the diff."""
 
+import os
 import re
 import sys
 from pathlib import Path
@@ -56,19 +58,30 @@ def resolve(page: Path, target: str) -> tuple[Path, str]:
     return (page.parent / path).resolve() if path else page, anchor
 
 
-def where_defined(lines: list[str], symbol: str) -> int | None:
-    """1-based line of `def symbol`, `class symbol` or `symbol =` (or `symbol:`), else of the first
-    line holding `symbol`; None when no line does."""
+def definition_line(lines: list[str], symbol: str) -> int | None:
+    """1-based line of `def symbol`, `class symbol` or `symbol =` (or `symbol: type =`)."""
     name = re.escape(symbol)
     definition = re.compile(rf"^\s*(?:async\s+def|def|class)\s+{name}\b|^\s*{name}\s*(?::[^=]*)?=")
-    for number, line in enumerate(lines, 1):
-        if definition.search(line):
-            return number
-    return next((number for number, line in enumerate(lines, 1) if symbol in line), None)
+    return next((number for number, line in enumerate(lines, 1) if definition.search(line)), None)
 
 
-def code_link_problems() -> list[tuple[Path, int, str, str, int | None]]:
-    """(page, page line, target, message, the line the symbol is on now) per wrong line link."""
+def where_defined(lines: list[str], symbol: str) -> int | None:
+    """The line that defines `symbol`, else the first line holding it; None when no line does."""
+    return definition_line(lines, symbol) or next(
+        (number for number, line in enumerate(lines, 1) if symbol in line), None)
+
+
+def defined_elsewhere(symbol: str) -> tuple[Path, int] | None:
+    """The first project file (top level, then experiments/) that defines `symbol`: where it moved."""
+    for path in [*sorted(ROOT.glob("*.py")), *sorted((ROOT / "experiments").glob("*.py"))]:
+        number = definition_line(path.read_text().splitlines(), symbol)
+        if number:
+            return path, number
+    return None
+
+
+def code_link_problems() -> list[tuple[Path, int, str, str, str | None]]:
+    """(page, page line, target, message, the target that would be right) per wrong line link."""
     problems = []
     for page in PAGES:
         for number, text, target in relative_links(page):
@@ -80,11 +93,17 @@ def code_link_problems() -> list[tuple[Path, int, str, str, int | None]]:
             lines = path.read_text().splitlines()
             if n <= len(lines) and symbol in lines[n - 1]:
                 continue
-            found = where_defined(lines, symbol)
-            now = f"defined at line {found}" if found else "not in that file at all"
+            found, fixed = where_defined(lines, symbol), None
+            if found:
+                now, fixed = f"defined at line {found}", f"{target.partition('#')[0]}#L{found}"
+            elif moved := defined_elsewhere(symbol):
+                now = f"not in that file; defined in {moved[0].relative_to(ROOT)} line {moved[1]}"
+                fixed = f"{os.path.relpath(moved[0], page.parent)}#L{moved[1]}"
+            else:
+                now = "not in that file, nor defined in another"
             problems.append((page, number, target,
                              f"{page.relative_to(ROOT)}:{number}: `{symbol}` is not on "
-                             f"{path.relative_to(ROOT)} line {n} ({now})", found))
+                             f"{path.relative_to(ROOT)} line {n} ({now})", fixed))
     return problems
 
 
@@ -114,17 +133,17 @@ def test_the_readme_test_command_is_the_one_ci_runs():
 
 
 def fix() -> None:
-    """Rewrite each missed line number to the line the symbol is defined on now."""
+    """Rewrite each missed line link to where the symbol is now (in that file, else the file that
+    defines it)."""
     by_page: dict[Path, list] = {}
-    for page, number, target, message, found in code_link_problems():
-        print(message if found is None else f"{message}: fixed")
-        if found is not None:
-            by_page.setdefault(page, []).append((number, target, found))
+    for page, number, target, message, fixed in code_link_problems():
+        print(message if fixed is None else f"{message}: fixed")
+        if fixed is not None:
+            by_page.setdefault(page, []).append((number, target, fixed))
     for page, fixes in by_page.items():
         lines = page.read_text().splitlines(keepends=True)
-        for number, target, found in fixes:
-            path = target.partition("#")[0]
-            lines[number - 1] = lines[number - 1].replace(f"({target})", f"({path}#L{found})", 1)
+        for number, target, fixed in fixes:
+            lines[number - 1] = lines[number - 1].replace(f"({target})", f"({fixed})", 1)
         page.write_text("".join(lines))
 
 
