@@ -41,15 +41,15 @@ HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
 
 @dataclass(kw_only=True)
 class SamplingParams:
-    n: int = 16
+    n: int = 256
     """rollouts per prompt (the paper's N)"""
     temperature: float = 1.0
     """sampling temperature T"""
     top_p: float = 1.0
     """nucleus sampling mass"""
-    max_new_tokens: int = 16
+    max_new_tokens: int = 8
     """response length limit; longer responses are cut and flagged truncated"""
-    max_batch_seqs: int = 1024
+    max_batch_seqs: int = 2048
     """most sequences decoded at once (prompts are packed into batches up to this many samples)"""
 
 

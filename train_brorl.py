@@ -1,11 +1,15 @@
 """BroRL: RL with verifiable rewards, scaled by broadening exploration (many rollouts per prompt).
 
 Hu et al., "BroRL: Scaling Reinforcement Learning via Broadened Exploration", arXiv 2510.01180.
-One step, top to bottom in `train()` below:
+One step, top to bottom in `train()` at the end of this file, its helpers right above it:
 
     prompts -> N rollouts each (rollout.py) -> rewards (reward.py) -> dynamic sampling (drop groups
     whose N rewards are all equal) -> group-relative advantages -> clipped policy-gradient update
-    (update.py) -> knowledge-shrinkage monitor -> log -> periodic eval (eval.py) -> checkpoint
+    (update.py) watched by the knowledge-shrinkage monitor (monitor.py) -> log -> periodic eval
+    (eval.py) -> checkpoint
+
+Everything around the step (processes, model loading, resume, checkpoints, metrics files) is
+run.py's; this file is the config, the presets and the step.
 
 Why a large N helps (arXiv 2510.01180 Sec. 2, Theorem 1): to first order, one update changes the
 probability mass on correct tokens by two terms that are never negative (from the sampled correct
@@ -13,7 +17,7 @@ and incorrect tokens) plus an unsampled coupling term, the only one that can shr
 scales with the squared probability of the tokens that were NOT sampled, whose expectation
 Σ p²(1 - p)^N falls as N grows (Lemma 2, Corollary 3): with hundreds of rollouts per prompt it
 fades, and the correct mass grows. `python simulate.py` makes this concrete
-(Theorem 1 checked, the paper's Fig. 3 simulator), and the shrinkage monitor below (shrink_frac,
+(Theorem 1 checked, the paper's Fig. 3 simulator), and the shrinkage monitor (monitor.py: shrink_frac,
 shrink_worst; the probe set with --probe-prompts) measures it at LLM scale.
 
 The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
@@ -62,6 +66,10 @@ DATA_DIR = Path(__file__).parent / "data"
 
 @dataclass
 class Config:
+    """Every setting of a run, CPU defaults; presets below are plain overrides. A knob that a
+    component's own settings also have (rollout.SamplingParams, update.UpdateConfig,
+    reward.VerifyConfig) takes its default from there, so each default is declared once."""
+
     # ---- run ----
     preset: str = "cpu-demo"
     """named set of overrides applied before the other flags: cpu-demo, smoke, brorl-paper,
@@ -99,20 +107,20 @@ class Config:
     chat_template: bool = True
     """wrap prompts in the tokenizer's chat template when it has one"""
     # ---- rollouts (paper Sec. 3: BroRL N=512 x 128 prompts, ProRL N=16 x 512) ----
-    n_rollouts: int = 256
+    n_rollouts: int = rollout.SamplingParams.n
     """N, rollouts per prompt: BroRL scales this to hundreds"""
     prompts_per_step: int = 32
     """prompts sampled per step"""
-    temperature: float = 1.0
+    temperature: float = rollout.SamplingParams.temperature
     """rollout sampling temperature"""
-    top_p: float = 1.0
+    top_p: float = rollout.SamplingParams.top_p
     """rollout nucleus sampling mass"""
-    max_new_tokens: int = 8
+    max_new_tokens: int = rollout.SamplingParams.max_new_tokens
     """response length limit (tokens)"""
     zero_truncated_reward: bool = False
     """score a response cut at max_new_tokens as 0, whatever answer it holds (ProRLv2's
     stop-properly penalty at 0)"""
-    gen_batch_seqs: int = 2048
+    gen_batch_seqs: int = rollout.SamplingParams.max_batch_seqs
     """most sequences decoded at once (vLLM: max_num_seqs, kept >= N)"""
     engine: Literal["auto", "hf", "vllm"] = "auto"
     """rollout engine: hf (transformers), vllm (in-process, colocated); auto: vllm when installed
@@ -127,7 +135,7 @@ class Config:
     """vLLM: seed every request from the step's generator (reproducible request by request: a
     resumed run draws what an uninterrupted one would, a sharded eval equals one process's); slow on
     a GPU at large N. Off: each engine is seeded once (--seed + process index)"""
-    tis_cap: float = 0.0
+    tis_cap: float = update.UpdateConfig.tis_cap
     """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
     advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"  # the choices are update.ADVANTAGES's names
@@ -142,27 +150,27 @@ class Config:
     """AdamW learning rate"""
     weight_decay: float = 0.0
     """AdamW weight decay"""
-    eps_low: float = 0.2
+    eps_low: float = update.UpdateConfig.eps_low
     """lower clip range ε_low of the PPO ratio"""
-    eps_high: float = 0.28
+    eps_high: float = update.UpdateConfig.eps_high
     """upper clip range ε_high (clip-higher, DAPO)"""
-    kl_coef: float = 0.0
+    kl_coef: float = update.UpdateConfig.kl_coef
     """β, weight of the KL penalty to the reference policy (0: no reference model)"""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    kl_estimator: Literal["k1", "k2", "k3"] = update.UpdateConfig.kl_estimator
     """KL penalty with l = log π_θ - log π_ref: k1 = l (zero expected gradient as a loss); k2 = l²/2
     (ProRLv2; gradient of KL(π_θ||π_ref)); k3 = exp(-l) - 1 + l (GRPO; gradient of
     KL(π_ref||π_θ))"""
     ref_reset_every: int = 0
     """reset the reference policy to the current one every this many steps (ProRL; 0: never)"""
-    minibatches: int = 2
+    minibatches: int = update.UpdateConfig.minibatches
     """PPO mini-batches (optimizer steps) per step; the paper keeps this fixed as N grows"""
-    micro_batch_tokens: int = 16384
+    micro_batch_tokens: int = update.UpdateConfig.micro_batch_tokens
     """token budget of a forward/backward micro-batch (gradient accumulation fills the mini-batch)"""
-    logprob_chunk_tokens: int = 4096
+    logprob_chunk_tokens: int = update.UpdateConfig.logprob_chunk_tokens
     """response tokens per output-layer chunk when computing log-probs"""
     gradient_checkpointing: bool = False
     """recompute the transformer's activations in backward (much less memory for long responses)"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = update.UpdateConfig.max_grad_norm
     """gradient clipping norm"""
     # ---- loop, eval, checkpoints ----
     total_steps: int = 120
@@ -197,12 +205,12 @@ class Config:
     # ---- verifiers (reward.py) ----
     verify_workers: int = 2
     """verifier processes for math / Reasoning Gym, and programs run at once for code"""
-    verify_timeout: float = 5.0
+    verify_timeout: float = reward.VerifyConfig.timeout
     """hard limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0 and is
     logged)"""
-    code_test_timeout: float = 2.0
+    code_test_timeout: float = reward.VerifyConfig.test_timeout
     """limit per code test case, seconds (CPU and wall clock)"""
-    unsafe_no_sandbox: bool = False
+    unsafe_no_sandbox: bool = reward.VerifyConfig.unsafe_no_sandbox
     """without bubblewrap, run code tasks' programs under rlimits only instead of refusing them (no
     isolation)"""
 
@@ -355,6 +363,45 @@ def parse_config(argv: list[str] | None = None) -> Config:
     return cfg
 
 
+def component_configs(cfg: Config) -> tuple[rollout.SamplingParams, update.UpdateConfig,
+                                             reward.VerifyConfig, evaluation.EvalSettings]:
+    """What the rollouts, the update, the verifiers and the in-training eval each take of `cfg`."""
+    sampling = rollout.SamplingParams(n=cfg.n_rollouts, temperature=cfg.temperature,
+                                      top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                                      max_batch_seqs=cfg.gen_batch_seqs)
+    update_cfg = update.UpdateConfig(
+        eps_low=cfg.eps_low, eps_high=cfg.eps_high, kl_coef=cfg.kl_coef,
+        kl_estimator=cfg.kl_estimator, minibatches=cfg.minibatches,
+        micro_batch_tokens=cfg.micro_batch_tokens, max_grad_norm=cfg.max_grad_norm,
+        temperature=cfg.temperature, logprob_chunk_tokens=cfg.logprob_chunk_tokens,
+        tis_cap=cfg.tis_cap)
+    verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout,
+                                     unsafe_no_sandbox=cfg.unsafe_no_sandbox)
+    eval_settings = evaluation.EvalSettings(
+        samples=cfg.eval_samples, temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+        max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, chat_template=cfg.chat_template,
+        max_batch_seqs=cfg.gen_batch_seqs, verify_workers=cfg.verify_workers,
+        verify_config=verify_cfg)
+    return sampling, update_cfg, verify_cfg, eval_settings
+
+
+def probe_set(run: Run, cfg: Config, sampling: rollout.SamplingParams,
+              update_cfg: update.UpdateConfig, verify_cfg: reward.VerifyConfig) -> dict:
+    """The run's probe set (monitor.py): drawn at step 0 with probe_samples samples per prompt,
+    kept with the run, shared by the branches of an --init-from run."""
+    def draw() -> dict:
+        return monitor.draw_probes(run.sampler, run.tokenizer, run.train_tasks, run.test_tasks,
+                                   cfg.probe_prompts,
+                                   dataclasses.replace(sampling, n=cfg.probe_samples),
+                                   cfg.chat_template, cfg.seed,
+                                   lambda tasks, rollouts: score_rollouts(tasks, rollouts, cfg,
+                                                                          verify_cfg))
+    source = Path(cfg.init_from).parent.parent / "probes.pt" if cfg.init_from else None
+    return monitor.load_or_draw_probes(run.output_dir / "probes.pt", source, draw, run.policy,
+                                       update_cfg, run.main_process,
+                                       run.accelerator.wait_for_everyone)
+
+
 # ---- the step, in call order ---------------------------------------------------------------------
 
 
@@ -362,7 +409,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
 class Groups:
     """One step's rollouts on this process and their rewards, over every dynamic-sampling round."""
 
-    rollouts: rollout.Rollouts  # [G·N rows]: N rollouts of each of this process's G prompts
+    tasks: list[dict]  # this process's G prompts' tasks
+    rollouts: rollout.Rollouts  # [G·N rows]: N rollouts of each of the G prompts
     rewards: torch.Tensor  # [G, N] verifiable rewards
     rounds: int  # generation rounds (1 + refills)
     gen_time: float  # seconds spent generating
@@ -417,13 +465,14 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
     BroRL's N is in the hundreds), then their verifiable rewards (each distinct answer checked
     once). With dynamic sampling and refill_rounds, more rounds of prompts are drawn until
     `prompts_per_step` informative groups were found over all processes (DAPO)."""
-    verify_stats, prompts = reward.VerifyStats(), set()
+    verify_stats, prompts, tasks = reward.VerifyStats(), set(), []
     parts, part_rewards, gen_time, found_so_far = [], [], 0.0, 0.0
     for refill in range(1 + cfg.refill_rounds):
         round_start = time.time()
         round_prompts = next_prompts(run.train_tasks, run.data_position, cfg.prompts_per_step,
                                      cfg.seed)
         round_tasks = round_prompts[run.rank :: run.processes]  # this process's share
+        tasks += round_tasks
         prompts.update(task["prompt"] for task in round_prompts)
         run.data_position += cfg.prompts_per_step
         prompt_ids = rollout.encode_prompts(run.tokenizer, [t["prompt"] for t in round_tasks],
@@ -438,7 +487,8 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
             break
     rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id) if len(parts) > 1
                 else parts[0])
-    return Groups(rollouts, torch.cat(part_rewards), len(parts), gen_time, prompts, verify_stats)
+    return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), gen_time, prompts,
+                  verify_stats)
 
 
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:
@@ -562,35 +612,11 @@ def train(cfg: Config) -> Path:
     """Run (or resume) training; returns the output directory. Under `accelerate launch`, every
     process runs this."""
     run = setup(cfg)  # TRY NOT TO MODIFY: processes, data, policy, optimizer, engine, resume
-    sampling = rollout.SamplingParams(n=cfg.n_rollouts, temperature=cfg.temperature,
-                                      top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                      max_batch_seqs=cfg.gen_batch_seqs)
-    update_cfg = update.UpdateConfig(
-        eps_low=cfg.eps_low, eps_high=cfg.eps_high, kl_coef=cfg.kl_coef,
-        kl_estimator=cfg.kl_estimator, minibatches=cfg.minibatches,
-        micro_batch_tokens=cfg.micro_batch_tokens, max_grad_norm=cfg.max_grad_norm,
-        temperature=cfg.temperature, logprob_chunk_tokens=cfg.logprob_chunk_tokens,
-        tis_cap=cfg.tis_cap)
-    verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout,
-                                     unsafe_no_sandbox=cfg.unsafe_no_sandbox)
-    eval_settings = evaluation.EvalSettings(
-        samples=cfg.eval_samples, temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
-        max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, chat_template=cfg.chat_template,
-        max_batch_seqs=cfg.gen_batch_seqs, verify_workers=cfg.verify_workers,
-        verify_config=verify_cfg)
+    sampling, update_cfg, verify_cfg, eval_settings = component_configs(cfg)
     if run.main_process:
         print(evaluation.training_protocol(cfg.eval_max_problems, cfg.eval_samples,
                                            cfg.max_new_tokens))
-    probes = None
-    if cfg.probe_prompts:
-        probe_sampling = dataclasses.replace(sampling, n=cfg.probe_samples)
-        probes = monitor.load_or_draw_probes(
-            run.output_dir / "probes.pt",
-            Path(cfg.init_from).parent.parent / "probes.pt" if cfg.init_from else None,
-            lambda: monitor.draw_probes(run.sampler, run.tokenizer, run.train_tasks, run.test_tasks,
-                                        cfg.probe_prompts, probe_sampling, cfg.chat_template,
-                                        cfg.seed, lambda t, r: score_rollouts(t, r, cfg, verify_cfg)),
-            run.policy, update_cfg, run.main_process, run.accelerator.wait_for_everyone)
+    probes = probe_set(run, cfg, sampling, update_cfg, verify_cfg) if cfg.probe_prompts else None
     if run.step == 0:
         evaluate(run, cfg, eval_settings, probes, update_cfg, 0, set(), print)
     run.accelerator.wait_for_everyone()

@@ -279,7 +279,7 @@ class UpdateConfig:
     eps_high: float = 0.28
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
-    minibatches: int = 1
+    minibatches: int = 2
     micro_batch_tokens: int = 16384
     max_grad_norm: float = 1.0
     temperature: float = 1.0
