@@ -1,0 +1,46 @@
+"""The layout's promises: imports flow one way, and the verifier can be copied into another trainer."""
+
+import ast
+
+from conftest import ROOT
+
+MODULES = {path.stem: path for path in ROOT.glob("*.py")}
+
+
+def project_imports(module: str) -> set[str]:
+    """The repository's top-level modules that `module` imports, anywhere in the file."""
+    imported = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            imported.add(node.module.split(".")[0])
+    return imported & set(MODULES) - {module}
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    graph = {module: project_imports(module) for module in MODULES}
+    done, path = set(), []
+
+    def visit(module):
+        assert module not in path, f"import circle: {' -> '.join(path[path.index(module):] + [module])}"
+        if module in done:
+            return
+        path.append(module)
+        for imported in sorted(graph[module]):
+            visit(imported)
+        path.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+
+
+def test_the_verifier_imports_nothing_of_the_project_but_its_sandbox():
+    assert project_imports("reward") <= {"sandbox"}
+    assert project_imports("sandbox") == set()
+
+
+def test_the_update_and_the_theory_stand_alone():
+    assert project_imports("update") == set()
+    assert project_imports("simulate") == set()
