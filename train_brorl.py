@@ -72,16 +72,13 @@ class Config:
 
     # ---- run ----
     preset: str = "cpu-demo"
-    """named set of overrides applied before the other flags: cpu-demo, smoke, brorl-paper,
-    prorl-paper"""
+    """named overrides applied before the other flags: cpu-demo, smoke, brorl-paper, prorl-paper"""
     output_dir: str | None = None
     """where logs and checkpoints go (default: runs/<preset>__<seed>__<unix time>)"""
     resume: bool = False
     """continue from the latest checkpoint in --output-dir"""
     init_from: str | None = None
-    """start this new run from another run's checkpoint folder (.../checkpoints/step_N): its weights
-    and optimizer state, with this run's own settings and --lr (a BroRL branch of a ProRL run;
-    --resume refuses new N)"""
+    """start from another run's checkpoint (RUN/checkpoints/step_N): weights, optimizer; own --lr"""
     seed: int = 0
     """seed for data order, sampling and mini-batch splits"""
     device: Literal["auto", "cpu"] = "auto"
@@ -89,13 +86,10 @@ class Config:
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
     process_group_timeout_min: float = 60.0
-    """how long a process waits at a collective for the others (a 1.5B checkpoint save or a slow
-    verifier batch on one process must not kill the run; torch's own default is 10-30 min by
-    backend)"""
+    """minutes a process waits for the others at a collective (a 1.5B save takes long)"""
     # ---- model and data ----
     model: str = "tiny"
-    """policy: a local save_pretrained directory, a hub name, or 'tiny' (the embedded warmed-up toy
-    model)"""
+    """policy: a save_pretrained directory, a hub name, or 'tiny' (the warmed-up toy model)"""
     model_revision: str | None = None
     """hub revision (branch, tag or commit) when --model is a hub name"""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -118,13 +112,11 @@ class Config:
     max_new_tokens: int = rollout.SamplingParams.max_new_tokens
     """response length limit (tokens)"""
     zero_truncated_reward: bool = False
-    """score a response cut at max_new_tokens as 0, whatever answer it holds (ProRLv2's
-    stop-properly penalty at 0)"""
+    """score a response cut at max_new_tokens 0 (ProRLv2's stop-properly penalty)"""
     gen_batch_seqs: int = rollout.SamplingParams.max_batch_seqs
     """most sequences decoded at once (vLLM: max_num_seqs, kept >= N)"""
     engine: Literal["auto", "hf", "vllm"] = "auto"
-    """rollout engine: hf (transformers), vllm (in-process, colocated); auto: vllm when installed
-    with a GPU"""
+    """rollouts: hf (transformers), vllm (colocated); auto: vllm when installed with a GPU"""
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training is what tis_cap corrects)"""
     gpu_memory_utilization: float = 0.5
@@ -132,20 +124,16 @@ class Config:
     vllm_max_model_len: int = 0
     """vLLM: longest prompt + response it must hold (0: the model's context length)"""
     vllm_request_seeds: bool = False
-    """vLLM: seed every request from the step's generator (reproducible request by request: a
-    resumed run draws what an uninterrupted one would, a sharded eval equals one process's); slow on
-    a GPU at large N. Off: each engine is seeded once (--seed + process index)"""
+    """vLLM: seed every request (bit-exact resume and sharded eval; slow at large N)"""
     tis_cap: float = update.UpdateConfig.tis_cap
     """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
     advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"  # the choices are update.ADVANTAGES's names
-    """grpo: group mean/std; dr_grpo: group mean only (Dr. GRPO); reinforce_pp_baseline: group mean,
-    then batch whitening (ProRLv2/BroRL)"""
+    """grpo: group mean/std; dr_grpo: group mean; reinforce_pp_baseline: + batch whitening"""
     dynamic_sampling: bool = True
     """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
     refill_rounds: int = 0
-    """dynamic sampling refill (DAPO): up to this many extra rounds of prompts until
-    prompts_per_step groups are kept"""
+    """DAPO refill: up to this many more rounds of prompts until prompts_per_step are kept"""
     lr: float = 1e-4
     """AdamW learning rate"""
     weight_decay: float = 0.0
@@ -157,9 +145,7 @@ class Config:
     kl_coef: float = update.UpdateConfig.kl_coef
     """β, weight of the KL penalty to the reference policy (0: no reference model)"""
     kl_estimator: Literal["k1", "k2", "k3"] = update.UpdateConfig.kl_estimator
-    """KL penalty with l = log π_θ - log π_ref: k1 = l (zero expected gradient as a loss); k2 = l²/2
-    (ProRLv2; gradient of KL(π_θ||π_ref)); k3 = exp(-l) - 1 + l (GRPO; gradient of
-    KL(π_ref||π_θ))"""
+    """KL penalty of l = log π_θ/π_ref: k1 = l, k2 = l²/2 (ProRLv2), k3 = e^-l - 1 + l (GRPO)"""
     ref_reset_every: int = 0
     """reset the reference policy to the current one every this many steps (ProRL; 0: never)"""
     minibatches: int = update.UpdateConfig.minibatches
@@ -176,8 +162,7 @@ class Config:
     total_steps: int = 120
     """RL steps"""
     eval_every: int = 20
-    """in-training eval every this many steps (and at step 0 and the end): a cheap proxy at the
-    training length; the paper's numbers come from eval.py on the saved checkpoints"""
+    """in-training eval (a cheap proxy) every this many steps, at step 0 and at the end"""
     eval_samples: int = 4
     """samples per test problem; eval_pass1 is their mean reward"""
     eval_temperature: float = 1.0
@@ -187,8 +172,7 @@ class Config:
     eval_max_problems: int = 0
     """evaluate on the first M problems of the test set and of each benchmark (0: all)"""
     eval_benchmarks: tuple[str, ...] = ()
-    """benchmarks.py names also scored at every eval and logged per benchmark (e.g. aime2024
-    humaneval rg/gcd)"""
+    """benchmarks.py names also scored at every eval (e.g. aime2024 humaneval rg/gcd)"""
     eval_data_dir: str = ""
     """directory of benchmark files in their sources' layouts (eval.py --data-dir)"""
     save_every: int = 1
@@ -198,21 +182,18 @@ class Config:
     shrink_monitor_samples: int = 256
     """distinct correct responses re-scored after each update by the shrinkage monitor (0: off)"""
     probe_prompts: int = 0
-    """probe-set monitor (paper Fig. 3 (ii)/(iii)): correct responses drawn at step 0 on this many
-    held-out and as many training prompts, re-scored at every eval (0: off)"""
+    """probe-set monitor (Fig. 3 (ii)/(iii)): held-out and training prompts (0: off)"""
     probe_samples: int = 8
     """samples per probe prompt at step 0; the first correct one becomes the prompt's probe"""
     # ---- verifiers (reward.py) ----
     verify_workers: int = 2
     """verifier processes for math / Reasoning Gym, and programs run at once for code"""
     verify_timeout: float = reward.VerifyConfig.timeout
-    """hard limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0 and is
-    logged)"""
+    """limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0)"""
     code_test_timeout: float = reward.VerifyConfig.test_timeout
     """limit per code test case, seconds (CPU and wall clock)"""
     unsafe_no_sandbox: bool = reward.VerifyConfig.unsafe_no_sandbox
-    """without bubblewrap, run code tasks' programs under rlimits only instead of refusing them (no
-    isolation)"""
+    """without bubblewrap, run code tasks' programs under rlimits only (no isolation)"""
 
 
 PRESETS: dict[str, dict] = {
