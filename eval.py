@@ -3,9 +3,10 @@ problem, the paper's protocol) with a 95% bootstrap interval, and the unbiased p
 2021 (arXiv 2107.03374) for k = 1, 2, 4, ..., K; per benchmark, per suite, and per Reasoning Gym
 category.
 
-Works on any checkpoint directory (a `save_pretrained` folder: the trainer's `checkpoints/step_*/model`,
-the tiny model, a downloaded hub model) without the trainer. The benchmarks and where their data comes
-from are in benchmarks.py; one with no data is listed as skipped with the reason, never scored.
+Works on any checkpoint directory (a `save_pretrained` folder: the trainer's
+`checkpoints/step_*/model`, the tiny model, a downloaded hub model) without the trainer. The
+benchmarks and where their data comes from are in benchmarks.py; one with no data is listed as
+skipped with the reason, never scored.
 
     python eval.py --model PATH --suite all --out runs/eval/prorl.json      # the paper's table
     python eval.py --model PATH --benchmarks aime2024 humaneval --samples 4
@@ -62,7 +63,8 @@ def k_values(samples: int) -> list[int]:
     return ks if ks[-1] == samples else ks + [samples]
 
 
-def bootstrap_ci(per_problem: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def bootstrap_ci(per_problem: list[float], resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, float]:
     """95% percentile interval of the mean over problems, resampling problems with replacement."""
     values = np.asarray(per_problem, dtype=float)
     rng = np.random.default_rng(seed)
@@ -94,8 +96,9 @@ class EvalSettings:
     verify_config: reward.VerifyConfig = field(default_factory=reward.VerifyConfig)
 
 
-# Settings that change what a sample is (its distribution or its reward). The seed and the batching are
-# not among them: a resumed run redraws unfinished problems anyway (same distribution, new tokens).
+# Settings that change what a sample is (its distribution or its reward). The seed and the batching
+# are not among them: a resumed run redraws unfinished problems anyway (same distribution, new
+# tokens).
 SAMPLE_DEFINING_SETTINGS = ("samples", "temperature", "top_p", "max_new_tokens", "chat_template")
 
 
@@ -118,7 +121,8 @@ def samples_header(settings: EvalSettings, model: dict | None,
 
 
 def header_differences(earlier: dict, now: dict) -> list[str]:
-    """What differs between two samples headers; a benchmark in only one of them is no difference."""
+    """What differs between two samples headers; a benchmark in only one of them is no
+    difference."""
     differences = [] if earlier.get("model") == now["model"] else ["model"]
     differences += [name for name in {**earlier.get("settings", {}), **now["settings"]}
                     if earlier.get("settings", {}).get(name) != now["settings"].get(name)]
@@ -128,10 +132,10 @@ def header_differences(earlier: dict, now: dict) -> list[str]:
 
 class SampleLog:
     """The per-sample jsonl. Its first line, {"header": ...}, says what produced the samples (model,
-    sampling settings, benchmark data versions): a run started again with the same --out resumes only
-    when they match, and otherwise stops with one line, leaving the file as it was, so samples of two
-    models or two protocols are never mixed. On a match the file is read back (torn lines and
-    unfinished problems dropped) and appended after each batch of problems."""
+    sampling settings, benchmark data versions): a run started again with the same --out resumes
+    only when they match, and otherwise stops with one line, leaving the file as it was, so samples
+    of two models or two protocols are never mixed. On a match the file is read back (torn lines
+    and unfinished problems dropped) and appended after each batch of problems."""
 
     def __init__(self, path: Path | None, samples: int, header: dict | None = None):
         """header: required with a path (what produced the samples); unused without one."""
@@ -147,10 +151,11 @@ class SampleLog:
                 earlier = {"model": "unknown (no header line)", "settings": {}, "benchmarks": {}}
             differences = header_differences(earlier, header)
             if differences:
-                raise InputError(f"{path} holds samples from another model or protocol (differs in: "
-                                 f"{', '.join(differences)}): pass another --out, or delete it to "
-                                 "start over")
-            header = {**header, "benchmarks": {**earlier.get("benchmarks", {}), **header["benchmarks"]}}
+                raise InputError(f"{path} holds samples from another model or protocol "
+                                 f"(differs in: {', '.join(differences)}): pass another --out, or "
+                                 "delete it to start over")
+            header = {**header,
+                      "benchmarks": {**earlier.get("benchmarks", {}), **header["benchmarks"]}}
             for line in lines[1:]:
                 try:
                     row = json.loads(line)
@@ -211,12 +216,14 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
             batch = todo[start:start + per_batch]
             prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch],
                                                 settings.chat_template)
-            generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + done_before + start)
+            generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + done_before
+                                                      + start)
             rollouts = rollout.generate(policy, tokenizer, prompt_ids, params, generator)
             groups = rollouts.group.tolist()
-            items = [(batch[g]["task"], text, batch[g]["answer"]) for g, text in zip(groups,
-                                                                                     rollouts.texts)]
-            rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config, stats)
+            items = [(batch[g]["task"], text, batch[g]["answer"])
+                     for g, text in zip(groups, rollouts.texts)]
+            rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config,
+                                         stats)
             rows = [{"benchmark": name, "id": batch[g]["id"], "sample": j % settings.samples,
                      "response": text,
                      "extracted": reward.final_answer(batch[g]["task"], text), "reward": r}
@@ -226,8 +233,10 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
         log.append(rows)
         for row in rows:
             log.done.setdefault((name, row["id"]), []).append(row)
-    correct = [int(sum(row["reward"] == 1.0 for row in log.done[(name, r["id"])])) for r in records]
-    timeouts, errors = (sum(counts) for counts in zip(*shard.gather((stats.timeouts, stats.errors))))
+    correct = [int(sum(row["reward"] == 1.0 for row in log.done[(name, r["id"])]))
+               for r in records]
+    timeouts, errors = (sum(counts)
+                        for counts in zip(*shard.gather((stats.timeouts, stats.errors))))
     return {**metrics(correct, settings.samples), "correct_per_problem": correct,
             "verifier_timeouts": timeouts, "verifier_errors": errors}
 
@@ -238,9 +247,10 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
                    extra: dict[str, list[dict]] | None = None, progress=print,
                    model: dict | None = None,
                    shard: Shard = Shard()) -> dict:
-    """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task lists;
-    `model` identifies the policy in the samples file's header (rollout.model_fingerprint).
-    Under a `shard`, every process calls this and gets the same result."""
+    """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task
+    lists; `model` identifies the policy in the samples file's header
+    (rollout.model_fingerprint). Under a `shard`, every process calls this and gets the same
+    result."""
     start = time.time()
     result = {"settings": asdict(settings), "benchmarks": {}, "skipped": {}}
     loaded = [(name, records, {"suite": "", "source": "given", "note": "", "category": ""})
@@ -250,10 +260,12 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
         if not records:
             result["skipped"][bench.name] = origin
             continue
-        loaded.append((bench.name, records, {"suite": bench.suite, "source": origin, "note": bench.note,
-                                             "category": bench.category}))
-    path = samples_path if shard.index == 0 else None  # only process 0 writes the samples
-    log = SampleLog(path, settings.samples, samples_header(settings, model, loaded) if path else None)
+        loaded.append((bench.name, records, {"suite": bench.suite, "source": origin,
+                                             "note": bench.note, "category": bench.category}))
+    # only process 0 writes the samples
+    path = samples_path if shard.index == 0 else None
+    log = SampleLog(path, settings.samples,
+                    samples_header(settings, model, loaded) if path else None)
     log.done = shard.gather(log.done)[0]  # the finished problems process 0 read back
     problems = 0
     for name, records, about in loaded:
@@ -297,8 +309,9 @@ def training_protocol(max_problems: int, samples: int, max_new_tokens: int) -> s
 
 
 def group_means(pairs) -> dict[str, float]:
-    """Mean pass@1 per group from (group, pass@1) pairs: a suite's score is the mean over its benchmarks
-    (the paper's "Math", "Code", "Reasoning Gym"); a Reasoning Gym category's, over its tasks."""
+    """Mean pass@1 per group from (group, pass@1) pairs: a suite's score is the mean over its
+    benchmarks (the paper's "Math", "Code", "Reasoning Gym"); a Reasoning Gym category's, over its
+    tasks."""
     groups: dict[str, list[float]] = {}
     for group, value in pairs:
         groups.setdefault(group, []).append(value)
@@ -320,7 +333,8 @@ def format_table(result: dict) -> str:
     for name, e in result["benchmarks"].items():
         label = f"{name} [{e['note']}]" if e["note"] else name
         ci = f"{100 * e['pass1']:.2f} ({100 * e['ci95'][0]:.1f}-{100 * e['ci95'][1]:.1f})"
-        columns = [f"{100 * e['pass_at_k'][k]:>9.2f}" if k in e["pass_at_k"] else f"{'':>9}" for k in ks]
+        columns = [f"{100 * e['pass_at_k'][k]:>9.2f}" if k in e["pass_at_k"] else f"{'':>9}"
+                   for k in ks]
         lines.append(f"{label:<28} {e['problems']:>8}  {ci:<22}" + "".join(columns))
     for title, averages in (("suite", result["suites"]),
                             ("reasoning gym category", result["reasoning_gym_categories"])):
@@ -343,8 +357,10 @@ def read_result(path: Path) -> dict:
     except (OSError, ValueError) as e:
         raise InputError(f"{path} is not a readable JSON file ({e})") from None
     sections = ("benchmarks", "suites")
-    if not isinstance(result, dict) or not all(isinstance(result.get(key), dict) for key in sections):
-        raise InputError(f"{path} is not an eval.py result file (it needs 'benchmarks' and 'suites')")
+    if not isinstance(result, dict) or not all(isinstance(result.get(key), dict)
+                                               for key in sections):
+        raise InputError(f"{path} is not an eval.py result file (it needs 'benchmarks' and "
+                         "'suites')")
     return result
 
 
@@ -388,7 +404,8 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="checkpoint directory (save_pretrained layout) or hub name")
     parser.add_argument("--suite",
-                        help=f"benchmark suite: {', '.join(benchmarks.SUITES)} or all (default: all)")
+                        help=f"benchmark suite: {', '.join(benchmarks.SUITES)} or all "
+                             "(default: all)")
     parser.add_argument("--benchmarks", nargs="+",
                         help=f"benchmarks by name ({', '.join(benchmarks.BENCHMARKS)})")
     parser.add_argument("--data",
@@ -427,7 +444,8 @@ def main() -> None:
                         help="without bubblewrap, run code benchmarks' programs under rlimits only "
                              "instead of refusing them")
     parser.add_argument("--out", type=Path,
-                        help="results JSON; per-sample records go to <out>.samples.jsonl (resumable)")
+                        help="results JSON; per-sample records go to <out>.samples.jsonl "
+                             "(resumable)")
     parser.add_argument("--plot", type=Path, help="write pass@k curves as a PNG here")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
                         help="print two result files side by side")
@@ -467,9 +485,9 @@ def main() -> None:
             policy, tokenizer = load_policy(model)
         verify_config = reward.VerifyConfig(timeout=args.verify_timeout,
                                             unsafe_no_sandbox=args.unsafe_no_sandbox)
-        settings = EvalSettings(samples=args.samples, temperature=args.temperature, top_p=args.top_p,
-                                max_new_tokens=args.max_new_tokens, seed=args.seed,
-                                chat_template=not args.no_chat_template,
+        settings = EvalSettings(samples=args.samples, temperature=args.temperature,
+                                top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                                seed=args.seed, chat_template=not args.no_chat_template,
                                 max_batch_seqs=args.max_batch_seqs,
                                 problems_per_batch=args.problems_per_batch,
                                 verify_workers=args.verify_workers,
@@ -488,10 +506,11 @@ def main() -> None:
     except (InputError, rollout.EngineError, reward.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        kept = (f"the same command resumes from {args.out.with_suffix('.samples.jsonl')}" if args.out
-                else "no --out, nothing kept")
+        kept = (f"the same command resumes from {args.out.with_suffix('.samples.jsonl')}"
+                if args.out else "no --out, nothing kept")
         sys.exit(f"\ninterrupted: {kept}")
-    except OSError as e:  # --out in a read-only folder, a full disk, a folder where a file should be
+    except OSError as e:
+        # --out in a read-only folder, a full disk, a folder where a file should be
         sys.exit(f"error: {e.strerror or e}: {e.filename or ''}")
 
 

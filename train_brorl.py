@@ -16,9 +16,9 @@ probability mass on correct tokens by two terms that are never negative (from th
 and incorrect tokens) plus an unsampled coupling term, the only one that can shrink it. That term
 scales with the squared probability of the tokens that were NOT sampled, whose expectation
 Σ p²(1 - p)^N falls as N grows (Lemma 2, Corollary 3): with hundreds of rollouts per prompt it
-fades, and the correct mass grows. `python simulate.py` makes this concrete
-(Theorem 1 checked, the paper's Fig. 3 simulator), and the shrinkage monitor (monitor.py: shrink_frac,
-shrink_worst; the probe set with --probe-prompts) measures it at LLM scale.
+fades, and the correct mass grows. `python simulate.py` makes this concrete (Theorem 1 checked,
+the paper's Fig. 3 simulator), and the shrinkage monitor (monitor.py: shrink_frac, shrink_worst;
+the probe set with --probe-prompts) measures it at LLM scale.
 
 The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
 up on 2-digit addition until it solves about a quarter of held-out problems at T=1 (built once and
@@ -118,7 +118,8 @@ class Config:
     engine: Literal["auto", "hf", "vllm"] = "auto"
     """rollouts: hf (transformers), vllm (colocated); auto: vllm when installed with a GPU"""
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training is what tis_cap corrects)"""
+    """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training is what tis_cap \
+corrects)"""
     gpu_memory_utilization: float = 0.5
     """vLLM: share of GPU memory for its weights and KV cache (the trainer needs the rest)"""
     vllm_max_model_len: int = 0
@@ -126,9 +127,11 @@ class Config:
     vllm_request_seeds: bool = False
     """vLLM: seed every request (bit-exact resume and sharded eval; slow at large N)"""
     tis_cap: float = update.UpdateConfig.tis_cap
-    """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) (0: off)"""
+    """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) \
+(0: off)"""
     # ---- advantages and update ----
-    advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"  # the choices are update.ADVANTAGES's names
+    # the choices are update.ADVANTAGES's names
+    advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"
     """grpo: group mean/std; dr_grpo: group mean; reinforce_pp_baseline: + batch whitening"""
     dynamic_sampling: bool = True
     """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
@@ -151,7 +154,8 @@ class Config:
     minibatches: int = update.UpdateConfig.minibatches
     """PPO mini-batches (optimizer steps) per step; the paper keeps this fixed as N grows"""
     micro_batch_tokens: int = update.UpdateConfig.micro_batch_tokens
-    """token budget of a forward/backward micro-batch (gradient accumulation fills the mini-batch)"""
+    """token budget of a forward/backward micro-batch (gradient accumulation fills the \
+mini-batch)"""
     logprob_chunk_tokens: int = update.UpdateConfig.logprob_chunk_tokens
     """response tokens per output-layer chunk when computing log-probs"""
     gradient_checkpointing: bool = False
@@ -204,8 +208,8 @@ PRESETS: dict[str, dict] = {
 
 # The paper's recipe (arXiv 2510.01180, Sec. 3-4.2): continue RL from the ProRLv2 checkpoint at
 # 16K response length, BroRL with N=512 x 128 prompts, the ProRL baseline with N=16 x 512, both with
-# the same number of PPO mini-batches per step and η = η_0·sqrt(B_new/B_0). Values the paper does not
-# give are marked "open" with the source used instead.
+# the same number of PPO mini-batches per step and η = η_0·sqrt(B_new/B_0). Values the paper does
+# not give are marked "open" with the source used instead.
 PROMPTS_PRORL, N_PRORL, PROMPTS_BRORL, N_BRORL = 512, 16, 128, 512
 LR_PRORL = 2e-6  # open for BroRL (η_0): ProRL v1's constant learning rate
 PAPER_RECIPE = dict(
@@ -268,8 +272,8 @@ def validate(cfg: Config) -> None:
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
         ((cfg.n_rollouts * cfg.prompts_per_step) % cfg.minibatches == 0,
-         f"batch of {cfg.prompts_per_step} prompts x {cfg.n_rollouts} rollouts is not divisible into "
-         f"{cfg.minibatches} mini-batches"),
+         f"batch of {cfg.prompts_per_step} prompts x {cfg.n_rollouts} rollouts is not divisible "
+         f"into {cfg.minibatches} mini-batches"),
         (0 <= cfg.eps_low < 1, f"eps_low must be in [0, 1), got {cfg.eps_low}"),
         (cfg.eps_high >= 0, f"eps_high must be >= 0, got {cfg.eps_high}"),
         (cfg.temperature > 0 and cfg.eval_temperature > 0, "temperatures must be > 0"),
@@ -278,11 +282,14 @@ def validate(cfg: Config) -> None:
         (cfg.kl_coef >= 0, f"kl_coef must be >= 0, got {cfg.kl_coef}"),
         (0 < cfg.gpu_memory_utilization <= 1,
          f"gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"),
-        (cfg.tis_cap == 0 or cfg.tis_cap >= 1, f"tis_cap must be 0 (off) or >= 1, got {cfg.tis_cap}"),
-        (cfg.vllm_max_model_len >= 0, f"vllm_max_model_len must be >= 0, got {cfg.vllm_max_model_len}"),
+        (cfg.tis_cap == 0 or cfg.tis_cap >= 1,
+         f"tis_cap must be 0 (off) or >= 1, got {cfg.tis_cap}"),
+        (cfg.vllm_max_model_len >= 0,
+         f"vllm_max_model_len must be >= 0, got {cfg.vllm_max_model_len}"),
         (min(cfg.max_new_tokens, cfg.gen_batch_seqs, cfg.micro_batch_tokens,
              cfg.logprob_chunk_tokens) >= 1,
-         "max_new_tokens, gen_batch_seqs, micro_batch_tokens and logprob_chunk_tokens must be >= 1"),
+         "max_new_tokens, gen_batch_seqs, micro_batch_tokens and logprob_chunk_tokens must be "
+         ">= 1"),
         (cfg.total_steps >= 0 and min(cfg.eval_every, cfg.save_every, cfg.keep_checkpoints) >= 1,
          "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
         (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
@@ -317,16 +324,18 @@ def validate(cfg: Config) -> None:
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
-    """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's own
-    config.json is the default instead, and a flag may change it only if it is in RESUME_MAY_CHANGE:
-    resuming without retyping the flags continues the same run, never another preset's."""
+    """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's
+    own config.json is the default instead, and a flag may change it only if it is in
+    RESUME_MAY_CHANGE: resuming without retyping the flags continues the same run, never another
+    preset's."""
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default=Config.preset)
     pre.add_argument("--output-dir", "--output_dir")
     pre.add_argument("--resume", action="store_true")
     known = pre.parse_known_args(argv)[0]
-    saved = saved_config(Path(known.output_dir), Config) if known.resume and known.output_dir else None
+    saved = (saved_config(Path(known.output_dir), Config) if known.resume and known.output_dir
+             else None)
     if saved is None and known.preset not in PRESETS:
         raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
     defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
@@ -335,12 +344,14 @@ def parse_config(argv: list[str] | None = None) -> Config:
         refused = [change for change in config_changes(saved, cfg)
                    if change.split()[0] not in RESUME_MAY_CHANGE]
         if refused:
-            raise InputError(f"--resume continues the run in {known.output_dir} with its config.json, "
-                             f"and these flags change what it is: {'; '.join(refused)} (drop them, or "
-                             "start a new --output-dir)")
+            raise InputError(f"--resume continues the run in {known.output_dir} with its "
+                             f"config.json, and these flags change what it is: "
+                             f"{'; '.join(refused)} (drop them, or start a new --output-dir)")
     validate(cfg)
-    if cfg.output_dir is None:  # named here, so config.json and an interrupted run's message name it
-        cfg = dataclasses.replace(cfg, output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
+    # named here, so config.json and an interrupted run's message name it
+    if cfg.output_dir is None:
+        cfg = dataclasses.replace(cfg,
+                                  output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
     return cfg
 
 
@@ -427,7 +438,8 @@ def score_rollouts(tasks: list[dict], rollouts: rollout.Rollouts, cfg: Config, v
     items = [(tasks[g]["task"], text, tasks[g]["answer"])
              for g, text in zip(rollouts.group.tolist(), rollouts.texts)]
     rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, stats))
-    if cfg.zero_truncated_reward:  # an unfinished response earns nothing, even with a \boxed{} answer
+    # an unfinished response earns nothing, even with a \boxed{} answer
+    if cfg.zero_truncated_reward:
         rewards[rollouts.truncated] = 0.0
     return rewards
 
@@ -586,7 +598,8 @@ def evaluate(run: Run, cfg: Config, settings: evaluation.EvalSettings, probes: d
             run.metrics.log(step, monitor.probe_report(probes, now, sampled_prompts), prefix="eval")
     if run.main_process:
         protocol = evaluation.sampling_protocol(dataclasses.asdict(settings))
-        say(f"step {step}: eval_pass1 {result['benchmarks']['test_data']['pass1']:.3f} ({protocol})")
+        say(f"step {step}: eval_pass1 {result['benchmarks']['test_data']['pass1']:.3f} "
+            f"({protocol})")
 
 
 def train(cfg: Config) -> Path:
@@ -617,8 +630,10 @@ def train(cfg: Config) -> Path:
         # ALGO LOGIC: group-relative advantages of the kept groups' rows; identical rows merged
         # within each mini-batch (split first, as the update will split them)
         advantages = update.ADVANTAGES[cfg.advantage](groups.rewards[kept])
-        kept_rows = kept[:, None].expand_as(groups.rewards).flatten().nonzero().squeeze(-1).tolist()
-        batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows, advantages.flatten()),
+        kept_rows = (kept[:, None].expand_as(groups.rewards).flatten().nonzero().squeeze(-1)
+                     .tolist())
+        batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows,
+                                                   advantages.flatten()),
                                         cfg.minibatches, step_generator(cfg, step, 1, run.rank))
 
         # ALGO LOGIC: the clipped policy-gradient step, watched by the knowledge-shrinkage monitor
@@ -664,7 +679,8 @@ def main() -> None:
         if failure is None:
             raise
         if cfg is not None and cfg.output_dir:
-            remove_leftovers(Path(cfg.output_dir))  # the half-written checkpoint: free its space now
+            # the half-written checkpoint: free its space now
+            remove_leftovers(Path(cfg.output_dir))
         sys.exit(f"error: {failure}; {where_to_resume(cfg and cfg.output_dir)}")
     print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "
           f"curves: tensorboard --logdir {output_dir}")

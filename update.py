@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch.utils.checkpoint import checkpoint
 
 # TRY NOT TO MODIFY: reductions over the processes of `accelerate launch` (the tensor itself when
-# there is one process) -----------------------------------------------------------------------------
+# there is one process) ----------------------------------------------------------------------------
 
 
 def _all_reduce(tensor: torch.Tensor, op) -> torch.Tensor:
@@ -58,15 +58,15 @@ def all_max(tensor: torch.Tensor) -> torch.Tensor:
     return _all_reduce(tensor, dist.ReduceOp.MAX)
 
 
-# ALGO LOGIC: advantages ----------------------------------------------------------------------------
+# ALGO LOGIC: advantages ---------------------------------------------------------------------------
 # Every estimator maps the step's rewards [G prompts, N rollouts] to advantages [G, N], so
 # `ADVANTAGES` below is the one place a new one is added (train_brorl.py's --advantage choices and
 # its loop both read it). Estimators with batch-wide statistics take them over every process.
 
 
 def whiten(values: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """(x - mean) / (std + eps), with the mean and the unbiased std (as torch.std) of every element on
-    every process. Nothing to whiten (no process holds an element) gives zeros.
+    """(x - mean) / (std + eps), with the mean and the unbiased std (as torch.std) of every element
+    on every process. Nothing to whiten (no process holds an element) gives zeros.
 
     >>> whiten(torch.tensor([1.0, 2.0, 3.0]), eps=0.0)
     tensor([-1.,  0.,  1.])
@@ -81,7 +81,8 @@ def whiten(values: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
 
 
 def group_centered(rewards: torch.Tensor) -> torch.Tensor:
-    """R_i - mean(R_group): each rollout against the other rollouts of its prompt. rewards: [G, N]."""
+    """R_i - mean(R_group): each rollout against the other rollouts of its prompt.
+    rewards: [G, N]."""
     return rewards - rewards.mean(dim=1, keepdim=True)
 
 
@@ -100,8 +101,9 @@ def grpo_advantages(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor
 def dr_grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783, Sec. 3.1):
     A_i = R_i - mean(R_group), without GRPO's division by the group std, which up-weights prompts
-    that are nearly always or nearly never solved. (Dr. GRPO's other change, dropping the per-response
-    length normalisation, is already the loss here: a token mean over the mini-batch, DAPO eq. 8.)
+    that are nearly always or nearly never solved. (Dr. GRPO's other change, dropping the
+    per-response length normalisation, is already the loss here: a token mean over the mini-batch,
+    DAPO eq. 8.)
 
     >>> dr_grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
     tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
@@ -110,12 +112,13 @@ def dr_grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:
 
 
 def reinforce_pp_baseline_advantages(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
-    """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, arXiv 2510.01180 Sec. 3):
-    A_i = whiten(R_i - mean(R_group)), the whitening over the whole batch (every process).
+    """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, arXiv 2510.01180
+    Sec. 3): A_i = whiten(R_i - mean(R_group)), the whitening over the whole batch (every process).
 
     rewards: [G, N]. verl whitens over tokens; we whiten over samples (each rollout counts once),
     which differs only when response lengths differ within the batch. When no process kept a group
-    (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages are zeros.
+    (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages are
+    zeros.
     """
     return whiten(group_centered(rewards), eps)
 
@@ -128,7 +131,7 @@ ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-# ALGO LOGIC: log-probs -----------------------------------------------------------------------------
+# ALGO LOGIC: log-probs ----------------------------------------------------------------------------
 
 
 def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets: torch.Tensor,
@@ -144,7 +147,8 @@ def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets:
 
 def token_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0,
                    chunk_tokens: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs and entropies of the last `response_len` tokens of each row under π_T = softmax(z/T).
+    """Log-probs and entropies of the last `response_len` tokens of each row under
+    π_T = softmax(z/T).
 
     input_ids, attention_mask: [B, P + R] (left-padded prompt, right-padded response).
     Returns two [B, R] float32 tensors (0 where the response is padding).
@@ -156,7 +160,8 @@ def token_logprobs(model, input_ids, attention_mask, response_len: int, temperat
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
                               position_ids=positions).last_hidden_state
-    hidden = hidden[:, -response_len - 1 : -1]  # [B, R, H]: the states that predict the response tokens
+    # [B, R, H]: the states that predict the response tokens
+    hidden = hidden[:, -response_len - 1 : -1]
     targets = input_ids[:, -response_len:]
     live = attention_mask[:, -response_len:].bool()
     weight = model.get_output_embeddings().weight
@@ -165,8 +170,8 @@ def token_logprobs(model, input_ids, attention_mask, response_len: int, temperat
     for start in range(0, len(flat_targets), chunk_tokens):
         args = (flat_hidden[start : start + chunk_tokens], weight,
                 flat_targets[start : start + chunk_tokens], temperature)
-        pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled()
-                      else _chunk_logprobs(*args))
+        pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False)
+                      if torch.is_grad_enabled() else _chunk_logprobs(*args))
     logprobs = hidden.new_zeros(live.shape, dtype=torch.float32)
     entropy = torch.zeros_like(logprobs)
     if pieces:
@@ -192,7 +197,7 @@ class Policy(torch.nn.Module):
                               chunk_tokens)
 
 
-# ALGO LOGIC: loss ----------------------------------------------------------------------------------
+# ALGO LOGIC: loss ---------------------------------------------------------------------------------
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
@@ -221,11 +226,11 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
 
 def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
                      mask: torch.Tensor) -> dict:
-    """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean and
-    max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old), estimated from
-    the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance estimator), in float64
-    with expm1: for an fp32 engine |Δ| is ~1e-6 and k3 ~1e-12, below float32's rounding of exp(Δ) - 1,
-    which gave k3 a random sign."""
+    """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean
+    and max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old),
+    estimated from the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance
+    estimator), in float64 with expm1: for an fp32 engine |Δ| is ~1e-6 and k3 ~1e-12, below
+    float32's rounding of exp(Δ) - 1, which gave k3 a random sign."""
     live = mask.bool()
     delta = (old_logprobs - sampler_logprobs)[live].double()
     if delta.numel() == 0:
@@ -257,11 +262,13 @@ def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantage
     ratio = torch.exp(logprobs - old_logprobs)
     adv = advantages[:, None]
     unclipped = ratio * adv
-    clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv  # clip-higher: ε_high > ε_low
+    # clip-higher: ε_high > ε_low
+    clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv
     loss = -torch.minimum(unclipped, clipped) * mask
     was_clipped = (clipped < unclipped) & mask.bool()
     if cfg.tis_cap > 0 and sampler_logprobs is not None:
-        tis_weight = torch.exp(old_logprobs - sampler_logprobs).clamp(max=cfg.tis_cap)  # no gradient
+        # no gradient
+        tis_weight = torch.exp(old_logprobs - sampler_logprobs).clamp(max=cfg.tis_cap)
         loss = loss * tis_weight
     kl = torch.zeros_like(loss)
     if cfg.kl_coef > 0 and ref_logprobs is not None:
@@ -270,7 +277,7 @@ def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantage
     return loss, was_clipped, kl
 
 
-# ALGO LOGIC: the update ----------------------------------------------------------------------------
+# ALGO LOGIC: the update ---------------------------------------------------------------------------
 
 
 @dataclass(kw_only=True)
@@ -298,13 +305,14 @@ class TrainBatch:
     advantages: torch.Tensor  # [B]
     # [B] multiplicity of each row (see merge_duplicates); None: all 1
     weights: torch.Tensor | None = None
-    sampler_logprobs: torch.Tensor | None = None  # [B, R] the inference engine's log-probs, when known
+    # [B, R] the inference engine's log-probs, when known
+    sampler_logprobs: torch.Tensor | None = None
     # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
     minibatch: torch.Tensor | None = None
 
 
-def split_minibatches(weights: torch.Tensor, minibatches: int, generator: torch.Generator | None = None
-                      ) -> torch.Tensor:
+def split_minibatches(weights: torch.Tensor, minibatches: int,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
     """[B] mini-batch index of each row: the rows in a random order, cut into `minibatches` runs of
     about equal total weight (equal row counts when every weight is 1).
 
@@ -350,12 +358,14 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
     weights, minibatch = row_weights_and_minibatches(batch, minibatches, generator)
     prompt_length = batch.prompt_mask.sum(-1, keepdim=True)
     response_length = batch.response_mask.sum(-1, keepdim=True)
-    advantage_bits = batch.advantages.float().view(torch.int32).long()[:, None]  # exact, as integers
+    # exact, as integers
+    advantage_bits = batch.advantages.float().view(torch.int32).long()[:, None]
     key = torch.cat([batch.prompt_ids, batch.response_ids, prompt_length, response_length,
                      advantage_bits, minibatch[:, None]], dim=-1)
     unique, inverse = torch.unique(key, dim=0, return_inverse=True)
     n_unique = len(unique)  # 0 when dynamic sampling kept no group
-    first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows), "amin")
+    first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows),
+                                                            "amin")
     counts = torch.zeros(n_unique).scatter_add_(0, inverse, weights)
     order = first.argsort()
     rows = first[order]
@@ -374,7 +384,8 @@ def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[l
     row longer than the budget goes alone."""
     prompt_lengths = batch.prompt_mask.sum(-1).tolist()
     response_lengths = batch.response_mask.sum(-1).tolist()
-    order = sorted(rows, key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]),
+    order = sorted(rows,
+                   key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]),
                    reverse=True)
     batches, current, longest_prompt, longest_response = [], [], 0, 0
     for i in order:
@@ -409,8 +420,8 @@ def lockstep_passes(local_passes: int) -> int:
 
 
 def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
-    """A forward over two placeholder tokens (id 0), for a process that has no rows left but must take
-    part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
+    """A forward over two placeholder tokens (id 0), for a process that has no rows left but must
+    take part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
     backward with zero gradient that still runs DDP's all-reduce / FSDP's reduce-scatter."""
     input_ids = torch.zeros(1, 2, dtype=torch.long, device=device)
     return policy(input_ids, torch.ones_like(input_ids), 1, cfg.temperature,
@@ -423,7 +434,8 @@ def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int]
     the update.
 
     policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: every process runs as many
-    passes as the one with the most (padded with `idle_pass`), also a process with no rows at all."""
+    passes as the one with the most (padded with `idle_pass`), also a process with no rows at
+    all."""
     rows = list(range(len(batch.advantages))) if rows is None else rows
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
     device = next(policy.parameters()).device
@@ -435,8 +447,8 @@ def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int]
                 continue
             mb = chunks[i]
             input_ids, attention_mask, r = slice_rows(batch, mb)
-            logprobs, _ = policy(input_ids.to(device), attention_mask.to(device), r, cfg.temperature,
-                                 cfg.logprob_chunk_tokens)
+            logprobs, _ = policy(input_ids.to(device), attention_mask.to(device), r,
+                                 cfg.temperature, cfg.logprob_chunk_tokens)
             out[mb, :r] = logprobs.float().cpu()
     return out
 
@@ -477,7 +489,8 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
             last = i == passes - 1  # DDP: all-reduce gradients once, after the last micro-batch
             accumulate = not last and hasattr(policy, "no_sync")
             with policy.no_sync() if accumulate else contextlib.nullcontext():
-                if i >= len(chunks):  # no rows left here: a zero-gradient pass in step with the others
+                # no rows left here: a zero-gradient pass in step with the others
+                if i >= len(chunks):
                     (idle_pass(policy, cfg, device).sum() * 0.0).backward()
                     continue
                 mb = chunks[i]
