@@ -118,8 +118,7 @@ class Config:
     engine: Literal["auto", "hf", "vllm"] = "auto"
     """rollouts: hf (transformers), vllm (colocated); auto: vllm when installed with a GPU"""
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training is what tis_cap \
-corrects)"""
+    """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training: see tis_cap)"""
     gpu_memory_utilization: float = 0.5
     """vLLM: share of GPU memory for its weights and KV cache (the trainer needs the rest)"""
     vllm_max_model_len: int = 0
@@ -127,8 +126,7 @@ corrects)"""
     vllm_request_seeds: bool = False
     """vLLM: seed every request (bit-exact resume and sharded eval; slow at large N)"""
     tis_cap: float = update.UpdateConfig.tis_cap
-    """truncated importance sampling cap C: weight token losses by min(π_old/π_sampler, C) \
-(0: off)"""
+    """truncated importance sampling: token losses times min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
     # the choices are update.ADVANTAGES's names
     advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"
@@ -154,8 +152,7 @@ corrects)"""
     minibatches: int = update.UpdateConfig.minibatches
     """PPO mini-batches (optimizer steps) per step; the paper keeps this fixed as N grows"""
     micro_batch_tokens: int = update.UpdateConfig.micro_batch_tokens
-    """token budget of a forward/backward micro-batch (gradient accumulation fills the \
-mini-batch)"""
+    """tokens per forward/backward micro-batch (gradient accumulation fills the mini-batch)"""
     logprob_chunk_tokens: int = update.UpdateConfig.logprob_chunk_tokens
     """response tokens per output-layer chunk when computing log-probs"""
     gradient_checkpointing: bool = False
@@ -412,7 +409,8 @@ class Groups:
 
 def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> torch.Generator:
     """A fresh generator per (step, purpose, process): a resumed run draws exactly what an
-    uninterrupted one would."""
+    uninterrupted one would. Streams: 0 the first round's rollouts, 1 the mini-batch split
+    (merge_duplicates and ppo_update must draw the same one), 1 + r the r-th refill's rollouts."""
     seed = cfg.seed * 1_000_003 + step * 17 + stream + process * 1_000_000_007
     return torch.Generator().manual_seed(seed)
 
@@ -552,6 +550,7 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
     lengths = rollouts.response_mask.sum(-1).float()
     return {
         "reward_mean": float(rewards.mean()),
+        # the paper's dynamic-sampling pass rate (Table 2): groups with 0 < #correct < N
         "pass_rate": float(informative.float().mean()),
         "solve_all_frac": float((rewards.min(dim=1).values == 1).float().mean()),
         "solve_none_frac": float((rewards.max(dim=1).values == 0).float().mean()),
@@ -622,7 +621,7 @@ def train(cfg: Config) -> Path:
         # ALGO LOGIC: N rollouts per prompt and their rewards [G, N]; dynamic sampling keeps groups
         # with 0 < #correct < N (all-equal groups carry no signal), exactly prompts_per_step of them
         groups = sample_groups(run, cfg, step, sampling, verify_cfg)
-        run.engine_sleep()
+        run.engine_sleep()  # vLLM hands its GPU memory to the update
         informative = informative_groups(groups.rewards)
         kept = (keep_target_groups(informative, cfg.prompts_per_step, run.rank, run.processes)
                 if cfg.dynamic_sampling else torch.ones_like(informative))
@@ -630,6 +629,7 @@ def train(cfg: Config) -> Path:
         # ALGO LOGIC: group-relative advantages of the kept groups' rows; identical rows merged
         # within each mini-batch (split first, as the update will split them)
         advantages = update.ADVANTAGES[cfg.advantage](groups.rewards[kept])
+        # every rollout of a kept group, as rows of groups.rollouts
         kept_rows = (kept[:, None].expand_as(groups.rewards).flatten().nonzero().squeeze(-1)
                      .tolist())
         batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows,
@@ -645,7 +645,7 @@ def train(cfg: Config) -> Path:
             # ProRL's reference reset; the optimizer state is kept
             run.ref_policy.load_state_dict(run.accelerator.unwrap_model(run.policy).state_dict())
         shrink = watch.after(run.policy)
-        run.engine_wake()
+        run.engine_wake()  # vLLM loads the updated weights: the next rollouts sample them
 
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint
         scalars = step_metrics(groups, informative, kept, batch, len(kept_rows), update_stats,
