@@ -39,7 +39,8 @@ def plot_runs(run_dirs: list[Path], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    panels = (("eval_pass1", "held-out pass@1"), ("reward_mean", "mean reward of the step's samples"),
+    panels = (("eval_pass1", "held-out pass@1"),
+              ("reward_mean", "mean reward of the step's samples"),
               ("pass_rate", "dynamic-sampling pass rate"))
     for run_dir in run_dirs:
         label, rows, samples_per_step = read_run(run_dir)
@@ -54,8 +55,10 @@ def plot_runs(run_dirs: list[Path], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path,
+                        help="run folders (each with config.json and metrics.jsonl)")
     parser.add_argument("--out", type=Path, default=Path("runs.png"), help="the PNG to write")
     args = parser.parse_args()
     try:

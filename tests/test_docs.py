@@ -2,9 +2,9 @@
 heading, for a link into a page), and every link to a line of code, [`symbol`](file.py#L123), lands
 on a line that holds `symbol`.
 
-When code moves, `python tests/test_docs.py --fix` rewrites each such link to where the symbol is now
-(`def symbol`, `class symbol`, `symbol =`, else its first occurrence in the file; else the file that
-defines it); read the diff."""
+When code moves, `python tests/test_docs.py --fix` rewrites each such link to where the symbol is
+now (`def symbol`, `class symbol`, `symbol =`, else its first occurrence in the file; else the file
+that defines it); read the diff."""
 
 import os
 import re
@@ -121,8 +121,8 @@ def test_every_link_in_the_readme_and_docs_points_to_a_file_that_exists():
 
 def test_every_link_to_a_line_of_code_lands_on_a_line_that_holds_its_symbol():
     problems = [message for _, _, _, message, _ in code_link_problems()]
-    assert not problems, ("line links that missed (python tests/test_docs.py --fix moves them to the "
-                          "definitions):\n" + "\n".join(problems))
+    assert not problems, ("line links that missed (python tests/test_docs.py --fix moves them to "
+                          "the definitions):\n" + "\n".join(problems))
 
 
 def test_the_readme_test_command_is_the_one_ci_runs():

@@ -21,13 +21,16 @@ def fixed_instance(vocab=50, n=20, peak=2.0, seed=0, r_c=1.0, r_w=-1.0):
     return z, correct, sampled & correct, sampled & ~correct, r_c, r_w, 0.5, n
 
 
-@pytest.mark.parametrize("kwargs", [dict(), dict(peak=0.0), dict(peak=6.0, n=3), dict(vocab=500, n=400, r_c=0.3, r_w=-2.0)])
+@pytest.mark.parametrize("kwargs", [dict(), dict(peak=0.0), dict(peak=6.0, n=3),
+                          dict(vocab=500, n=400, r_c=0.3, r_w=-2.0)])
 def test_theorem1_closed_form_equals_the_autograd_first_order_change(kwargs):
     instance = fixed_instance(**kwargs)
     *terms, total = simulate.theorem1_terms(*instance)
     assert float(total) == pytest.approx(float(sum(terms)))
-    size = float(sum(abs(t) for t in terms))  # relative to the terms' sizes, as --check-theorem reports
-    assert abs(float(total) - float(simulate.first_order_delta_q_pos(*instance))) <= 1e-6 * size  # the issue's bound; float64 cancellation leaves ~1e-8
+    # relative to the terms' sizes, as --check-theorem reports
+    size = float(sum(abs(t) for t in terms))
+    # the issue's bound; float64 cancellation leaves ~1e-8
+    assert abs(float(total) - float(simulate.first_order_delta_q_pos(*instance))) <= 1e-6 * size
 
 
 def test_sampled_terms_are_never_negative_and_only_the_unsampled_term_can_be():
@@ -52,7 +55,8 @@ def test_sampled_token_frequencies_follow_p(n):
     p = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]])
     g = torch.Generator().manual_seed(0)
     sample_tokens = simulate.TokenSampler(4, n, [g, g])
-    counts = sum(torch.zeros_like(p).scatter_add_(1, sample_tokens(p), torch.ones(2, n)) for _ in range(1000))
+    counts = sum(torch.zeros_like(p).scatter_add_(1, sample_tokens(p), torch.ones(2, n))
+                 for _ in range(1000))
     assert torch.allclose(counts / (1000 * n), p, atol=0.01)  # 0.01 is > 4 standard errors here
 
 

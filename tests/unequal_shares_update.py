@@ -34,16 +34,19 @@ def share(rank: int, pad_id: int) -> update.TrainBatch:
     g = torch.Generator().manual_seed(rank)
     rows, length = (8, (6, 13)) if rank == 0 else (1, (2, 3))
     prompts = [torch.randint(3, 90, (4,), generator=g).tolist() for _ in range(rows)]
-    responses = [torch.randint(3, 90, (int(torch.randint(*length, (1,), generator=g)),), generator=g).tolist()
+    responses = [torch.randint(3, 90, (int(torch.randint(*length, (1,),
+                                                         generator=g)),), generator=g).tolist()
                  for _ in range(rows)]
     prompt_ids, prompt_mask = rollout.left_pad(prompts, pad_id)
     return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad(responses, pad_id),
-                             rollout.right_pad([[1] * len(r) for r in responses], 0), torch.randn(rows, generator=g))
+                             rollout.right_pad([[1] * len(r) for r in responses], 0),
+                             torch.randn(rows, generator=g))
 
 
 def main() -> None:
     model_dir, out_dir, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-    accelerator = Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=60))])
+    accelerator = Accelerator(cpu=True,
+                              kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=60))])
     rank = accelerator.process_index
 
     model, tokenizer = load_policy(model_dir)
@@ -64,7 +67,8 @@ def main() -> None:
         fully_shard(policy, mesh=mesh)
         optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     else:
-        policy, optimizer = accelerator.prepare(policy, torch.optim.SGD(policy.parameters(), lr=0.1))
+        policy, optimizer = accelerator.prepare(policy,
+                                                torch.optim.SGD(policy.parameters(), lr=0.1))
 
     batch = share(rank, tokenizer.pad_token_id)
     cfg = update.UpdateConfig(minibatches=2, micro_batch_tokens=40)
@@ -76,7 +80,8 @@ def main() -> None:
     phase["name"] = "old_logprobs"
     old = update.batch_logprobs(policy, batch, cfg)
     phase["name"] = "ppo_update"
-    stats = update.ppo_update(policy, optimizer, batch, old - 0.1, cfg, generator=torch.Generator().manual_seed(0))
+    stats = update.ppo_update(policy, optimizer, batch, old - 0.1, cfg,
+                              generator=torch.Generator().manual_seed(0))
     phase["name"] = "monitor_after"
     after = update.batch_logprobs(policy, watch, cfg).sum(-1)
     phase["name"] = "update_without_rows"  # a step where process 1 kept no group
