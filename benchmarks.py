@@ -121,7 +121,8 @@ def apps_record(row: dict, index: int) -> dict | None:
 
 
 def code_contests_record(row: dict, index: int) -> dict | None:
-    """deepmind/code_contests rows: `description` and public/private/generated tests {"input": [...], "output": [...]}."""
+    """deepmind/code_contests rows: `description` and public/private/generated tests {"input":
+    [...], "output": [...]}."""
     inputs, outputs = [], []
     for kind in ("public_tests", "private_tests", "generated_tests"):
         inputs += row.get(kind, {}).get("input", [])
@@ -147,7 +148,8 @@ def evalplus_check(test: str) -> str:
 
 
 def humanevalplus_record(row: dict, index: int) -> dict:
-    """evalplus/humanevalplus rows: HumanEval's layout, `test` a check(candidate) over base + plus inputs."""
+    """evalplus/humanevalplus rows: HumanEval's layout, `test` a check(candidate) over base + plus
+    inputs."""
     return humaneval_record({**row, "test": evalplus_check(row["test"])}, index)
 
 
@@ -218,7 +220,8 @@ def codeforces_record(row: dict, index: int) -> dict | None:
 
 
 def project_record(dataset: str | None = None):
-    """Rows of this project's own jsonl files (already task records), optionally one Reasoning Gym task."""
+    """Rows of this project's own jsonl files (already task records), optionally one Reasoning Gym
+    task."""
 
     def to_record(row: dict, index: int) -> dict | None:
         if dataset is not None and row["answer"]["dataset"] != dataset:
@@ -305,7 +308,8 @@ def hub_rows(hub: tuple[str, str | None, str]) -> list[dict]:
 
 
 def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict], str]:
-    """(task records, where they came from); no records and the reason when the data is unavailable."""
+    """(task records, where they came from); no records and the reason when the data is
+    unavailable."""
     sources: list[tuple[str, Callable[[], list[dict]]]] = []
     if data_dir is not None and (Path(data_dir) / benchmark.local).is_file():
         path = Path(data_dir) / benchmark.local
@@ -345,7 +349,8 @@ def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict]
 
 @functools.cache
 def hub_reachable() -> bool:
-    """One quick connection attempt (datasets would retry for tens of seconds per benchmark offline)."""
+    """One quick connection attempt (datasets would retry for tens of seconds per benchmark
+    offline)."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""):
         return False
     try:

@@ -180,7 +180,8 @@ def softmax_(z: torch.Tensor, out: torch.Tensor, temperature: float = 1.0) -> to
 
 
 def initial_state(cfg: SimConfig):
-    """Seeded logits [V] and correct-token mask [V]: the first n_correct tokens, and the anchor (last) if chosen."""
+    """Seeded logits [V] and correct-token mask [V]: the first n_correct tokens, and the anchor
+    (last) if chosen."""
     correct = torch.zeros(cfg.vocab, dtype=torch.bool)
     correct[: cfg.n_correct] = True
     correct[-1] = cfg.anchor_correct

@@ -107,7 +107,8 @@ def sft_batch(tokenizer, tasks: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def warm_up(model, tokenizer, tasks: list[dict], spec: TinySpec) -> None:
-    """Supervised warm-up by teacher forcing; deliberately short (a partial pass rate is the point)."""
+    """Supervised warm-up by teacher forcing; deliberately short (a partial pass rate is the
+    point)."""
     rng = random.Random(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer,

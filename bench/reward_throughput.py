@@ -43,7 +43,8 @@ REASONING = "Let me work through this carefully. " * 12
 
 
 def math_group(problem, n: int, rng: random.Random) -> list[tuple[str, str, str]]:
-    """n responses: 55% canonical, 20% equivalent spellings, 15% popular wrong, 5% long tail, 5% no box."""
+    """n responses: 55% canonical, 20% equivalent spellings, 15% popular wrong, 5% long tail, 5% no
+    box."""
     gold, equivalent, popular_wrong, tail = problem
     items = []
     for _ in range(n):
@@ -88,7 +89,8 @@ def bench_math(name: str, items, workers: int) -> None:
 
 
 def print_code_table(items: list, tests: int, unit: str) -> None:
-    """Programs/s and tests (or calls)/s of scoring `items`, each program running `tests` of them, with 1 and 2 workers."""
+    """Programs/s and tests (or calls)/s of scoring `items`, each program running `tests` of them,
+    with 1 and 2 workers."""
     print(f"| workers | programs/s | {unit} | all passed |")
     print("| --- | --- | --- | --- |")
     for workers in (1, 2):

@@ -38,7 +38,8 @@ CODE_HUB = ("PRIME-RL/Eurus-2-RL-Data", None, "train")
 
 
 def verl_code_record(row: dict, index: int) -> dict | None:
-    """A verl-layout code row (Eurus-2-RL): the user turn as the question, tests from ground_truth."""
+    """A verl-layout code row (Eurus-2-RL): the user turn as the question, tests from
+    ground_truth."""
     if row.get("ability") != "code":
         return None
     question = next((m["content"] for m in row["prompt"] if m["role"] == "user"), None)

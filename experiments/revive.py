@@ -104,7 +104,8 @@ QUICK = Plan(stage1_n=4, stage1_prompts=16, eval_every=2, stage1_max_steps=4, pl
 
 
 def branch_shape(plan: Plan, n: int) -> dict:
-    """Prompts per step, steps, learning rate and eval interval of the branch with N = n (see the docstring)."""
+    """Prompts per step, steps, learning rate and eval interval of the branch with N = n (see the
+    docstring)."""
     base = plan.stage1_n * plan.stage1_prompts
     prompts = max(plan.min_prompts, base // n)
     steps = max(1, round(plan.budget_steps * base / (n * prompts)))
@@ -123,7 +124,8 @@ def common_flags(plan: Plan, model: str) -> list[str]:
 
 
 def run(argv: list[str]) -> Path:
-    """One train_brorl.py run, in this process, through its own config parser (so every check applies)."""
+    """One train_brorl.py run, in this process, through its own config parser (so every check
+    applies)."""
     return train_brorl.train(train_brorl.parse_config(argv))
 
 
@@ -150,7 +152,8 @@ def plateaued(steps: list[int], pass1: list[float], window: int, problems_x_samp
 
 
 def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
-    """ProRL until the plateau rule holds (or stage1_max_steps); returns its curve and the branch checkpoint."""
+    """ProRL until the plateau rule holds (or stage1_max_steps); returns its curve and the branch
+    checkpoint."""
     run_dir, start = out / "stage1", time.time()
     problems = sum(1
                    for _ in open(TEST_DATA)) if not plan.eval_max_problems else plan.eval_max_problems
@@ -212,7 +215,8 @@ def run_branch(plan: Plan, model: str, checkpoint: str, run_dir: Path, shape: di
 
 
 def seed_summary(run_dir: Path, shape: dict) -> dict:
-    """One branch run's curves from its metrics.jsonl: x = samples generated since the branch point."""
+    """One branch run's curves from its metrics.jsonl: x = samples generated since the branch
+    point."""
     rows = read_metrics(run_dir)
     train_rows = [r for r in rows if "reward_mean" in r]
     tokens, tokens_by_step = 0.0, {0: 0.0}

@@ -22,7 +22,8 @@ LINE_ANCHOR = re.compile(r"^L(\d+)$")
 
 
 def relative_links(page: Path) -> list[tuple[int, str, str]]:
-    """(line in the page, link text, target) of every link that is not a URL, outside code blocks."""
+    """(line in the page, link text, target) of every link that is not a URL, outside code
+    blocks."""
     links, fenced = [], False
     for number, line in enumerate(page.read_text().splitlines(), 1):
         if line.lstrip().startswith("```"):
@@ -38,7 +39,8 @@ def relative_links(page: Path) -> list[tuple[int, str, str]]:
 
 
 def heading_anchors(page: Path) -> set[str]:
-    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces to hyphens."""
+    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces to
+    hyphens."""
     anchors, fenced = set(), False
     for line in page.read_text().splitlines():
         if line.lstrip().startswith("```"):
@@ -72,7 +74,8 @@ def where_defined(lines: list[str], symbol: str) -> int | None:
 
 
 def defined_elsewhere(symbol: str) -> tuple[Path, int] | None:
-    """The first project file (top level, then experiments/) that defines `symbol`: where it moved."""
+    """The first project file (top level, then experiments/) that defines `symbol`: where it
+    moved."""
     for path in [*sorted(ROOT.glob("*.py")), *sorted((ROOT / "experiments").glob("*.py"))]:
         number = definition_line(path.read_text().splitlines(), symbol)
         if number:

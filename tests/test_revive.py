@@ -1,4 +1,5 @@
-"""experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the science)."""
+"""experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the
+science)."""
 
 import dataclasses
 import json

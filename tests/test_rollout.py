@@ -66,7 +66,8 @@ def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch
 
 
 class RecordingLLM:
-    """Stands in for vllm.LLM on a GPU, recording the calls VLLMEngine makes (vLLM's sleep is a no-op on CPU)."""
+    """Stands in for vllm.LLM on a GPU, recording the calls VLLMEngine makes (vLLM's sleep is a
+    no-op on CPU)."""
 
     def __init__(self):
         self.calls = []

@@ -1,4 +1,5 @@
-"""simulate.py: Theorem 1 against autograd, Lemma 2 by Monte Carlo, the Fig. 3 simulator and its files."""
+"""simulate.py: Theorem 1 against autograd, Lemma 2 by Monte Carlo, the Fig. 3 simulator and its
+files."""
 
 import csv
 import json

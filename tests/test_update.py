@@ -1,4 +1,5 @@
-"""update.py: advantages, the clipped loss and its gradient, log-probs, micro-batching, the monitor."""
+"""update.py: advantages, the clipped loss and its gradient, log-probs, micro-batching, the
+monitor."""
 
 import copy
 import dataclasses
@@ -90,7 +91,8 @@ def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip(
 
 
 def one_token_loss(ratio: float, advantage: float, **cfg_overrides):
-    """per_token_loss of a single token (old log-prob 0) and its gradient with respect to log π_θ."""
+    """per_token_loss of a single token (old log-prob 0) and its gradient with respect to log
+    π_θ."""
     logprob = torch.tensor([[math.log(ratio)]], requires_grad=True)
     sampler, ref = cfg_overrides.pop("sampler_logprob",
                                      None), cfg_overrides.pop("ref_logprob", None)
@@ -154,7 +156,8 @@ def test_kl_estimators_match_their_formulas():
 
 
 def test_kl_estimators_as_losses_have_the_gradients_their_docstring_states():
-    """Expected gradient over y ~ π_θ of each estimator as a loss (samples held fixed), exactly, on 5 tokens."""
+    """Expected gradient over y ~ π_θ of each estimator as a loss (samples held fixed), exactly, on
+    5 tokens."""
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, generator=g, dtype=torch.float64).requires_grad_(True)
     ref_logprobs = torch.randn(5, generator=g, dtype=torch.float64).log_softmax(-1)
@@ -349,7 +352,8 @@ def test_sampler_mismatch_kl_of_a_nearly_identical_fp32_engine_is_tiny_and_never
 
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
 def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path, sharding):
-    """FSDP gathers every layer's shards in each forward/backward: all processes must run the same passes."""
+    """FSDP gathers every layer's shards in each forward/backward: all processes must run the same
+    passes."""
     accelerate_launch("tests/unequal_shares_update.py", str(untrained_model_dir), str(tmp_path),
                       sharding)
     counts = [json.loads((tmp_path / f"passes_{rank}.json").read_text()) for rank in (0, 1)]

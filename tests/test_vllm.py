@@ -50,7 +50,8 @@ def engine(model_dir):
 
 def engine_vs_trainer_gap(engine, model, tokenizer, temperature=1.0,
                           seed=0) -> tuple[rollout.Rollouts, float]:
-    """Sample with the engine, recompute the same tokens' log-probs with the trainer's code; the max gap."""
+    """Sample with the engine, recompute the same tokens' log-probs with the trainer's code; the max
+    gap."""
     prompts = rollout.encode_prompts(tokenizer, ["12+7=", "3+45=", "8="], chat_template=False)
     params = rollout.SamplingParams(n=6, temperature=temperature, max_new_tokens=8)
     out = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(seed))
@@ -106,7 +107,8 @@ def test_same_seed_same_samples(engine, untrained_policy):
 
 
 def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(engine, untrained_policy):
-    """The fast path on a GPU: no per-request seeds, so the caller's generator is neither used nor advanced."""
+    """The fast path on a GPU: no per-request seeds, so the caller's generator is neither used nor
+    advanced."""
     _, tokenizer = untrained_policy
     prompts = rollout.encode_prompts(tokenizer, ["9+9="], chat_template=False)
     params = rollout.SamplingParams(n=8, max_new_tokens=6)
@@ -135,7 +137,8 @@ def test_training_smoke_run_with_the_vllm_engine(tmp_path):
 
 @pytest.mark.slow  # about 2 min here: two vLLM engines start, twice
 def test_two_processes_each_with_its_own_vllm_engine_checkpoint_and_resume(tmp_path):
-    """The 8-GPU topology in miniature: one in-process engine per process (`external_launcher`), DDP update."""
+    """The 8-GPU topology in miniature: one in-process engine per process (`external_launcher`), DDP
+    update."""
 
     out = tmp_path / "vllm-ddp"
     accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir",
