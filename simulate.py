@@ -19,7 +19,8 @@ and to first order Δp_i = p_i(Δz_i - Σ_j p_j Δz_j). Summing over P:
 Σ_j p_jΔz_j = (η/N)[R_c·A_2 + R_w·B_2 - S_R(A_2 + B_2 + U_pos,2 + U_neg,2)], so
 
     ΔQ_pos = Σ_{i∈P} p_iΔz_i - Q_pos·Σ_j p_jΔz_j
-           = (η/N)[(R_c - S_R)·Q_neg·A_2 + (S_R - R_w)·Q_pos·B_2 + S_R·(Q_pos·U_neg,2 - Q_neg·U_pos,2)]
+           = (η/N)[(R_c - S_R)·Q_neg·A_2 + (S_R - R_w)·Q_pos·B_2
+                   + S_R·(Q_pos·U_neg,2 - Q_neg·U_pos,2)]
 
 (Theorem 1). S_R ≤ R_c·P_pos ≤ R_c and S_R ≥ R_w·P_neg ≥ R_w, so the two sampled terms are never
 negative; only the unsampled coupling term S_R·(Q_pos·U_neg,2 - Q_neg·U_pos,2) can shrink the
@@ -103,13 +104,15 @@ def random_instance(g: torch.Generator):
     sampled = torch.zeros(vocab, dtype=torch.bool)
     sampled[draws] = True
     r_c, r_w = float(torch.rand(1, generator=g)) * 2, -float(torch.rand(1, generator=g)) * 2
-    return z, correct, sampled & correct, sampled & ~correct, r_c, r_w, float(torch.rand(1, generator=g)), n
+    return (z, correct, sampled & correct, sampled & ~correct, r_c, r_w,
+            float(torch.rand(1, generator=g)), n)
 
 
 def unsampled_second_moment_mc(p: torch.Tensor, n: int, trials: int, g: torch.Generator):
     """Monte Carlo mean and standard error of Σ_i p_i²·1{i unsampled in n draws} (Lemma 2)."""
     draws = torch.multinomial(p.expand(trials, -1), n, replacement=True, generator=g)
-    counts = torch.zeros(trials, len(p), dtype=torch.long).scatter_add_(1, draws, torch.ones_like(draws))
+    counts = torch.zeros(trials, len(p), dtype=torch.long).scatter_add_(
+        1, draws, torch.ones_like(draws))
     moments = ((counts == 0) * p**2).sum(-1)
     return float(moments.mean()), float(moments.std() / trials**0.5)
 
@@ -120,7 +123,8 @@ def check_theorem(instances: int = 2000, seed: int = 0) -> bool:
     worst_err, min_sampled = 0.0, float("inf")
     for _ in range(instances):
         z, correct, a, b, r_c, r_w, eta, n = random_instance(g)
-        sampled_pos, sampled_neg, unsampled, closed = theorem1_terms(z, correct, a, b, r_c, r_w, eta, n)
+        sampled_pos, sampled_neg, unsampled, closed = theorem1_terms(z, correct, a, b, r_c, r_w,
+                                                                     eta, n)
         auto = first_order_delta_q_pos(z, correct, a, b, r_c, r_w, eta, n)
         scale = float(abs(sampled_pos) + abs(sampled_neg) + abs(unsampled))
         if scale > 0:
@@ -223,9 +227,10 @@ class TokenSampler:
         for row, g in enumerate(self.generators):
             self.points[row].uniform_(generator=g)
         self.points.log_().neg_().cumsum_(-1)
-        torch.div(self.points[:, : self.n], self.points[:,
-                                                        self.n :], out=self.uniforms).mul_(self.cdf[:, -1:])
-        return torch.searchsorted(self.cdf, self.uniforms, out=self.tokens).clamp_(max=p.shape[1] - 1)
+        torch.div(self.points[:, : self.n], self.points[:, self.n :],
+                  out=self.uniforms).mul_(self.cdf[:, -1:])
+        return torch.searchsorted(self.cdf, self.uniforms,
+                                  out=self.tokens).clamp_(max=p.shape[1] - 1)
 
 
 def seed_generator(cfg: SimConfig, n: int, seed_index: int) -> torch.Generator:

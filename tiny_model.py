@@ -111,8 +111,8 @@ def warm_up(model, tokenizer, tasks: list[dict], spec: TinySpec) -> None:
     point)."""
     rng = random.Random(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer,
-                                                 lambda step: min(1.0, (step + 1) / spec.warmup_lr_ramp))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / spec.warmup_lr_ramp))
     model.train()
     for _ in range(spec.warmup_steps):
         input_ids, attention_mask, labels = sft_batch(tokenizer,

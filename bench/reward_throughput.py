@@ -80,8 +80,8 @@ def bench_math(name: str, items, workers: int) -> None:
     plain, plain_s = timed(plain_math_verify, items)
     stats = reward.VerifyStats()
     fast, fast_s = timed(lambda: reward.score_batch(items, workers=workers, stats=stats))
-    assert fast == plain, (f"{name}: rewards differ on {sum(a != b for a, b in zip(fast, plain))} "
-                           "responses")
+    assert fast == plain, (f"{name}: rewards differ on "
+                           f"{sum(a != b for a, b in zip(fast, plain))} responses")
     print(f"| {name} | {len(items)} | {stats.checks} | {len(items) / plain_s:,.0f} | "
           f"{len(items) / fast_s:,.0f} | "
           f"{plain_s / fast_s:.1f}x | {stats.fast_path / len(items):.0%} | "
@@ -112,10 +112,10 @@ def bench_code(programs: int, tests: int) -> None:
     print(f"\ncode: {programs} distinct programs x {tests} stdin tests, sandbox: "
           f"{reward.sandbox().mode}\n")
     print_code_table(items, tests, "tests/s")
-    # HumanEval style: the test in a sandbox of its own, each assert's call relayed to the program's
-    # sandbox
-    asserts = "".join(f"    assert candidate({a}, {b}) == {a + b}\n" for a,
-                      b in (map(int, x.split()) for x in inputs))
+    # HumanEval style: the test in a sandbox of its own, each assert's call relayed to the
+    # program's sandbox
+    asserts = "".join(f"    assert candidate({a}, {b}) == {a + b}\n"
+                      for a, b in (map(int, x.split()) for x in inputs))
     check = {"prompt": "def add(a, b):\n", "entry_point": "add",
              "test": "def check(candidate):\n" + asserts}
     items = [("code", f"```python\n# variant {i}\ndef add(a, b):\n    return a + b\n```", check)

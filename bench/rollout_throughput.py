@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--max-batch-seqs", type=int, default=2048,
                         help="most sequences decoded at once")
     parser.add_argument("--few-shot", type=int, default=0,
-                        help="prepend this many solved training problems to every prompt (longer "
-                             "prompts)")
+                        help="prepend this many solved training problems to every prompt "
+                             "(longer prompts)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (best is reported)")
     parser.add_argument("--engines", nargs="+", choices=["hf", "vllm"], default=["hf"],
                         help="rollout engines to compare")
@@ -55,8 +55,8 @@ def main() -> None:
                      for t in tasks[-args.few_shot:]) if args.few_shot else ""
     rows = []
     for engine in args.engines:
-        policy = model if engine == "hf" else rollout.VLLMEngine(model_path, dtype="float32",
-                                                                 max_num_seqs=max(args.max_batch_seqs, *args.ns))
+        policy = model if engine == "hf" else rollout.VLLMEngine(
+            model_path, dtype="float32", max_num_seqs=max(args.max_batch_seqs, *args.ns))
         for n in args.ns:
             prompts = rollout.encode_prompts(tokenizer, [prefix + t["prompt"]
                                               for t in tasks[: args.total // n]], True)

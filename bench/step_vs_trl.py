@@ -45,10 +45,10 @@ from tiny_model import ensure_tiny_model  # noqa: E402
 
 def brorl_step_times(args, workdir: Path) -> list[float]:
     cfg = train_brorl.parse_config([
-        "--n-rollouts", str(args.n), "--prompts-per-step", str(args.prompts), "--total-steps",
-        str(args.steps),
-        "--max-new-tokens", str(args.max_new_tokens), "--minibatches", "1", "--eval-every",
-        "100000",
+        "--n-rollouts", str(args.n), "--prompts-per-step", str(args.prompts),
+        "--total-steps", str(args.steps),
+        "--max-new-tokens", str(args.max_new_tokens), "--minibatches", "1",
+        "--eval-every", "100000",
         "--dtype", "float32", "--temperature", "1.0", "--top-p", "1.0", "--eps-low", "0.2",
         "--eps-high", "0.28", "--kl-coef", "0", "--lr", "1e-4", "--no-gradient-checkpointing",
         "--eval-max-problems", "1", "--eval-samples", "1", "--output-dir", str(workdir / "brorl"),
@@ -65,7 +65,8 @@ def trl_step_times(args, workdir: Path) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     path = str(ensure_tiny_model())
-    tasks = load_tasks(Path(__file__).parent.parent / "data" / "arith_train.jsonl")[: args.prompts * args.steps]
+    tasks = load_tasks(Path(__file__).parent.parent / "data" / "arith_train.jsonl")[
+        : args.prompts * args.steps]
     dataset = Dataset.from_list([{"prompt": t["prompt"], "answer": t["answer"]} for t in tasks])
 
     def arith_reward(prompts, completions, answer, **_):
@@ -115,9 +116,8 @@ def main() -> None:
         times = {"brorl": brorl_step_times(args, Path(tmp)),
                  "TRL GRPOTrainer": trl_step_times(args, Path(tmp))}
     samples = args.n * args.prompts
-    print(f"whole RL step, N={args.n} x {args.prompts} prompts = {samples} samples/step, tiny "
-          "model, CPU, "
-          f"{torch.get_num_threads()} threads, median of steps 2..{args.steps}")
+    print(f"whole RL step, N={args.n} x {args.prompts} prompts = {samples} samples/step, "
+          f"tiny model, CPU, {torch.get_num_threads()} threads, median of steps 2..{args.steps}")
     print("| setting (both trainers) | value |\n| --- | --- |")
     for name, value in {"rollouts N x prompts": f"{args.n} x {args.prompts}",
                         "max new tokens": str(args.max_new_tokens), **SHARED_SETTINGS}.items():

@@ -90,13 +90,13 @@ def main() -> None:
         return
     results = {}
     for mode in MODES:
-        cmd = [sys.executable, __file__, "--mode", mode] + [f"--{k.replace('_', '-')}={v}" for k,
-                                                            v in vars(args).items()
-                                                           if k != "mode"]
-        results[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    print(f"log-prob + loss step, forward + backward: N={args.n}, response {args.response_len} "
-          "tokens, "
-          f"vocab {args.vocab}, tiny Qwen2 body, fp32, CPU")
+        cmd = [sys.executable, __file__, "--mode", mode] + [f"--{k.replace('_', '-')}={v}"
+                                                            for k, v in vars(args).items()
+                                                            if k != "mode"]
+        results[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True,
+                                                  check=True).stdout)
+    print(f"log-prob + loss step, forward + backward: N={args.n}, "
+          f"response {args.response_len} tokens, vocab {args.vocab}, tiny Qwen2 body, fp32, CPU")
     print("| path | body checkpointing | peak memory (MiB) | time (s) |\n| --- | --- | --- | --- |")
     for mode in MODES:
         print(f"| {mode.removesuffix('+ckpt')} | {'yes' if mode.endswith('+ckpt') else 'no'} | "

@@ -16,8 +16,9 @@ Each comes from the Hugging Face hub when online, or from a local jsonl in the s
 The mix is shuffled with a fixed seed and split into paper_mix_train.jsonl and paper_mix_val.jsonl
 (the presets' --train-data / --test-data).
 
-    python data/make_paper_mix.py                                     # from the hub
-    python data/make_paper_mix.py --math-file deepscaler.jsonl --code-file eurus2.jsonl --rg-per-task 200
+    python data/make_paper_mix.py   # from the hub
+    python data/make_paper_mix.py --math-file deepscaler.jsonl --code-file eurus2.jsonl \\
+        --rg-per-task 200
 """
 
 import argparse

@@ -23,12 +23,14 @@ any formula the premises imply, so restating a premise scores 1.0; reward.py ref
 is one task record:
 
     {"task": "reasoning_gym", "prompt": question + answer-format instruction,
-     "answer": {"dataset": name, "entry": the package's entry}, "category": ..., "id": "name/split/index"}
+     "answer": {"dataset": name, "entry": the package's entry}, "category": ...,
+     "id": "name/split/index"}
 
 The train and test splits use different seeds. Every entry is checked after its JSON round trip:
 the gold answer must score 1 with the package's own scorer, and every entry must have one.
 
-    python data/make_reasoning_gym.py                        # rewrite the shipped files (deterministic)
+    # rewrite the shipped files (deterministic)
+    python data/make_reasoning_gym.py
     python data/make_reasoning_gym.py --train 500 --test 100 --out-dir /tmp/rg
 """
 

@@ -25,11 +25,13 @@ def read_run(run_dir: Path) -> tuple[str, list[dict], int]:
     config_path, metrics_path = run_dir / "config.json", run_dir / "metrics.jsonl"
     for path in (config_path, metrics_path):
         if not path.is_file():
-            raise InputError(f"{run_dir} is not a train_brorl.py run folder: {path.name} is missing")
+            raise InputError(f"{run_dir} is not a train_brorl.py run folder: "
+                             f"{path.name} is missing")
     config = json.loads(config_path.read_text())
     rows = [row for _, row in read_jsonl(metrics_path)]
     samples_per_step = config["n_rollouts"] * config["prompts_per_step"]
-    return f"N={config['n_rollouts']} x {config['prompts_per_step']} prompts", rows, samples_per_step
+    return (f"N={config['n_rollouts']} x {config['prompts_per_step']} prompts", rows,
+            samples_per_step)
 
 
 def plot_runs(run_dirs: list[Path], out: Path) -> None:

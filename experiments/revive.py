@@ -7,12 +7,14 @@ improving at equal rollout compute. This script runs that experiment on the grad
 (data/make_graded_arith.py) by calling train_brorl.py's own `parse_config` and `train` (no second
 training loop):
 
-  stage 1  ProRL settings (N=16 x 512 prompts, GRPO, lr 3e-4, 2 mini-batches) from the tiny model warmed
-           up on the graded task (GRADED_WARMUP), `eval_every` steps at a time, until held-out pass@1 plateaus: the
-           least-squares line through the last `plateau_evals` evals rises across them by less than one
-           eval's 95% interval (see `plateaued`). Its last checkpoint is the branch point.
-  stage 2  branches from that checkpoint with --init-from (weights AND AdamW state: restarting the
-           optimizer cost a large-N continuation 15-25 points in its first step), one per N and seed.
+  stage 1  ProRL settings (N=16 x 512 prompts, GRPO, lr 3e-4, 2 mini-batches) from the tiny model
+           warmed up on the graded task (GRADED_WARMUP), `eval_every` steps at a time, until
+           held-out pass@1 plateaus: the least-squares line through the last `plateau_evals` evals
+           rises across them by less than one eval's 95% interval (see `plateaued`). Its last
+           checkpoint is the branch point.
+  stage 2  branches from that checkpoint with --init-from (weights AND AdamW state: restarting
+           the optimizer cost a large-N continuation 15-25 points in its first step), one per N and
+           seed.
 
 Equal rollout compute: every branch generates the same number of samples (`budget_steps` ProRL
 steps' worth). Responses here are at most 8 tokens and about equally long across N, so samples are
@@ -40,10 +42,14 @@ rule's window is 8 evals (70 steps): with 5 it fired at step 110 on a pause (0.5
 Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied into every branch
 (train_brorl.py --probe-prompts, the analog of Fig. 3 (ii)/(iii)).
 
-    python experiments/revive.py                 # the full experiment -> runs/revive/{results.json,revive.png}
-    python experiments/revive.py --resume        # continue an interrupted experiment; finished branches are kept
-    python experiments/revive.py --resume --lr-scaling constant   # the same branch point, every branch at η0
-    python experiments/revive.py --quick --out /tmp/revive-quick   # the whole pipeline in a few minutes
+    # the full experiment -> runs/revive/{results.json,revive.png}
+    python experiments/revive.py
+    # continue an interrupted experiment; finished branches are kept
+    python experiments/revive.py --resume
+    # the same branch point, every branch at η0
+    python experiments/revive.py --resume --lr-scaling constant
+    # the whole pipeline in a few minutes
+    python experiments/revive.py --quick --out /tmp/revive-quick
 """
 
 import argparse
@@ -145,8 +151,8 @@ def plateaued(steps: list[int], pass1: list[float], window: int, problems_x_samp
         return False
     x, y = steps[-window:], pass1[-window:]
     x_mean, y_mean = sum(x) / len(x), sum(y) / len(y)
-    slope = sum((a - x_mean) * (b - y_mean) for a,
-                b in zip(x, y)) / sum((a - x_mean) ** 2 for a in x)
+    slope = (sum((a - x_mean) * (b - y_mean) for a, b in zip(x, y))
+             / sum((a - x_mean) ** 2 for a in x))
     interval = 1.96 * math.sqrt(max(y_mean * (1 - y_mean), 1e-4) / problems_x_samples)
     return slope * (x[-1] - x[0]) < interval
 
@@ -155,8 +161,8 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
     """ProRL until the plateau rule holds (or stage1_max_steps); returns its curve and the branch
     checkpoint."""
     run_dir, start = out / "stage1", time.time()
-    problems = sum(1
-                   for _ in open(TEST_DATA)) if not plan.eval_max_problems else plan.eval_max_problems
+    problems = (sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems
+                else plan.eval_max_problems)
     while True:
         evals = [r for r in read_metrics(run_dir) if "eval_pass1" in r]
         pass1 = [r["eval_pass1"] for r in evals]
@@ -165,9 +171,8 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
                          problems * plan.eval_samples)
         if flat or steps >= plan.stage1_max_steps:
             break
-        print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}): steps {steps} "
-              "-> "
-              f"{steps + plan.eval_every}, pass@1 so far {[round(p, 3) for p in pass1]}",
+        print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}): "
+              f"steps {steps} -> {steps + plan.eval_every}, pass@1 so far {[round(p, 3) for p in pass1]}",
               flush=True)
         run(common_flags(plan, model) + [
             "--output-dir", str(run_dir), "--resume", "--seed", str(seed), "--n-rollouts",

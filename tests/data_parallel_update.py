@@ -1,8 +1,9 @@
 """One BroRL update as every process of `accelerate launch` runs it; the test compares 1 and 2
 processes.
 
-    python tests/data_parallel_update.py MODEL_DIR OUT.pt                                  # 1 process
-    accelerate launch --config_file configs/ddp_cpu.yaml tests/data_parallel_update.py MODEL_DIR OUT.pt
+    python tests/data_parallel_update.py MODEL_DIR OUT.pt   # 1 process
+    accelerate launch --config_file configs/ddp_cpu.yaml \\
+        tests/data_parallel_update.py MODEL_DIR OUT.pt
 
 The global batch is 4 prompts x 3 rollouts with fixed random tokens and rewards. Process r takes
 prompts r, r + P, ... (as train_brorl.py does), so with 2 processes the shares differ in tokens; the
@@ -61,8 +62,8 @@ def main() -> None:
     old = update.batch_logprobs(policy, batch, cfg)
     update.ppo_update(policy, optimizer, batch, old - 0.1, cfg)  # ratios != 1: clipping acts
     if accelerator.is_main_process:
-        torch.save({k: v.detach().clone() for k,
-                    v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
+        torch.save({k: v.detach().clone()
+                    for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
     accelerator.end_training()
 
 

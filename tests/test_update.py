@@ -45,8 +45,8 @@ def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
     mine, theirs = torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0, 4.0])
     whole = update.whiten(torch.cat([mine, theirs]), eps=0.0)  # one process holding all five values
     # what the other process adds over torch.distributed: its count, sum and sum of squares
-    monkeypatch.setattr(update, "all_sum", lambda moments: moments + torch.tensor([3.0, 9.0, 29.0],
-                                                                                  dtype=torch.float64))
+    monkeypatch.setattr(update, "all_sum",
+                        lambda moments: moments + torch.tensor([3.0, 9.0, 29.0], dtype=torch.float64))
     assert torch.allclose(update.whiten(mine, eps=0.0), whole[:2])
     assert torch.allclose(whole, (torch.arange(5.0) - 2.0) / 2.5**0.5)  # unbiased std of 0..4
     assert update.whiten(torch.zeros(0)).shape == (0,)
@@ -121,7 +121,8 @@ def test_per_token_loss_weights_by_the_capped_sampler_ratio_and_adds_the_kl_term
     # TIS: the sampler gave the token log-prob -1 where π_old gives 0, so the weight is min(e, C)
     assert one_token_loss(1.1, 2.0, tis_cap=2.0,
                           sampler_logprob=-1.0) == pytest.approx((-4.4, False, 0.0, -4.4))
-    assert one_token_loss(1.1, 2.0, tis_cap=5.0, sampler_logprob=-1.0)[0] == pytest.approx(-2.2 * math.e)
+    assert (one_token_loss(1.1, 2.0, tis_cap=5.0, sampler_logprob=-1.0)[0]
+            == pytest.approx(-2.2 * math.e))
     # tis_cap 0: off
     assert one_token_loss(1.1, 2.0, sampler_logprob=-1.0)[0] == pytest.approx(-2.2)
     # KL: k2 = l²/2 with l = log π_θ - log π_ref = log 1.1 + 0.5, added with weight β
@@ -207,8 +208,8 @@ def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_p
     chunked_grad = torch.autograd.grad(chunked.sum(), model.lm_head.weight)[0]
     assert torch.allclose(chunked, naive, atol=1e-5)
     assert torch.allclose(chunked_grad, naive_grad, atol=1e-5)
-    assert (entropy[batch.response_mask[:,
-                                        :r] == 1] > 0).all() and (entropy[batch.response_mask[:, :r] == 0] == 0).all()
+    assert ((entropy[batch.response_mask[:, :r] == 1] > 0).all()
+            and (entropy[batch.response_mask[:, :r] == 0] == 0).all())
 
 
 def batch_of_lengths(prompt_lengths: list[int], response_lengths: list[int]) -> update.TrainBatch:
@@ -271,7 +272,8 @@ def test_merged_duplicates_give_the_same_update_as_the_repeated_rows(untrained_p
     # the split run_update's ppo_update draws for the repeated rows (seed 0), then merged within
     # each mini-batch
     merged = update.merge_duplicates(repeated, minibatches, torch.Generator().manual_seed(0))
-    assert merged.weights.sum() == len(repeated_rows) and len(merged.advantages) < len(repeated_rows)
+    assert (merged.weights.sum() == len(repeated_rows)
+            and len(merged.advantages) < len(repeated_rows))
     if minibatches == 1:
         assert merged.weights.tolist() == [4.0, 1.0, 3.0]
     plain, plain_stats = run_update(model, repeated, minibatches=minibatches)
@@ -334,7 +336,8 @@ def test_sampler_mismatch_statistics():
     sampler = torch.tensor([[-1.5, -2.0, -9.0]])
     mask = torch.tensor([[1, 1, 0]])  # the third token is padding
     stats = update.sampler_mismatch(old, sampler, mask)
-    assert stats["mismatch_abs_mean"] == pytest.approx(0.25) and stats["mismatch_abs_max"] == pytest.approx(0.5)
+    assert (stats["mismatch_abs_mean"] == pytest.approx(0.25)
+            and stats["mismatch_abs_max"] == pytest.approx(0.5))
     assert stats["mismatch_kl"] == pytest.approx((math.exp(0.5) - 1 - 0.5) / 2)
 
 
@@ -351,7 +354,8 @@ def test_sampler_mismatch_kl_of_a_nearly_identical_fp32_engine_is_tiny_and_never
 
 
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
-def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path, sharding):
+def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path,
+                                                                     sharding):
     """FSDP gathers every layer's shards in each forward/backward: all processes must run the same
     passes."""
     accelerate_launch("tests/unequal_shares_update.py", str(untrained_model_dir), str(tmp_path),
@@ -360,4 +364,5 @@ def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_m
     assert counts[0]["ppo_update"] > 2  # process 0 needs several micro-batches per mini-batch
     for phase in ("monitor", "old_logprobs", "ppo_update", "monitor_after", "update_without_rows"):
         assert counts[0][phase] == counts[1][phase], phase
-    assert counts[0]["grad_norm"] == pytest.approx(counts[1]["grad_norm"]) and counts[0]["grad_norm"] > 0
+    assert (counts[0]["grad_norm"] == pytest.approx(counts[1]["grad_norm"])
+            and counts[0]["grad_norm"] > 0)

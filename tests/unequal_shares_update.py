@@ -1,8 +1,10 @@
 """One step's log-prob and update passes on processes with deliberately unequal shares; the test
 checks that every process runs the same number of forward passes.
 
-    accelerate launch --config_file configs/ddp_cpu.yaml tests/unequal_shares_update.py MODEL_DIR OUT_DIR ddp
-    accelerate launch --config_file configs/ddp_cpu.yaml tests/unequal_shares_update.py MODEL_DIR OUT_DIR fsdp2
+    accelerate launch --config_file configs/ddp_cpu.yaml \\
+        tests/unequal_shares_update.py MODEL_DIR OUT_DIR ddp
+    accelerate launch --config_file configs/ddp_cpu.yaml \\
+        tests/unequal_shares_update.py MODEL_DIR OUT_DIR fsdp2
 
 Under FSDP every forward and backward gathers each layer's shards from all processes, so a process
 that runs fewer passes leaves the others waiting in a collective. Process 0 holds 8 rows with long
@@ -89,7 +91,8 @@ def main() -> None:
     update.ppo_update(policy, optimizer, kept, update.batch_logprobs(policy, kept, cfg), cfg)
     assert len(before) == len(after) == len(watch.advantages)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"passes_{rank}.json").write_text(json.dumps({**phase["passes"], "grad_norm": stats["grad_norm"]}))
+    (out_dir / f"passes_{rank}.json").write_text(json.dumps({**phase["passes"],
+                                                             "grad_norm": stats["grad_norm"]}))
     accelerator.end_training()
 
 
