@@ -172,7 +172,8 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
         if flat or steps >= plan.stage1_max_steps:
             break
         print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}): "
-              f"steps {steps} -> {steps + plan.eval_every}, pass@1 so far {[round(p, 3) for p in pass1]}",
+              f"steps {steps} -> {steps + plan.eval_every}, "
+              f"pass@1 so far {[round(p, 3) for p in pass1]}",
               flush=True)
         run(common_flags(plan, model) + [
             "--output-dir", str(run_dir), "--resume", "--seed", str(seed), "--n-rollouts",

@@ -65,7 +65,8 @@ def test_mmath_backed_sets_are_labelled_subsets_where_they_are():
     sizes = {name: len(benchmarks.load(benchmarks.BENCHMARKS[name])[0])
              for name in ("aime2024", "aime2025", "math500_subset")}
     assert sizes == {"aime2024": 30, "aime2025": 15, "math500_subset": 311}
-    assert "subset" in benchmarks.BENCHMARKS["math500_subset"].note and "I only" in benchmarks.BENCHMARKS["aime2025"].note
+    assert ("subset" in benchmarks.BENCHMARKS["math500_subset"].note
+            and "I only" in benchmarks.BENCHMARKS["aime2025"].note)
 
 
 def test_a_benchmark_without_data_is_skipped_with_its_reason(monkeypatch, tmp_path):
@@ -108,11 +109,13 @@ PLUS_SOLUTIONS = {  # reference solutions, in the format the prompts ask for
                                        ("livecodebench", ["abc999_a", "3999"]),
                                        # 2000/B needs its own checker: left out
                                        ("codeforces", ["2000/A"])])
-def test_evalplus_livecodebench_and_codeforces_adapters_score_a_correct_solution_one_and_a_wrong_one_zero(name, ids):
+def test_evalplus_livecodebench_and_codeforces_adapters_score_a_correct_solution_one_and_a_wrong_one_zero(  # noqa: E501 (test name)
+        name, ids):
     records, origin = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
     assert origin.endswith(benchmarks.BENCHMARKS[name].local) and [r["id"] for r in records] == ids
     right = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]], r["answer"]) for r in records])
-    wrong = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]].replace("+", "-").replace("max(", "min(").replace("2 *", "3 *"),
+    wrong = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]].replace("+", "-")
+                                         .replace("max(", "min(").replace("2 *", "3 *"),
                                  r["answer"]) for r in records])
     assert right == [1.0] * len(records) and all(score < 1.0 for score in wrong)
 

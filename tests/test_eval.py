@@ -58,7 +58,8 @@ def eval_cli(model_dir, out, *extra, check=True):
                       "12", "--problems-per-batch", "2", "--out", str(out), *extra, check=check)
 
 
-def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrained_model_dir, tmp_path):
+def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrained_model_dir,
+                                                                          tmp_path):
     out = tmp_path / "result.json"
     result = eval_cli(untrained_model_dir, out, "--benchmarks", "amc2023", "humaneval", "rg/gcd",
                       "math500", "--data-dir", str(FIXTURES), "--max-problems", "3", "--data",
@@ -71,12 +72,14 @@ def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrai
         assert entry["ci95"][0] <= entry["pass1"] <= entry["ci95"][1]
     assert saved["benchmarks"]["math500"]["source"].endswith("math500.jsonl")
     assert set(saved["suites"]) == {"math", "code", "reasoning_gym"}
-    assert saved["reasoning_gym_categories"] == {"arithmetic": saved["benchmarks"]["rg/gcd"]["pass1"]}
+    assert (saved["reasoning_gym_categories"]
+            == {"arithmetic": saved["benchmarks"]["rg/gcd"]["pass1"]})
     header, *samples = [json.loads(line)
                         for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * sum(e["problems"] for e in saved["benchmarks"].values())
     assert set(samples[0]) == {"benchmark", "id", "sample", "response", "extracted", "reward"}
-    assert header["header"]["settings"]["temperature"] == 0.6 and set(header["header"]["benchmarks"]) == set(saved["benchmarks"])
+    assert (header["header"]["settings"]["temperature"] == 0.6
+            and set(header["header"]["benchmarks"]) == set(saved["benchmarks"]))
     assert "\nsampling: k=2, T=0.6, top-p 0.95, max 12 tokens\n" in result.stdout
     assert saved["settings"]["temperature"] == 0.6 and saved["settings"]["samples"] == 2
     assert (tmp_path / "curves.png").stat().st_size > 5_000
@@ -87,7 +90,8 @@ def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrai
     assert "skipped amc2023: no --data-dir/amc23.jsonl" in offline.stdout
 
 
-def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained_model_dir, tmp_path):
+def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained_model_dir,
+                                                                       tmp_path):
     out = tmp_path / "run.json"
     args = ("--data", "data/arith_test.jsonl", "--max-problems", "6")
     eval_cli(untrained_model_dir, out, *args)
@@ -107,7 +111,8 @@ class ThreadedGather:
     """Stands in for accelerate's gather_object between `count` threads playing processes."""
 
     def __init__(self, count: int):
-        self.barrier, self.slots, self.sent = threading.Barrier(count), [None] * count, [[] for _ in range(count)]
+        self.barrier, self.slots, self.sent = (threading.Barrier(count), [None] * count,
+                                               [[] for _ in range(count)])
 
     def shard(self, index: int) -> Shard:
         def gather(item):
@@ -139,13 +144,14 @@ def test_two_shards_each_score_half_the_batches_and_get_one_process_numbers(untr
     for thread in threads:
         thread.join()
     for result in results:
-        assert result["correct_per_problem"] == alone["correct_per_problem"] and result["pass1"] == alone["pass1"]
+        assert (result["correct_per_problem"] == alone["correct_per_problem"]
+                and result["pass1"] == alone["pass1"])
     rows_sent = [sum(len(item) for item in sent if isinstance(item, list)) for sent in gather.sent]
     # batches 0, 2, 4 and 1, 3: 2 problems x 2 samples each
     assert rows_sent == [3 * 2 * 2, 2 * 2 * 2]
 
 
-def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refuses_and_keeps_the_samples(
+def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refuses_and_keeps_the_samples(  # noqa: E501 (test name)
         untrained_model_dir, tmp_path):
     out = tmp_path / "run.json"
     args = ("--data", "data/arith_test.jsonl", "--max-problems", "2")
@@ -153,14 +159,15 @@ def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refus
     samples = out.with_suffix(".samples.jsonl")
     before = samples.read_text()
     other_model = shutil.copytree(untrained_model_dir, tmp_path / "other-model")
-    for model, changed, named in [(other_model, (),
-                                   "model"), (untrained_model_dir, ("--temperature", "1.0"),
-                                              "temperature"),
+    for model, changed, named in [(other_model, (), "model"),
+                                  (untrained_model_dir, ("--temperature", "1.0"), "temperature"),
                                   (untrained_model_dir, ("--samples", "3", "--max-new-tokens", "9"),
                                    "samples, max_new_tokens")]:
         result = eval_cli(model, out, *args, *changed, check=False)
-        assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-        assert f"holds samples from another model or protocol (differs in: {named})" in result.stderr
+        assert (result.returncode != 0
+                and len(result.stderr.strip().splitlines()) == 1), result.stderr
+        assert (f"holds samples from another model or protocol (differs in: {named})"
+                in result.stderr)
         assert samples.read_text() == before  # the earlier samples are neither reused nor truncated
     # same model and protocol: resumes
     eval_cli(untrained_model_dir, out, *args, "--max-problems", "3")
@@ -175,7 +182,8 @@ def test_compare_prints_two_runs_side_by_side(tmp_path):
     (tmp_path / "prorl.json").write_text(json.dumps(result(0.25, 0.5)))
     (tmp_path / "brorl.json").write_text(json.dumps({**result(0.30, 0.5),
                                                      "benchmarks": {"aime2024": {"pass1": 0.30}}}))
-    printed = run_script("eval.py", "--compare", str(tmp_path / "prorl.json"), str(tmp_path / "brorl.json")).stdout
+    printed = run_script("eval.py", "--compare", str(tmp_path / "prorl.json"),
+                         str(tmp_path / "brorl.json")).stdout
     assert "prorl" in printed and "brorl" in printed
     assert any(line.split() == ["aime2024", "25.00", "30.00", "+5.00"]
                for line in printed.splitlines())
@@ -196,7 +204,8 @@ def test_eval_model_may_be_a_training_run_or_a_checkpoint_folder(untrained_model
     assert rollout.resolve_model_dir(str(untrained_model_dir)) == str(untrained_model_dir)
     result = eval_cli(run, tmp_path / "run.json", "--data", "data/arith_test.jsonl",
                       "--max-problems", "2")
-    assert f"{run} is a training run: evaluating its latest checkpoint, {latest / 'model'}" in result.stdout
+    assert (f"{run} is a training run: evaluating its latest checkpoint, {latest / 'model'}"
+            in result.stdout)
     assert json.loads((tmp_path / "run.json").read_text())["model"] == str(latest / "model")
 
 
@@ -208,7 +217,8 @@ def test_compare_with_a_missing_or_foreign_file_is_one_line(tmp_path):
                             f"{tmp_path / 'config.json'} is not an eval.py result file")]:
         result = run_script("eval.py", "--compare", str(tmp_path / "a.json"), str(tmp_path / other),
                             check=False)
-        assert result.returncode != 0 and result.stderr.startswith(f"error: {message}") and "Traceback" not in result.stderr
+        assert (result.returncode != 0 and result.stderr.startswith(f"error: {message}")
+                and "Traceback" not in result.stderr)
 
 
 def test_eval_cli_missing_model_is_one_clear_line(tmp_path):

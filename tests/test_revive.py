@@ -69,7 +69,8 @@ def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
     assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_branches(tmp_path):
+def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_branches(
+        tmp_path):
     import tiny_model
 
     # the cached default model: fast to get
@@ -79,7 +80,8 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     assert (out / "revive.png").is_file() and set(results["branches"]) == {"N4", "N16"}
     assert results["stage1"]["checkpoint"] and results["stage1"]["eval_pass1"]
     for branch in results["branches"].values():
-        assert BRANCH_KEYS <= set(branch) and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"}
+        assert (BRANCH_KEYS <= set(branch)
+                and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"})
         assert branch["compute"][-1] == 128  # equal samples for every branch
         assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
     refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
@@ -92,7 +94,8 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
                           "--resume", "--lr-scaling", "constant")
     # N=4 has B = B0: the same lr, the same runs
     assert constant.stdout.count("finished earlier, kept") == 2
-    assert json.loads((out / "results_lr-constant.json").read_text())["plan"]["lr_scaling"] == "constant"
+    assert (json.loads((out / "results_lr-constant.json").read_text())["plan"]["lr_scaling"]
+            == "constant")
     assert (out / "revive_lr-constant.png").is_file() and (out / "results.json").is_file()
 
 
@@ -105,7 +108,8 @@ def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def test_plot_runs_draws_several_runs_against_samples_and_names_a_folder_that_is_not_a_run(tmp_path):
+def test_plot_runs_draws_several_runs_against_samples_and_names_a_folder_that_is_not_a_run(
+        tmp_path):
     write_fake_run(tmp_path / "n256", 256, 32)
     write_fake_run(tmp_path / "n16", 16, 512)
     out = tmp_path / "runs.png"

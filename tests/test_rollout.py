@@ -58,7 +58,8 @@ def test_same_seed_same_samples(untrained_policy):
     assert a.texts == b.texts and torch.equal(a.logprobs, b.logprobs)
 
 
-def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch, untrained_model_dir):
+def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch,
+                                                                     untrained_model_dir):
     monkeypatch.setattr(rollout.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(rollout.EngineError, match="pip install -r requirements-vllm"):
         rollout.VLLMEngine(str(untrained_model_dir))
@@ -94,8 +95,8 @@ def test_vllm_wakes_its_weights_then_loads_the_new_ones_then_wakes_its_kv_cache(
     engine.wake_up(model)
     assert [call[0] for call in engine.llm.calls] == ["sleep", "wake_up", "reload_weights",
                                                       "reset_prefix_cache", "wake_up"]
-    assert engine.llm.calls[1] == ("wake_up",
-                                   ["weights"]) and engine.llm.calls[-1] == ("wake_up", ["kv_cache"])
+    assert (engine.llm.calls[1] == ("wake_up", ["weights"])
+            and engine.llm.calls[-1] == ("wake_up", ["kv_cache"]))
     # every tensor, streamed while the KV cache sleeps
     assert engine.llm.calls[2][1] == list(model.state_dict())
     assert not engine.sleeping

@@ -45,8 +45,8 @@ def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
     mine, theirs = torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0, 4.0])
     whole = update.whiten(torch.cat([mine, theirs]), eps=0.0)  # one process holding all five values
     # what the other process adds over torch.distributed: its count, sum and sum of squares
-    monkeypatch.setattr(update, "all_sum",
-                        lambda moments: moments + torch.tensor([3.0, 9.0, 29.0], dtype=torch.float64))
+    monkeypatch.setattr(update, "all_sum", lambda moments: moments + torch.tensor(
+        [3.0, 9.0, 29.0], dtype=torch.float64))
     assert torch.allclose(update.whiten(mine, eps=0.0), whole[:2])
     assert torch.allclose(whole, (torch.arange(5.0) - 2.0) / 2.5**0.5)  # unbiased std of 0..4
     assert update.whiten(torch.zeros(0)).shape == (0,)

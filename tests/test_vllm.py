@@ -106,7 +106,8 @@ def test_same_seed_same_samples(engine, untrained_policy):
     assert a.texts == b.texts and len(set(a.texts)) > 1  # reproducible, yet the N samples differ
 
 
-def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(engine, untrained_policy):
+def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(engine,
+                                                                                untrained_policy):
     """The fast path on a GPU: no per-request seeds, so the caller's generator is neither used nor
     advanced."""
     _, tokenizer = untrained_policy
