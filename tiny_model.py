@@ -63,7 +63,8 @@ def build_tokenizer() -> transformers.PreTrainedTokenizerFast:
     chars = ["\n", "\t"] + [chr(c) for c in range(32, 127)]
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + chars)}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")  # Oniguruma: (?m) lets . match newlines in Oniguruma
+    # Oniguruma: (?m) lets . match newlines in Oniguruma
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("(?m)."), behavior="isolated")
     tok.decoder = decoders.Fuse()
     tok.add_tokens([BOX_TOKEN])
     return transformers.PreTrainedTokenizerFast(
@@ -106,13 +107,16 @@ def sft_batch(tokenizer, tasks: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def warm_up(model, tokenizer, tasks: list[dict], spec: TinySpec) -> None:
-    """Supervised warm-up by teacher forcing; deliberately short (a partial pass rate is the point)."""
+    """Supervised warm-up by teacher forcing; deliberately short (a partial pass rate is the
+    point)."""
     rng = random.Random(spec.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.warmup_lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1.0, (step + 1) / spec.warmup_lr_ramp))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / spec.warmup_lr_ramp))
     model.train()
     for _ in range(spec.warmup_steps):
-        input_ids, attention_mask, labels = sft_batch(tokenizer, rng.sample(tasks, spec.warmup_batch))
+        input_ids, attention_mask, labels = sft_batch(tokenizer,
+                                                      rng.sample(tasks, spec.warmup_batch))
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
         optimizer.step()
@@ -142,7 +146,8 @@ def build(out: Path, spec: TinySpec, train_data: Path = DEFAULT_TRAIN_DATA) -> P
 def ensure_tiny_model(cache_dir: Path = DEFAULT_CACHE_DIR, spec: TinySpec = TinySpec(),
                       train_data: Path = DEFAULT_TRAIN_DATA) -> Path:
     """Path of the cached warmed-up tiny model, building it on first use."""
-    key = json.dumps(asdict(spec), sort_keys=True) + hashlib.sha256(Path(train_data).read_bytes()).hexdigest()
+    key = json.dumps(asdict(spec),
+                     sort_keys=True) + hashlib.sha256(Path(train_data).read_bytes()).hexdigest()
     out = Path(cache_dir) / f"tiny-arith-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if not (out / "config.json").is_file():
         start = time.time()
@@ -153,12 +158,18 @@ def ensure_tiny_model(cache_dir: Path = DEFAULT_CACHE_DIR, spec: TinySpec = Tiny
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, help="write the model here instead of the cache (always rebuilds)")
-    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR, help="cache directory ($BRORL_CACHE)")
-    parser.add_argument("--train-data", type=Path, default=DEFAULT_TRAIN_DATA, help="warm-up data (jsonl)")
-    parser.add_argument("--warmup-steps", type=int, default=TinySpec.warmup_steps, help="supervised warm-up steps")
-    parser.add_argument("--seed", type=int, default=TinySpec.seed, help="initialisation and data-order seed")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path,
+                        help="write the model here instead of the cache (always rebuilds)")
+    parser.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
+                        help="cache directory ($BRORL_CACHE)")
+    parser.add_argument("--train-data", type=Path, default=DEFAULT_TRAIN_DATA,
+                        help="warm-up data (jsonl)")
+    parser.add_argument("--warmup-steps", type=int, default=TinySpec.warmup_steps,
+                        help="supervised warm-up steps")
+    parser.add_argument("--seed", type=int, default=TinySpec.seed,
+                        help="initialisation and data-order seed")
     args = parser.parse_args()
     spec = TinySpec(warmup_steps=args.warmup_steps, seed=args.seed)
     if args.out:

@@ -27,32 +27,47 @@ from tiny_model import ensure_tiny_model  # noqa: E402
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny", help="model directory or hub name ('tiny': the embedded model)")
-    parser.add_argument("--data", default=str(Path(__file__).parent.parent / "data" / "arith_train.jsonl"), help="prompts")
-    parser.add_argument("--total", type=int, default=8192, help="samples per measurement (equal for every N)")
-    parser.add_argument("--ns", type=int, nargs="+", default=[16, 512], help="rollouts per prompt to compare")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="tiny",
+                        help="model directory or hub name ('tiny': the embedded model)")
+    parser.add_argument("--data",
+                        default=str(Path(__file__).parent.parent / "data" / "arith_train.jsonl"),
+                        help="prompts")
+    parser.add_argument("--total", type=int, default=8192,
+                        help="samples per measurement (equal for every N)")
+    parser.add_argument("--ns", type=int, nargs="+", default=[16, 512],
+                        help="rollouts per prompt to compare")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="response length limit")
-    parser.add_argument("--max-batch-seqs", type=int, default=2048, help="most sequences decoded at once")
+    parser.add_argument("--max-batch-seqs", type=int, default=2048,
+                        help="most sequences decoded at once")
     parser.add_argument("--few-shot", type=int, default=0,
-                        help="prepend this many solved training problems to every prompt (longer prompts)")
+                        help="prepend this many solved training problems to every prompt "
+                             "(longer prompts)")
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats (best is reported)")
-    parser.add_argument("--engines", nargs="+", choices=["hf", "vllm"], default=["hf"], help="rollout engines to compare")
+    parser.add_argument("--engines", nargs="+", choices=["hf", "vllm"], default=["hf"],
+                        help="rollout engines to compare")
     args = parser.parse_args()
     model_path = str(ensure_tiny_model()) if args.model == "tiny" else args.model
     model, tokenizer = load_policy(model_path)
     tasks = load_tasks(args.data)
-    prefix = "".join(f"{t['prompt']}\\boxed{{{t['answer']}}}\n" for t in tasks[-args.few_shot:]) if args.few_shot else ""
+    prefix = "".join(f"{t['prompt']}\\boxed{{{t['answer']}}}\n"
+                     for t in tasks[-args.few_shot:]) if args.few_shot else ""
     rows = []
     for engine in args.engines:
-        policy = model if engine == "hf" else rollout.VLLMEngine(model_path, dtype="float32",
-                                                                 max_num_seqs=max(args.max_batch_seqs, *args.ns))
+        policy = model if engine == "hf" else rollout.VLLMEngine(
+            model_path, dtype="float32", max_num_seqs=max(args.max_batch_seqs, *args.ns))
         for n in args.ns:
-            prompts = rollout.encode_prompts(tokenizer, [prefix + t["prompt"] for t in tasks[: args.total // n]], True)
-            params = rollout.SamplingParams(n=n, max_new_tokens=args.max_new_tokens, max_batch_seqs=args.max_batch_seqs)
-            rollout.generate(policy, tokenizer, prompts[:1], params, torch.Generator().manual_seed(0))  # warm-up
+            prompts = rollout.encode_prompts(tokenizer, [prefix + t["prompt"]
+                                              for t in tasks[: args.total // n]], True)
+            params = rollout.SamplingParams(n=n, max_new_tokens=args.max_new_tokens,
+                                            max_batch_seqs=args.max_batch_seqs)
+            # warm-up
+            rollout.generate(policy, tokenizer, prompts[:1], params,
+                             torch.Generator().manual_seed(0))
             best = min(
-                _timed(lambda: rollout.generate(policy, tokenizer, prompts, params, torch.Generator().manual_seed(r)))
+                _timed(lambda: rollout.generate(policy, tokenizer, prompts, params,
+                                                torch.Generator().manual_seed(r)))
                 for r in range(args.repeats)
             )
             rows.append((engine, n, len(prompts), len(prompts) * n / best))

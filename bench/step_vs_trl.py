@@ -45,14 +45,17 @@ from tiny_model import ensure_tiny_model  # noqa: E402
 
 def brorl_step_times(args, workdir: Path) -> list[float]:
     cfg = train_brorl.parse_config([
-        "--n-rollouts", str(args.n), "--prompts-per-step", str(args.prompts), "--total-steps", str(args.steps),
-        "--max-new-tokens", str(args.max_new_tokens), "--minibatches", "1", "--eval-every", "100000",
-        "--dtype", "float32", "--temperature", "1.0", "--top-p", "1.0", "--eps-low", "0.2", "--eps-high", "0.28",
-        "--kl-coef", "0", "--lr", "1e-4", "--no-gradient-checkpointing",
+        "--n-rollouts", str(args.n), "--prompts-per-step", str(args.prompts),
+        "--total-steps", str(args.steps),
+        "--max-new-tokens", str(args.max_new_tokens), "--minibatches", "1",
+        "--eval-every", "100000",
+        "--dtype", "float32", "--temperature", "1.0", "--top-p", "1.0", "--eps-low", "0.2",
+        "--eps-high", "0.28", "--kl-coef", "0", "--lr", "1e-4", "--no-gradient-checkpointing",
         "--eval-max-problems", "1", "--eval-samples", "1", "--output-dir", str(workdir / "brorl"),
     ])
     train_brorl.train(cfg)
-    rows = [json.loads(line) for line in (workdir / "brorl" / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line)
+            for line in (workdir / "brorl" / "metrics.jsonl").read_text().splitlines()]
     return [r["step_time"] for r in rows if "step_time" in r]
 
 
@@ -62,7 +65,8 @@ def trl_step_times(args, workdir: Path) -> list[float]:
     from trl import GRPOConfig, GRPOTrainer
 
     path = str(ensure_tiny_model())
-    tasks = load_tasks(Path(__file__).parent.parent / "data" / "arith_train.jsonl")[: args.prompts * args.steps]
+    tasks = load_tasks(Path(__file__).parent.parent / "data" / "arith_train.jsonl")[
+        : args.prompts * args.steps]
     dataset = Dataset.from_list([{"prompt": t["prompt"], "answer": t["answer"]} for t in tasks])
 
     def arith_reward(prompts, completions, answer, **_):
@@ -79,34 +83,41 @@ def trl_step_times(args, workdir: Path) -> list[float]:
             stamps.append(time.time())
 
     config = GRPOConfig(
-        output_dir=str(workdir / "trl"), use_cpu=True, report_to="none", save_strategy="no", logging_steps=1,
-        max_steps=args.steps, num_generations=args.n, per_device_train_batch_size=args.n * args.prompts,
-        steps_per_generation=1, gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens,
+        output_dir=str(workdir / "trl"), use_cpu=True, report_to="none", save_strategy="no",
+        logging_steps=1, max_steps=args.steps, num_generations=args.n,
+        per_device_train_batch_size=args.n * args.prompts,
+        steps_per_generation=1, gradient_accumulation_steps=1,
+        max_completion_length=args.max_new_tokens,
         temperature=1.0, top_p=1.0, learning_rate=1e-4, lr_scheduler_type="constant", beta=0.0,
         epsilon=0.2, epsilon_high=0.28, shuffle_dataset=False, seed=0,
-        bf16=False, fp16=False,  # TRL defaults to bf16=True (autocast, also on CPU); brorl runs fp32
+        # TRL defaults to bf16=True (autocast, also on CPU); brorl runs fp32
+        bf16=False, fp16=False,
         gradient_checkpointing=False,  # TRL turns it on by default; brorl's default is off
     )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     trainer = GRPOTrainer(model=model, reward_funcs=arith_reward, args=config,
-                          train_dataset=dataset, processing_class=AutoTokenizer.from_pretrained(path),
+                          train_dataset=dataset,
+                          processing_class=AutoTokenizer.from_pretrained(path),
                           callbacks=[StepTimer()])
     trainer.train()
     return [b - a for a, b in zip(stamps, stamps[1:])]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=512, help="rollouts per prompt")
     parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
-    parser.add_argument("--steps", type=int, default=6, help="RL steps per trainer (the first is dropped)")
+    parser.add_argument("--steps", type=int, default=6,
+                        help="RL steps per trainer (the first is dropped)")
     parser.add_argument("--max-new-tokens", type=int, default=8, help="response length limit")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        times = {"brorl": brorl_step_times(args, Path(tmp)), "TRL GRPOTrainer": trl_step_times(args, Path(tmp))}
+        times = {"brorl": brorl_step_times(args, Path(tmp)),
+                 "TRL GRPOTrainer": trl_step_times(args, Path(tmp))}
     samples = args.n * args.prompts
-    print(f"whole RL step, N={args.n} x {args.prompts} prompts = {samples} samples/step, tiny model, CPU, "
-          f"{torch.get_num_threads()} threads, median of steps 2..{args.steps}")
+    print(f"whole RL step, N={args.n} x {args.prompts} prompts = {samples} samples/step, "
+          f"tiny model, CPU, {torch.get_num_threads()} threads, median of steps 2..{args.steps}")
     print("| setting (both trainers) | value |\n| --- | --- |")
     for name, value in {"rollouts N x prompts": f"{args.n} x {args.prompts}",
                         "max new tokens": str(args.max_new_tokens), **SHARED_SETTINGS}.items():

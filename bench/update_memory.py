@@ -62,7 +62,8 @@ def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, c
     if mode.startswith("naive"):
         logprobs = naive_token_logprobs(model, input_ids, attention_mask, response_len)
     else:
-        logprobs, _ = update.token_logprobs(model, input_ids, attention_mask, response_len, chunk_tokens=chunk)
+        logprobs, _ = update.token_logprobs(model, input_ids, attention_mask, response_len,
+                                            chunk_tokens=chunk)
     mask = torch.ones(n, response_len)
     cfg = update.UpdateConfig(eps_low=0.2, eps_high=0.28)
     loss, _, _ = update.per_token_loss(logprobs, old, advantages, mask, cfg)
@@ -73,24 +74,29 @@ def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, c
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=512, help="rollouts in the batch (N)")
     parser.add_argument("--response-len", type=int, default=192, help="response tokens per rollout")
     parser.add_argument("--prompt-len", type=int, default=16, help="prompt tokens per rollout")
     parser.add_argument("--vocab", type=int, default=8192, help="vocabulary size")
-    parser.add_argument("--chunk-tokens", type=int, default=4096, help="chunk size of the chunked path")
+    parser.add_argument("--chunk-tokens", type=int, default=4096,
+                        help="chunk size of the chunked path")
     parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # one subprocess run
     args = parser.parse_args()
     if args.mode:
-        print(json.dumps(measure(args.mode, args.n, args.response_len, args.prompt_len, args.vocab, args.chunk_tokens)))
+        print(json.dumps(measure(args.mode, args.n, args.response_len, args.prompt_len, args.vocab,
+                                 args.chunk_tokens)))
         return
     results = {}
     for mode in MODES:
-        cmd = [sys.executable, __file__, "--mode", mode] + [f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
-                                                           if k != "mode"]
-        results[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    print(f"log-prob + loss step, forward + backward: N={args.n}, response {args.response_len} tokens, "
-          f"vocab {args.vocab}, tiny Qwen2 body, fp32, CPU")
+        cmd = [sys.executable, __file__, "--mode", mode] + [f"--{k.replace('_', '-')}={v}"
+                                                            for k, v in vars(args).items()
+                                                            if k != "mode"]
+        results[mode] = json.loads(subprocess.run(cmd, capture_output=True, text=True,
+                                                  check=True).stdout)
+    print(f"log-prob + loss step, forward + backward: N={args.n}, "
+          f"response {args.response_len} tokens, vocab {args.vocab}, tiny Qwen2 body, fp32, CPU")
     print("| path | body checkpointing | peak memory (MiB) | time (s) |\n| --- | --- | --- | --- |")
     for mode in MODES:
         print(f"| {mode.removesuffix('+ckpt')} | {'yes' if mode.endswith('+ckpt') else 'no'} | "

@@ -21,7 +21,8 @@ from pathlib import Path
 
 def make_problems(seed: int) -> list[dict]:
     """Every a+b problem with a, b in [0, 99], in a seeded random order."""
-    problems = [{"prompt": f"{a}+{b}=", "answer": str(a + b), "task": "arith"} for a in range(100) for b in range(100)]
+    problems = [{"prompt": f"{a}+{b}=", "answer": str(a + b), "task": "arith"} for a in range(100)
+                for b in range(100)]
     random.Random(seed).shuffle(problems)
     return problems
 
@@ -34,11 +35,13 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--train", type=int, default=9744, help="number of training problems")
     parser.add_argument("--test", type=int, default=256, help="number of held-out test problems")
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent, help="output directory")
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent,
+                        help="output directory")
     args = parser.parse_args()
     problems = make_problems(args.seed)
     if args.train + args.test > len(problems):

@@ -16,8 +16,9 @@ Each comes from the Hugging Face hub when online, or from a local jsonl in the s
 The mix is shuffled with a fixed seed and split into paper_mix_train.jsonl and paper_mix_val.jsonl
 (the presets' --train-data / --test-data).
 
-    python data/make_paper_mix.py                                     # from the hub
-    python data/make_paper_mix.py --math-file deepscaler.jsonl --code-file eurus2.jsonl --rg-per-task 200
+    python data/make_paper_mix.py   # from the hub
+    python data/make_paper_mix.py --math-file deepscaler.jsonl --code-file eurus2.jsonl \\
+        --rg-per-task 200
 """
 
 import argparse
@@ -38,7 +39,8 @@ CODE_HUB = ("PRIME-RL/Eurus-2-RL-Data", None, "train")
 
 
 def verl_code_record(row: dict, index: int) -> dict | None:
-    """A verl-layout code row (Eurus-2-RL): the user turn as the question, tests from ground_truth."""
+    """A verl-layout code row (Eurus-2-RL): the user turn as the question, tests from
+    ground_truth."""
     if row.get("ability") != "code":
         return None
     question = next((m["content"] for m in row["prompt"] if m["role"] == "user"), None)
@@ -49,7 +51,8 @@ def verl_code_record(row: dict, index: int) -> dict | None:
     if question is None or not isinstance(tests, dict) or not tests.get("inputs"):
         return None
     return benchmarks.apps_record({"question": question, "input_output": json.dumps(tests),
-                                   "problem_id": f"{row.get('data_source', 'eurus')}/{index}"}, index)
+                                   "problem_id": f"{row.get('data_source', 'eurus')}/{index}"},
+                                   index)
 
 
 def rows_of(path: Path | None, hub: tuple) -> tuple[list[dict], str]:
@@ -58,7 +61,8 @@ def rows_of(path: Path | None, hub: tuple) -> tuple[list[dict], str]:
             raise InputError(f"file not found: {path}")
         return [row for _, row in read_jsonl(path)], str(path)
     if not benchmarks.hub_reachable():
-        raise InputError(f"no local file given and the Hugging Face hub is not reachable for {hub[0]}")
+        raise InputError("no local file given and the Hugging Face hub is not reachable for "
+                         f"{hub[0]}")
     return benchmarks.hub_rows(hub), hub[0]
 
 
@@ -79,14 +83,21 @@ def convert(rows: list[dict], to_record, family: str, dropped: Counter) -> list[
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--math-file", type=Path, help="DeepScaleR-layout jsonl (default: the hub dataset)")
-    parser.add_argument("--code-file", type=Path, help="Eurus-2-RL-layout (verl) jsonl (default: the hub dataset)")
-    parser.add_argument("--rg-per-task", type=int, default=400, help="Reasoning Gym items per task (17 tasks)")
-    parser.add_argument("--max-per-family", type=int, default=0, help="keep at most this many rows per family (0: all)")
-    parser.add_argument("--val-size", type=int, default=512, help="rows held out for paper_mix_val.jsonl")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--math-file", type=Path,
+                        help="DeepScaleR-layout jsonl (default: the hub dataset)")
+    parser.add_argument("--code-file", type=Path,
+                        help="Eurus-2-RL-layout (verl) jsonl (default: the hub dataset)")
+    parser.add_argument("--rg-per-task", type=int, default=400,
+                        help="Reasoning Gym items per task (17 tasks)")
+    parser.add_argument("--max-per-family", type=int, default=0,
+                        help="keep at most this many rows per family (0: all)")
+    parser.add_argument("--val-size", type=int, default=512,
+                        help="rows held out for paper_mix_val.jsonl")
     parser.add_argument("--seed", type=int, default=0, help="shuffle seed")
-    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent, help="where to write the two files")
+    parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent,
+                        help="where to write the two files")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     dropped: Counter = Counter()
@@ -96,9 +107,11 @@ def main() -> None:
     except InputError as e:
         sys.exit(f"error: {e}")
     families = {
-        "math": (convert(math_rows, benchmarks.math_record("problem", "answer"), "math", dropped), math_from),
+        "math": (convert(math_rows, benchmarks.math_record("problem", "answer"), "math", dropped),
+                 math_from),
         "code": (convert(code_rows, verl_code_record, "code", dropped), code_from),
-        "reasoning_gym": ([{**r, "source": "reasoning_gym"} for r in make_split("train", args.rg_per_task)],
+        "reasoning_gym": ([{**r, "source": "reasoning_gym"}
+                           for r in make_split("train", args.rg_per_task)],
                           "reasoning-gym (seeded)"),
     }
     mix = []
@@ -106,7 +119,8 @@ def main() -> None:
         rng.shuffle(records)
         kept = records[: args.max_per_family] if args.max_per_family else records
         mix += kept
-        print(f"{family:14s} {len(kept):7d} rows from {origin} ({dropped[family]} dropped: no checkable answer)")
+        print(f"{family:14s} {len(kept):7d} rows from {origin} ({dropped[family]} dropped: no "
+              "checkable answer)")
     rng.shuffle(mix)
     val, train = mix[: args.val_size], mix[args.val_size:]
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -25,11 +25,13 @@ def read_run(run_dir: Path) -> tuple[str, list[dict], int]:
     config_path, metrics_path = run_dir / "config.json", run_dir / "metrics.jsonl"
     for path in (config_path, metrics_path):
         if not path.is_file():
-            raise InputError(f"{run_dir} is not a train_brorl.py run folder: {path.name} is missing")
+            raise InputError(f"{run_dir} is not a train_brorl.py run folder: "
+                             f"{path.name} is missing")
     config = json.loads(config_path.read_text())
     rows = [row for _, row in read_jsonl(metrics_path)]
     samples_per_step = config["n_rollouts"] * config["prompts_per_step"]
-    return f"N={config['n_rollouts']} x {config['prompts_per_step']} prompts", rows, samples_per_step
+    return (f"N={config['n_rollouts']} x {config['prompts_per_step']} prompts", rows,
+            samples_per_step)
 
 
 def plot_runs(run_dirs: list[Path], out: Path) -> None:
@@ -39,7 +41,8 @@ def plot_runs(run_dirs: list[Path], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    panels = (("eval_pass1", "held-out pass@1"), ("reward_mean", "mean reward of the step's samples"),
+    panels = (("eval_pass1", "held-out pass@1"),
+              ("reward_mean", "mean reward of the step's samples"),
               ("pass_rate", "dynamic-sampling pass rate"))
     for run_dir in run_dirs:
         label, rows, samples_per_step = read_run(run_dir)
@@ -54,8 +57,10 @@ def plot_runs(run_dirs: list[Path], out: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with config.json and metrics.jsonl)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path,
+                        help="run folders (each with config.json and metrics.jsonl)")
     parser.add_argument("--out", type=Path, default=Path("runs.png"), help="the PNG to write")
     args = parser.parse_args()
     try:

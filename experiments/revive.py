@@ -1,46 +1,55 @@
-"""The paper's central result at laptop scale: a saturated ProRL run, revived by BroRL, and an N sweep.
+"""The paper's central result at laptop scale: a saturated ProRL run, revived by BroRL, and an N
+sweep.
 
-Hu et al., "BroRL", arXiv 2510.01180, Sec. 4 and Fig. 1: a policy trained with few rollouts per prompt
-(ProRL, N=16) plateaus; continued from that checkpoint with many (BroRL, N=512) it keeps improving at
-equal rollout compute. This script runs that experiment on the graded toy task (data/make_graded_arith.py)
-by calling train_brorl.py's own `parse_config` and `train` (no second training loop):
+Hu et al., "BroRL", arXiv 2510.01180, Sec. 4 and Fig. 1: a policy trained with few rollouts per
+prompt (ProRL, N=16) plateaus; continued from that checkpoint with many (BroRL, N=512) it keeps
+improving at equal rollout compute. This script runs that experiment on the graded toy task
+(data/make_graded_arith.py) by calling train_brorl.py's own `parse_config` and `train` (no second
+training loop):
 
-  stage 1  ProRL settings (N=16 x 512 prompts, GRPO, lr 3e-4, 2 mini-batches) from the tiny model warmed
-           up on the graded task (GRADED_WARMUP), `eval_every` steps at a time, until held-out pass@1 plateaus: the
-           least-squares line through the last `plateau_evals` evals rises across them by less than one
-           eval's 95% interval (see `plateaued`). Its last checkpoint is the branch point.
-  stage 2  branches from that checkpoint with --init-from (weights AND AdamW state: restarting the
-           optimizer cost a large-N continuation 15-25 points in its first step), one per N and seed.
+  stage 1  ProRL settings (N=16 x 512 prompts, GRPO, lr 3e-4, 2 mini-batches) from the tiny model
+           warmed up on the graded task (GRADED_WARMUP), `eval_every` steps at a time, until
+           held-out pass@1 plateaus: the least-squares line through the last `plateau_evals` evals
+           rises across them by less than one eval's 95% interval (see `plateaued`). Its last
+           checkpoint is the branch point.
+  stage 2  branches from that checkpoint with --init-from (weights AND AdamW state: restarting
+           the optimizer cost a large-N continuation 15-25 points in its first step), one per N and
+           seed.
 
-Equal rollout compute: every branch generates the same number of samples (`budget_steps` ProRL steps'
-worth). Responses here are at most 8 tokens and about equally long across N, so samples are the
-generation cost; generated tokens are logged beside them (compute_tokens) to check that. Prompts per step:
-equal samples per step (B0 = 16 x 512) while that leaves at least 128 prompts, then 128 prompts (the
-paper's BroRL batch, N=512 x 128: 8x ProRL's samples per step, so 1/8 of its steps). Learning rate:
-η = η0·sqrt(B / B0) with B the samples per step, the paper's square-root scaling (Sec. 4.2), or with
---lr-scaling constant η0 for every branch (AdamW moves the weights about η per step whatever B is, and
-the scaled η made the large-N branches fall here; both are reported). The number
-of PPO mini-batches per step stays 2 for every N, as the paper keeps it. Nothing else differs between
-branches; seeds set data order and sampling, and branches with the same seed see the same prompt order.
+Equal rollout compute: every branch generates the same number of samples (`budget_steps` ProRL
+steps' worth). Responses here are at most 8 tokens and about equally long across N, so samples are
+the generation cost; generated tokens are logged beside them (compute_tokens) to check that. Prompts
+per step: equal samples per step (B0 = 16 x 512) while that leaves at least 128 prompts, then 128
+prompts (the paper's BroRL batch, N=512 x 128: 8x ProRL's samples per step, so 1/8 of its steps).
+Learning rate: η = η0·sqrt(B / B0) with B the samples per step, the paper's square-root scaling
+(Sec. 4.2), or with --lr-scaling constant η0 for every branch (AdamW moves the weights about η per
+step whatever B is, and the scaled η made the large-N branches fall here; both are reported). The
+number of PPO mini-batches per step stays 2 for every N, as the paper keeps it. Nothing else differs
+between branches; seeds set data order and sampling, and branches with the same seed see the same
+prompt order.
 
 Where the paper is silent, sized to reach a saturated branch point inside 90 minutes on 2 CPU cores
-(measured while choosing): the paper's ProRL starts from a distilled model that already solves much of
-its data, and a 300-step warm-up (the default model's) left the graded task at pass@1 0.02, where 80
-ProRL steps only reached 0.10, still rising; 600 steps start it at 0.26 (levels 0-3: 45/47/10/2%).
-From there lr 1e-4 still gained a point per 10 steps at step 110 (0.55), and 3e-4 reached the same
-pass@1 2.3x sooner and flattened near 0.58 by step 90 with the paper's ProRL signature: pass rate 0.34,
-half the groups all correct, 17% all wrong. Evals use 16 samples per problem so that the plateau rule's
-interval (about +/-0.015) is below the gains it must see. The rule's window is 8 evals (70 steps): with 5
-it fired at step 110 on a pause (0.566 0.579 0.583 0.577 0.585), after which ProRL gained 5 more points in
-40 steps.
+(measured while choosing): the paper's ProRL starts from a distilled model that already solves much
+of its data, and a 300-step warm-up (the default model's) left the graded task at pass@1 0.02, where
+80 ProRL steps only reached 0.10, still rising; 600 steps start it at 0.26 (levels 0-3:
+45/47/10/2%). From there lr 1e-4 still gained a point per 10 steps at step 110 (0.55), and 3e-4
+reached the same pass@1 2.3x sooner and flattened near 0.58 by step 90 with the paper's ProRL
+signature: pass rate 0.34, half the groups all correct, 17% all wrong. Evals use 16 samples per
+problem so that the plateau rule's interval (about +/-0.015) is below the gains it must see. The
+rule's window is 8 evals (70 steps): with 5 it fired at step 110 on a pause (0.566 0.579 0.583 0.577
+0.585), after which ProRL gained 5 more points in 40 steps.
 
 Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied into every branch
 (train_brorl.py --probe-prompts, the analog of Fig. 3 (ii)/(iii)).
 
-    python experiments/revive.py                 # the full experiment -> runs/revive/{results.json,revive.png}
-    python experiments/revive.py --resume        # continue an interrupted experiment; finished branches are kept
-    python experiments/revive.py --resume --lr-scaling constant   # the same branch point, every branch at η0
-    python experiments/revive.py --quick --out /tmp/revive-quick   # the whole pipeline in a few minutes
+    # the full experiment -> runs/revive/{results.json,revive.png}
+    python experiments/revive.py
+    # continue an interrupted experiment; finished branches are kept
+    python experiments/revive.py --resume
+    # the same branch point, every branch at η0
+    python experiments/revive.py --resume --lr-scaling constant
+    # the whole pipeline in a few minutes
+    python experiments/revive.py --quick --out /tmp/revive-quick
 """
 
 import argparse
@@ -63,8 +72,8 @@ from tiny_model import TinySpec, ensure_tiny_model  # noqa: E402
 
 TRAIN_DATA, TEST_DATA = ROOT / "data" / "graded_train.jsonl", ROOT / "data" / "graded_test.jsonl"
 HIST_BINS = monitor.CORRECT_FRACTION_BINS  # the bins of monitor.correct_fraction_histogram
-# The starting policy: the tiny model with a longer supervised warm-up on the graded task than the default
-# model's (see the docstring), cached under its own key like every tiny-model build.
+# The starting policy: the tiny model with a longer supervised warm-up on the graded task than the
+# default model's (see the docstring), cached under its own key like every tiny-model build.
 GRADED_WARMUP = TinySpec(warmup_steps=600)
 
 
@@ -90,32 +99,39 @@ class Plan:
     eval_samples: int = 16
     eval_max_problems: int = 0
     probe_prompts: int = 64
-    lr_scaling: str = "sqrt"  # a branch's lr: "sqrt" η0·sqrt(B/B0), the paper's rule; "constant" η0 for every N
+    # a branch's lr: "sqrt" η0·sqrt(B/B0), the paper's rule; "constant" η0 for every N
+    lr_scaling: str = "sqrt"
 
 
-QUICK = Plan(stage1_n=4, stage1_prompts=16, eval_every=2, stage1_max_steps=4, plateau_evals=2, branch_ns=(4, 16),
-             seeds=(0, 1), budget_steps=2, min_prompts=8, evals_per_branch=2, eval_samples=2, eval_max_problems=16,
-             probe_prompts=8)
+QUICK = Plan(stage1_n=4, stage1_prompts=16, eval_every=2, stage1_max_steps=4, plateau_evals=2,
+             branch_ns=(4, 16),
+             seeds=(0, 1), budget_steps=2, min_prompts=8, evals_per_branch=2, eval_samples=2,
+             eval_max_problems=16, probe_prompts=8)
 
 
 def branch_shape(plan: Plan, n: int) -> dict:
-    """Prompts per step, steps, learning rate and eval interval of the branch with N = n (see the docstring)."""
+    """Prompts per step, steps, learning rate and eval interval of the branch with N = n (see the
+    docstring)."""
     base = plan.stage1_n * plan.stage1_prompts
     prompts = max(plan.min_prompts, base // n)
     steps = max(1, round(plan.budget_steps * base / (n * prompts)))
-    return {"n_rollouts": n, "prompts_per_step": prompts, "steps": steps, "samples_per_step": n * prompts,
+    return {"n_rollouts": n, "prompts_per_step": prompts, "steps": steps,
+            "samples_per_step": n * prompts,
             "lr": plan.lr * LR_SCALING[plan.lr_scaling](n * prompts / base),
             "eval_every": max(1, steps // plan.evals_per_branch)}
 
 
 def common_flags(plan: Plan, model: str) -> list[str]:
-    return ["--model", model, "--train-data", str(TRAIN_DATA), "--test-data", str(TEST_DATA), "--advantage", "grpo",
+    return ["--model", model, "--train-data", str(TRAIN_DATA), "--test-data", str(TEST_DATA),
+            "--advantage", "grpo",
             "--minibatches", "2", "--eval-samples", str(plan.eval_samples), "--eval-max-problems",
-            str(plan.eval_max_problems), "--probe-prompts", str(plan.probe_prompts), "--keep-checkpoints", "1"]
+            str(plan.eval_max_problems), "--probe-prompts", str(plan.probe_prompts),
+            "--keep-checkpoints", "1"]
 
 
 def run(argv: list[str]) -> Path:
-    """One train_brorl.py run, in this process, through its own config parser (so every check applies)."""
+    """One train_brorl.py run, in this process, through its own config parser (so every check
+    applies)."""
     return train_brorl.train(train_brorl.parse_config(argv))
 
 
@@ -125,50 +141,62 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 def plateaued(steps: list[int], pass1: list[float], window: int, problems_x_samples: int) -> bool:
-    """The least-squares line through the last `window` evals rises, across them, by less than one eval's 95%
-    interval (1.96 x the binomial standard error over problems x samples at their mean pass@1; on a fixed test
-    set that bounds the sampling noise from above). A line through several evals averages their noise, so a
-    slow steady rise is seen as a rise; the rule's first version (best recent eval against the best before)
-    fired on one eval's noise while the policy still gained a point per 10 steps."""
+    """The least-squares line through the last `window` evals rises, across them, by less than one
+    eval's 95% interval (1.96 x the binomial standard error over problems x samples at their mean
+    pass@1; on a fixed test set that bounds the sampling noise from above). A line through several
+    evals averages their noise, so a slow steady rise is seen as a rise; the rule's first version
+    (best recent eval against the best before) fired on one eval's noise while the policy still
+    gained a point per 10 steps."""
     if len(pass1) < max(window, 2):
         return False
     x, y = steps[-window:], pass1[-window:]
     x_mean, y_mean = sum(x) / len(x), sum(y) / len(y)
-    slope = sum((a - x_mean) * (b - y_mean) for a, b in zip(x, y)) / sum((a - x_mean) ** 2 for a in x)
+    slope = (sum((a - x_mean) * (b - y_mean) for a, b in zip(x, y))
+             / sum((a - x_mean) ** 2 for a in x))
     interval = 1.96 * math.sqrt(max(y_mean * (1 - y_mean), 1e-4) / problems_x_samples)
     return slope * (x[-1] - x[0]) < interval
 
 
 def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
-    """ProRL until the plateau rule holds (or stage1_max_steps); returns its curve and the branch checkpoint."""
+    """ProRL until the plateau rule holds (or stage1_max_steps); returns its curve and the branch
+    checkpoint."""
     run_dir, start = out / "stage1", time.time()
-    problems = sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems else plan.eval_max_problems
+    problems = (sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems
+                else plan.eval_max_problems)
     while True:
         evals = [r for r in read_metrics(run_dir) if "eval_pass1" in r]
         pass1 = [r["eval_pass1"] for r in evals]
         steps = evals[-1]["step"] if evals else 0
-        flat = plateaued([r["step"] for r in evals], pass1, plan.plateau_evals, problems * plan.eval_samples)
+        flat = plateaued([r["step"] for r in evals], pass1, plan.plateau_evals,
+                         problems * plan.eval_samples)
         if flat or steps >= plan.stage1_max_steps:
             break
-        print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}): steps {steps} -> "
-              f"{steps + plan.eval_every}, pass@1 so far {[round(p, 3) for p in pass1]}", flush=True)
+        print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}): "
+              f"steps {steps} -> {steps + plan.eval_every}, "
+              f"pass@1 so far {[round(p, 3) for p in pass1]}",
+              flush=True)
         run(common_flags(plan, model) + [
-            "--output-dir", str(run_dir), "--resume", "--seed", str(seed), "--n-rollouts", str(plan.stage1_n),
+            "--output-dir", str(run_dir), "--resume", "--seed", str(seed), "--n-rollouts",
+            str(plan.stage1_n),
             "--prompts-per-step", str(plan.stage1_prompts), "--lr", str(plan.lr), "--total-steps",
-            str(steps + plan.eval_every), "--eval-every", str(plan.eval_every), "--save-every", str(plan.eval_every)])
+            str(steps + plan.eval_every), "--eval-every", str(plan.eval_every), "--save-every",
+            str(plan.eval_every)])
     checkpoint = latest_checkpoint(run_dir, say=lambda message: None)
     if checkpoint is None:
-        raise InputError(f"stage 1 in {run_dir} left no checkpoint (stage1_max_steps must be >= eval_every)")
+        raise InputError(f"stage 1 in {run_dir} left no checkpoint (stage1_max_steps must be >= "
+                         "eval_every)")
     print(f"[revive] stage 1 done at step {steps}: pass@1 {pass1[-1]:.3f}, "
-          f"{'plateaued' if flat else 'step limit reached, NOT plateaued'}; branching from {checkpoint}")
+          f"{'plateaued' if flat else 'step limit reached, NOT plateaued'}; branching from "
+          f"{checkpoint}")
     return {"steps": steps, "eval_steps": [r["step"] for r in evals], "eval_pass1": pass1,
-            "plateaued": flat, "final_pass1_by_level": pass1_by_level(run_dir), "checkpoint": str(checkpoint),
-            "wall_s": time.time() - start}
+            "plateaued": flat, "final_pass1_by_level": pass1_by_level(run_dir),
+            "checkpoint": str(checkpoint), "wall_s": time.time() - start}
 
 
 def pass1_by_level(run_dir: Path) -> dict[str, float]:
-    """The run's final eval, pass@1 per difficulty level of the graded task (from its audit file): where the
-    gains and losses are, easy levels the policy has saturated or hard ones it solves rarely."""
+    """The run's final eval, pass@1 per difficulty level of the graded task (from its audit file):
+    where the gains and losses are, easy levels the policy has saturated or hard ones it solves
+    rarely."""
     levels = [task["level"] for _, task in read_jsonl(TEST_DATA)]
     rewards: dict[str, list[float]] = {}
     for _, row in read_jsonl(run_dir / "eval.samples.jsonl"):
@@ -182,16 +210,19 @@ def branch_finished(run_dir: Path, steps: int) -> bool:
     return (run_dir / "eval.json").is_file() and bool(evals) and evals[-1] == steps
 
 
-def run_branch(plan: Plan, model: str, checkpoint: str, run_dir: Path, shape: dict, seed: int) -> None:
+def run_branch(plan: Plan, model: str, checkpoint: str, run_dir: Path, shape: dict,
+               seed: int) -> None:
     run(common_flags(plan, model) + [
         "--output-dir", str(run_dir), "--resume", "--init-from", checkpoint, "--seed", str(seed),
-        "--n-rollouts", str(shape["n_rollouts"]), "--prompts-per-step", str(shape["prompts_per_step"]),
-        "--lr", repr(shape["lr"]), "--total-steps", str(shape["steps"]), "--eval-every", str(shape["eval_every"]),
-        "--save-every", str(shape["eval_every"])])
+        "--n-rollouts", str(shape["n_rollouts"]), "--prompts-per-step",
+        str(shape["prompts_per_step"]),
+        "--lr", repr(shape["lr"]), "--total-steps", str(shape["steps"]), "--eval-every",
+        str(shape["eval_every"]), "--save-every", str(shape["eval_every"])])
 
 
 def seed_summary(run_dir: Path, shape: dict) -> dict:
-    """One branch run's curves from its metrics.jsonl: x = samples generated since the branch point."""
+    """One branch run's curves from its metrics.jsonl: x = samples generated since the branch
+    point."""
     rows = read_metrics(run_dir)
     train_rows = [r for r in rows if "reward_mean" in r]
     tokens, tokens_by_step = 0.0, {0: 0.0}
@@ -212,8 +243,8 @@ def seed_summary(run_dir: Path, shape: dict) -> dict:
         "pass_rate": mean([r["pass_rate"] for r in train_rows]),
         "samples_per_s": mean([r["samples_per_s"] for r in train_rows]),
         "tokens_per_s": mean([r["gen_tokens_per_s"] for r in train_rows]),
-        "correct_frac_hist": {b: mean([r[f"correct_frac/{b}"] for r in train_rows]) for b in HIST_BINS},
-        "final_pass1_by_level": pass1_by_level(run_dir),
+        "correct_frac_hist": {b: mean([r[f"correct_frac/{b}"] for r in train_rows])
+                              for b in HIST_BINS}, "final_pass1_by_level": pass1_by_level(run_dir),
     }
 
 
@@ -221,8 +252,10 @@ def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
     """Mean over seeds, with every seed's values kept (the spread is the point of several seeds)."""
     seeds = list(per_seed.values())
     seed_mean = lambda key: sum(s[key] for s in seeds) / len(seeds)
-    seed_mean_per_key = lambda key: {k: sum(s[key][k] for s in seeds) / len(seeds) for k in seeds[0][key]}
-    mean_curve = lambda key: [sum(s[key][i] for s in seeds) / len(seeds) for i in range(min(len(s[key]) for s in seeds))]
+    seed_mean_per_key = lambda key: {k: sum(s[key][k] for s in seeds) / len(seeds)
+                                     for k in seeds[0][key]}
+    mean_curve = lambda key: [sum(s[key][i] for s in seeds) / len(seeds)
+                              for i in range(min(len(s[key]) for s in seeds))]
     finals = {str(seed): s["eval_pass1"][-1] for seed, s in per_seed.items()}
     final_mean = sum(finals.values()) / len(finals)
     return {
@@ -230,7 +263,8 @@ def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
         "compute": seeds[0]["compute"],
         "eval_pass1": mean_curve("eval_pass1"),
         "final_eval_pass1": {"mean": final_mean, "per_seed": finals,
-                             "std": math.sqrt(sum((v - final_mean) ** 2 for v in finals.values()) / len(finals))},
+                             "std": math.sqrt(sum((v - final_mean) ** 2
+                                                  for v in finals.values()) / len(finals))},
         "pass_rate": seed_mean("pass_rate"),
         "probe_compute": seeds[0]["probe_compute"],
         "probe_improved_frac": mean_curve("probe_improved_frac"),
@@ -245,7 +279,8 @@ def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
 
 def plot(results: dict, path: Path) -> None:
     """revive.png: pass@1 vs rollout compute (Fig. 1's analog, seed spread shaded), the probe set's
-    improved fraction and worst drop (Fig. 3 (ii)/(iii)), pass rate, throughput, per-prompt histograms."""
+    improved fraction and worst drop (Fig. 3 (ii)/(iii)), pass rate, throughput, per-prompt
+    histograms."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -259,14 +294,18 @@ def plot(results: dict, path: Path) -> None:
         width = min(map(len, curves))
         lo = [min(c[i] for c in curves) for i in range(width)]
         hi = [max(c[i] for c in curves) for i in range(width)]
-        ax.plot(b["compute"][:width], b["eval_pass1"][:width], marker="o", label=f"N={b['n_rollouts']} x {b['prompts_per_step']}")
+        ax.plot(b["compute"][:width], b["eval_pass1"][:width], marker="o",
+                label=f"N={b['n_rollouts']} x {b['prompts_per_step']}")
         ax.fill_between(b["compute"][:width], lo, hi, alpha=0.2)
-    ax.set(xlabel="samples generated since the branch point", ylabel="held-out pass@1", title="pass@1 vs rollout compute")
+    ax.set(xlabel="samples generated since the branch point", ylabel="held-out pass@1",
+           title="pass@1 vs rollout compute")
     ax.legend()
-    for ax, key, title in ((axes[0, 1], "probe_improved_frac", "probes improved since step 0 (fraction)"),
+    for ax, key, title in ((axes[0, 1], "probe_improved_frac",
+                            "probes improved since step 0 (fraction)"),
                            (axes[0, 2], "probe_worst_drop", "worst probe drop (nats/token)")):
         for b in branches.values():
-            ax.plot(b["probe_compute"][: len(b[key])], b[key], marker="o", label=f"N={b['n_rollouts']}")
+            ax.plot(b["probe_compute"][: len(b[key])], b[key], marker="o",
+                    label=f"N={b['n_rollouts']}")
         ax.set(xlabel="samples generated since the branch point", title=title)
         ax.legend()
     names = list(branches)
@@ -277,10 +316,11 @@ def plot(results: dict, path: Path) -> None:
     ax = axes[1, 2]
     width = 0.8 / max(len(names), 1)
     for i, n in enumerate(names):
-        ax.bar([j + i * width for j in range(len(HIST_BINS))], [branches[n]["correct_frac_hist"][b] for b in HIST_BINS],
-               width, label=n)
+        ax.bar([j + i * width for j in range(len(HIST_BINS))],
+               [branches[n]["correct_frac_hist"][b] for b in HIST_BINS], width, label=n)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(HIST_BINS))], HIST_BINS)
-    ax.set(xlabel="a prompt's correct fraction among its N samples", ylabel="share of prompts", title="per-prompt histogram")
+    ax.set(xlabel="a prompt's correct fraction among its N samples", ylabel="share of prompts",
+           title="per-prompt histogram")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -288,21 +328,30 @@ def plot(results: dict, path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "revive", help="experiment folder")
-    parser.add_argument("--quick", action="store_true", help="the whole pipeline at toy sizes, in a few minutes")
-    parser.add_argument("--resume", action="store_true", help="continue an experiment in --out; finished branches are kept")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "revive",
+                        help="experiment folder")
+    parser.add_argument("--quick", action="store_true",
+                        help="the whole pipeline at toy sizes, in a few minutes")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an experiment in --out; finished branches are kept")
     parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING), default=Plan.lr_scaling,
-                        help="branch learning rates: sqrt = η0·sqrt(B/B0), the paper's rule; constant = η0 for every "
-                             "N (with --resume, the same stage 1; writes results_lr-constant.json and its figure)")
-    parser.add_argument("--model", help="starting policy (default: the tiny model warmed up on the graded task)")
+                        help="branch learning rates: sqrt = η0·sqrt(B/B0), the paper's rule; "
+                             "constant = η0 for every "
+                             "N (with --resume, the same stage 1; writes results_lr-constant.json "
+                             "and its figure)")
+    parser.add_argument("--model",
+                        help="starting policy (default: the tiny model warmed up on the graded "
+                             "task)")
     args = parser.parse_args()
     plan = dataclasses.replace(QUICK if args.quick else Plan(), lr_scaling=args.lr_scaling)
     suffix = "" if plan.lr_scaling == "sqrt" else f"_lr-{plan.lr_scaling}"
     results_path, plot_path = args.out / f"results{suffix}.json", args.out / f"revive{suffix}.png"
     try:
         if (args.out / "stage1").exists() and not args.resume:
-            raise InputError(f"{args.out} already holds an experiment: pass --resume to continue it, or another --out")
+            raise InputError(f"{args.out} already holds an experiment: pass --resume to continue "
+                             "it, or another --out")
         model = args.model or str(ensure_tiny_model(spec=GRADED_WARMUP, train_data=TRAIN_DATA))
         start = time.time()
         results = {"plan": dataclasses.asdict(plan), "model": model,
@@ -310,20 +359,23 @@ def main() -> None:
         for n in plan.branch_ns:
             shape, per_seed = branch_shape(plan, n), {}
             for seed in plan.seeds:
-                run_dir = args.out / "stage2" / f"N{n}_lr{shape['lr']:.3g}_seed{seed}"  # same N and lr: same run
+                # same N and lr: same run
+                run_dir = args.out / "stage2" / f"N{n}_lr{shape['lr']:.3g}_seed{seed}"
                 if branch_finished(run_dir, shape["steps"]):
                     print(f"[revive] N={n} seed {seed}: finished earlier, kept")
                 else:
-                    print(f"[revive] branch N={n} x {shape['prompts_per_step']} prompts, {shape['steps']} steps, "
-                          f"lr {shape['lr']:.3g}, seed {seed}", flush=True)
+                    print(f"[revive] branch N={n} x {shape['prompts_per_step']} prompts, "
+                          f"{shape['steps']} steps, lr {shape['lr']:.3g}, seed {seed}", flush=True)
                     branch_start = time.time()
                     run_branch(plan, model, results["stage1"]["checkpoint"], run_dir, shape, seed)
                     print(f"[revive] N={n} seed {seed} took {time.time() - branch_start:.0f}s")
                 per_seed[seed] = seed_summary(run_dir, shape)
             results["branches"][f"N{n}"] = branch_summary(shape, per_seed)
             final = results["branches"][f"N{n}"]["final_eval_pass1"]
-            print(f"[revive] N={n}: final pass@1 {final['mean']:.3f} ± {final['std']:.3f} over seeds {final['per_seed']}")
-        results["wall_s"] = time.time() - start  # this invocation's (a resumed one skips finished branches)
+            print(f"[revive] N={n}: final pass@1 {final['mean']:.3f} ± {final['std']:.3f} over "
+                  f"seeds {final['per_seed']}")
+        # this invocation's (a resumed one skips finished branches)
+        results["wall_s"] = time.time() - start
         results_path.write_text(json.dumps(results, indent=2))
         plot(results, plot_path)
     except InputError as e:

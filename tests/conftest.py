@@ -16,8 +16,10 @@ import tiny_model  # noqa: E402
 
 @pytest.fixture(scope="session")
 def untrained_model_dir(tmp_path_factory) -> Path:
-    """The tiny Qwen2 architecture without warm-up: fast to build, same loading path as any model."""
-    return tiny_model.build(tmp_path_factory.mktemp("models") / "tiny", tiny_model.TinySpec(warmup_steps=0))
+    """The tiny Qwen2 architecture without warm-up: fast to build, same loading path as any
+    model."""
+    return tiny_model.build(tmp_path_factory.mktemp("models") / "tiny",
+                            tiny_model.TinySpec(warmup_steps=0))
 
 
 @pytest.fixture(scope="session")
@@ -27,12 +29,15 @@ def untrained_policy(untrained_model_dir):
     return load_policy(str(untrained_model_dir))
 
 
-def run_script(*args: str, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run one of the project's scripts as a user would, from the repository root (`env`: extra variables)."""
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, **(env or {})})
+def run_script(*args: str, check: bool = True,
+               env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run one of the project's scripts as a user would, from the repository root (`env`: extra
+    variables)."""
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600, env={**os.environ, **(env or {})})
     if check and result.returncode != 0:
-        raise AssertionError(f"{args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"{args} failed "
+                             f"({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
 
@@ -48,7 +53,8 @@ def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: b
 
 
 def trainer_logprobs(model, rollouts, temperature: float, micro_batch_tokens: int = 16384):
-    """update.py's teacher-forced log-probs [S, R] of the tokens an engine sampled (compare with rollouts.logprobs)."""
+    """update.py's teacher-forced log-probs [S, R] of the tokens an engine sampled (compare with
+    rollouts.logprobs)."""
     import torch
     import update
 

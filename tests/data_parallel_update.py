@@ -1,7 +1,9 @@
-"""One BroRL update as every process of `accelerate launch` runs it; the test compares 1 and 2 processes.
+"""One BroRL update as every process of `accelerate launch` runs it; the test compares 1 and 2
+processes.
 
-    python tests/data_parallel_update.py MODEL_DIR OUT.pt                                  # 1 process
-    accelerate launch --config_file configs/ddp_cpu.yaml tests/data_parallel_update.py MODEL_DIR OUT.pt
+    python tests/data_parallel_update.py MODEL_DIR OUT.pt   # 1 process
+    accelerate launch --config_file configs/ddp_cpu.yaml \\
+        tests/data_parallel_update.py MODEL_DIR OUT.pt
 
 The global batch is 4 prompts x 3 rollouts with fixed random tokens and rewards. Process r takes
 prompts r, r + P, ... (as train_brorl.py does), so with 2 processes the shares differ in tokens; the
@@ -26,9 +28,11 @@ PROMPTS, ROLLOUTS = 4, 3
 
 def global_batch(pad_id: int) -> tuple[list[list[int]], list[list[int]], torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(3, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+    prompts = [torch.randint(3, 90, (int(torch.randint(2, 6, (1,),
+                                                       generator=g)),), generator=g).tolist()
                for _ in range(PROMPTS)]
-    responses = [torch.randint(3, 90, (int(torch.randint(1, 9, (1,), generator=g)),), generator=g).tolist()
+    responses = [torch.randint(3, 90, (int(torch.randint(1, 9, (1,),
+                                                         generator=g)),), generator=g).tolist()
                  for _ in range(PROMPTS * ROLLOUTS)]
     rewards = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0], [1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
     return prompts, responses, rewards
@@ -47,14 +51,19 @@ def main() -> None:
     mine = list(range(PROMPTS))[rank::processes]
     rows = [p * ROLLOUTS + j for p in mine for j in range(ROLLOUTS)]
     advantages = update.reinforce_pp_baseline_advantages(rewards[mine]).flatten()
-    prompt_ids, prompt_mask = rollout.left_pad([prompts[r // ROLLOUTS] for r in rows], tokenizer.pad_token_id)
-    batch = update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad([responses[r] for r in rows], tokenizer.pad_token_id),
-                              rollout.right_pad([[1] * len(responses[r]) for r in rows], 0), advantages)
+    prompt_ids, prompt_mask = rollout.left_pad([prompts[r // ROLLOUTS] for r in rows],
+                                               tokenizer.pad_token_id)
+    batch = update.TrainBatch(prompt_ids, prompt_mask,
+                              rollout.right_pad([responses[r] for r in rows],
+                                                tokenizer.pad_token_id),
+                              rollout.right_pad([[1] * len(responses[r]) for r in rows], 0),
+                              advantages)
     cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=20, max_grad_norm=1e9)
     old = update.batch_logprobs(policy, batch, cfg)
     update.ppo_update(policy, optimizer, batch, old - 0.1, cfg)  # ratios != 1: clipping acts
     if accelerator.is_main_process:
-        torch.save({k: v.detach().clone() for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
+        torch.save({k: v.detach().clone()
+                    for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
     accelerator.end_training()
 
 

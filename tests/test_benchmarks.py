@@ -20,25 +20,30 @@ def correct_response(record: dict, source_row: dict | None = None) -> str:
     return f"```python\n{solution}\n```"
 
 
-@pytest.mark.parametrize("name, problems", [("amc2023", 2), ("math500", 2), ("minerva", 2), ("olympiadbench", 2)])
+@pytest.mark.parametrize("name, problems",
+                         [("amc2023", 2), ("math500", 2), ("minerva", 2), ("olympiadbench", 2)])
 def test_math_adapters_read_their_sources_layout_and_a_correct_answer_scores_one(name, problems):
     records, origin = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
     assert origin.endswith(benchmarks.BENCHMARKS[name].local) and len(records) == problems
     assert all("\\boxed{}" in r["prompt"] for r in records)
-    assert records[0]["answer"] in {"27", "6", "1024", "5"}  # 27.0 in the AMC file is the integer 27
+    # 27.0 in the AMC file is the integer 27
+    assert records[0]["answer"] in {"27", "6", "1024", "5"}
     items = [("math", correct_response(r), r["answer"]) for r in records]
     assert reward.score_batch(items) == [1.0] * problems
 
 
-@pytest.mark.parametrize("name, file", [("apps", "apps.jsonl"), ("taco", "taco.jsonl"), ("codecontests", "code_contests.jsonl")])
+@pytest.mark.parametrize("name, file", [("apps", "apps.jsonl"), ("taco", "taco.jsonl"),
+                          ("codecontests", "code_contests.jsonl")])
 def test_code_adapters_turn_tests_into_specs_that_the_reference_solution_passes(name, file):
     rows = [json.loads(line) for line in (FIXTURES / file).read_text().splitlines()]
     records, _ = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
-    with_tests = [row for row in rows if row.get("input_output") != ""]  # APPS rows without tests are left out
+    # APPS rows without tests are left out
+    with_tests = [row for row in rows if row.get("input_output") != ""]
     assert len(records) == len(with_tests)
     items = [("code", correct_response(r, row), r["answer"]) for r, row in zip(records, with_tests)]
     assert reward.score_batch(items) == [1.0] * len(items)
-    assert reward.score_batch([("code", "```python\nprint(0)\n```", r["answer"]) for r in records]) == [0.0] * len(records)
+    assert reward.score_batch([("code", "```python\nprint(0)\n```", r["answer"])
+                               for r in records]) == [0.0] * len(records)
 
 
 def test_call_based_apps_problems_get_the_starter_code_and_function_name():
@@ -60,7 +65,8 @@ def test_mmath_backed_sets_are_labelled_subsets_where_they_are():
     sizes = {name: len(benchmarks.load(benchmarks.BENCHMARKS[name])[0])
              for name in ("aime2024", "aime2025", "math500_subset")}
     assert sizes == {"aime2024": 30, "aime2025": 15, "math500_subset": 311}
-    assert "subset" in benchmarks.BENCHMARKS["math500_subset"].note and "I only" in benchmarks.BENCHMARKS["aime2025"].note
+    assert ("subset" in benchmarks.BENCHMARKS["math500_subset"].note
+            and "I only" in benchmarks.BENCHMARKS["aime2025"].note)
 
 
 def test_a_benchmark_without_data_is_skipped_with_its_reason(monkeypatch, tmp_path):
@@ -74,7 +80,8 @@ def test_a_benchmark_without_data_is_skipped_with_its_reason(monkeypatch, tmp_pa
 def test_suites_and_names_select_benchmarks_and_bad_names_are_clear_errors():
     assert {b.suite for b in benchmarks.select("all")} == {"math", "code", "reasoning_gym", "toy"}
     assert len(benchmarks.select("reasoning_gym")) == 17
-    assert [b.name for b in benchmarks.select(names=["humaneval", "toy_arith"])] == ["humaneval", "toy_arith"]
+    assert [b.name for b in benchmarks.select(names=["humaneval",
+                                                     "toy_arith"])] == ["humaneval", "toy_arith"]
     with pytest.raises(benchmarks.InputError, match="unknown benchmark"):
         benchmarks.select(names=["gsm9k"])
     with pytest.raises(benchmarks.InputError, match="unknown suite"):
@@ -89,27 +96,34 @@ def test_a_file_in_the_wrong_layout_is_a_clear_error(tmp_path):
 
 PLUS_SOLUTIONS = {  # reference solutions, in the format the prompts ask for
     "HumanEval/53": "```python\ndef add(x: int, y: int):\n    return x + y\n```",
-    "Mbpp/3": "```python\ndef is_not_prime(n):\n    return n < 2 or any(n % d == 0 for d in range(2, int(n ** 0.5) + 1))\n```",
+    "Mbpp/3": "```python\ndef is_not_prime(n):\n    return n < 2 or any(n % d == 0 for d in "
+              "range(2, int(n ** 0.5) + 1))\n```",
     "abc999_a": "```python\na, b = map(int, input().split())\nprint(a + b)\n```",
-    "3999": "```python\nclass Solution:\n    def maxOfPair(self, a: int, b: int) -> int:\n        return max(a, b)\n```",
-    "2000/A": "```python\nprint(2 * int(input()))\n```",
+    "3999": "```python\nclass Solution:\n    def maxOfPair(self, a: int, b: int) -> int:\n        "
+            "return max(a, b)\n```", "2000/A": "```python\nprint(2 * int(input()))\n```",
 }
 
 
-@pytest.mark.parametrize("name, ids", [("humanevalplus", ["HumanEval/53"]), ("mbppplus", ["Mbpp/3"]),
+@pytest.mark.parametrize("name, ids",
+                         [("humanevalplus", ["HumanEval/53"]), ("mbppplus", ["Mbpp/3"]),
                                        ("livecodebench", ["abc999_a", "3999"]),
-                                       ("codeforces", ["2000/A"])])  # 2000/B needs its own checker: left out
-def test_evalplus_livecodebench_and_codeforces_adapters_score_a_correct_solution_one_and_a_wrong_one_zero(name, ids):
+                                       # 2000/B needs its own checker: left out
+                                       ("codeforces", ["2000/A"])])
+def test_evalplus_livecodebench_and_codeforces_adapters_score_a_correct_solution_one_and_a_wrong_one_zero(  # noqa: E501 (test name)
+        name, ids):
     records, origin = benchmarks.load(benchmarks.BENCHMARKS[name], FIXTURES)
     assert origin.endswith(benchmarks.BENCHMARKS[name].local) and [r["id"] for r in records] == ids
     right = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]], r["answer"]) for r in records])
-    wrong = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]].replace("+", "-").replace("max(", "min(").replace("2 *", "3 *"),
+    wrong = reward.score_batch([("code", PLUS_SOLUTIONS[r["id"]].replace("+", "-")
+                                         .replace("max(", "min(").replace("2 *", "3 *"),
                                  r["answer"]) for r in records])
     assert right == [1.0] * len(records) and all(score < 1.0 for score in wrong)
 
 
 def test_livecodebench_reads_compressed_private_tests_and_functional_arguments():
     stdin, functional = benchmarks.load(benchmarks.BENCHMARKS["livecodebench"], FIXTURES)[0]
-    assert stdin["answer"]["inputs"] == ["1 2\n", "10 -4\n", "0 0\n"]  # public, then the base64/zlib/pickle private ones
-    assert functional["answer"] == {"inputs": [[1, 2], [-5, -7], [4, 4]], "outputs": [2, -5, 4], "fn_name": "maxOfPair"}
+    # public, then the base64/zlib/pickle private ones
+    assert stdin["answer"]["inputs"] == ["1 2\n", "10 -4\n", "0 0\n"]
+    assert functional["answer"] == {"inputs": [[1, 2], [-5, -7], [4, 4]], "outputs": [2, -5, 4],
+                                    "fn_name": "maxOfPair"}
     assert "def maxOfPair(self, a: int, b: int)" in functional["prompt"]

@@ -2,9 +2,9 @@
 heading, for a link into a page), and every link to a line of code, [`symbol`](file.py#L123), lands
 on a line that holds `symbol`.
 
-When code moves, `python tests/test_docs.py --fix` rewrites each such link to where the symbol is now
-(`def symbol`, `class symbol`, `symbol =`, else its first occurrence in the file; else the file that
-defines it); read the diff."""
+When code moves, `python tests/test_docs.py --fix` rewrites each such link to where the symbol is
+now (`def symbol`, `class symbol`, `symbol =`, else its first occurrence in the file; else the file
+that defines it); read the diff."""
 
 import os
 import re
@@ -22,7 +22,8 @@ LINE_ANCHOR = re.compile(r"^L(\d+)$")
 
 
 def relative_links(page: Path) -> list[tuple[int, str, str]]:
-    """(line in the page, link text, target) of every link that is not a URL, outside code blocks."""
+    """(line in the page, link text, target) of every link that is not a URL, outside code
+    blocks."""
     links, fenced = [], False
     for number, line in enumerate(page.read_text().splitlines(), 1):
         if line.lstrip().startswith("```"):
@@ -38,7 +39,8 @@ def relative_links(page: Path) -> list[tuple[int, str, str]]:
 
 
 def heading_anchors(page: Path) -> set[str]:
-    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces to hyphens."""
+    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces to
+    hyphens."""
     anchors, fenced = set(), False
     for line in page.read_text().splitlines():
         if line.lstrip().startswith("```"):
@@ -72,7 +74,8 @@ def where_defined(lines: list[str], symbol: str) -> int | None:
 
 
 def defined_elsewhere(symbol: str) -> tuple[Path, int] | None:
-    """The first project file (top level, then experiments/) that defines `symbol`: where it moved."""
+    """The first project file (top level, then experiments/) that defines `symbol`: where it
+    moved."""
     for path in [*sorted(ROOT.glob("*.py")), *sorted((ROOT / "experiments").glob("*.py"))]:
         number = definition_line(path.read_text().splitlines(), symbol)
         if number:
@@ -121,8 +124,8 @@ def test_every_link_in_the_readme_and_docs_points_to_a_file_that_exists():
 
 def test_every_link_to_a_line_of_code_lands_on_a_line_that_holds_its_symbol():
     problems = [message for _, _, _, message, _ in code_link_problems()]
-    assert not problems, ("line links that missed (python tests/test_docs.py --fix moves them to the "
-                          "definitions):\n" + "\n".join(problems))
+    assert not problems, ("line links that missed (python tests/test_docs.py --fix moves them to "
+                          "the definitions):\n" + "\n".join(problems))
 
 
 def test_the_readme_test_command_is_the_one_ci_runs():

@@ -24,7 +24,8 @@ def brute_force_pass_at_k(n: int, c: int, k: int) -> float:
     return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
 
 
-@pytest.mark.parametrize("n, c, k", [(n, c, k) for n in (1, 4, 7) for c in range(n + 1) for k in range(1, n + 1)])
+@pytest.mark.parametrize("n, c, k", [(n, c, k) for n in (1, 4, 7) for c in range(n + 1)
+                          for k in range(1, n + 1)])
 def test_pass_at_k_equals_brute_force_enumeration(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(brute_force_pass_at_k(n, c, k))
 
@@ -53,15 +54,16 @@ def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_problems():
 
 
 def eval_cli(model_dir, out, *extra, check=True):
-    return run_script("eval.py", "--model", str(model_dir), "--samples", "2", "--max-new-tokens", "12",
-                      "--problems-per-batch", "2", "--out", str(out), *extra, check=check)
+    return run_script("eval.py", "--model", str(model_dir), "--samples", "2", "--max-new-tokens",
+                      "12", "--problems-per-batch", "2", "--out", str(out), *extra, check=check)
 
 
-def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrained_model_dir, tmp_path):
+def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrained_model_dir,
+                                                                          tmp_path):
     out = tmp_path / "result.json"
-    result = eval_cli(untrained_model_dir, out, "--benchmarks", "amc2023", "humaneval", "rg/gcd", "math500",
-                      "--data-dir", str(FIXTURES), "--max-problems", "3", "--data", "data/arith_test.jsonl",
-                      "--plot", str(tmp_path / "curves.png"))
+    result = eval_cli(untrained_model_dir, out, "--benchmarks", "amc2023", "humaneval", "rg/gcd",
+                      "math500", "--data-dir", str(FIXTURES), "--max-problems", "3", "--data",
+                      "data/arith_test.jsonl", "--plot", str(tmp_path / "curves.png"))
     assert "pass@1 (95% CI)" in result.stdout and "problems/s" in result.stdout
     saved = json.loads(out.read_text())
     assert set(saved["benchmarks"]) == {"arith_test", "amc2023", "humaneval", "rg/gcd", "math500"}
@@ -70,31 +72,38 @@ def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrai
         assert entry["ci95"][0] <= entry["pass1"] <= entry["ci95"][1]
     assert saved["benchmarks"]["math500"]["source"].endswith("math500.jsonl")
     assert set(saved["suites"]) == {"math", "code", "reasoning_gym"}
-    assert saved["reasoning_gym_categories"] == {"arithmetic": saved["benchmarks"]["rg/gcd"]["pass1"]}
-    header, *samples = [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
+    assert (saved["reasoning_gym_categories"]
+            == {"arithmetic": saved["benchmarks"]["rg/gcd"]["pass1"]})
+    header, *samples = [json.loads(line)
+                        for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
     assert len(samples) == 2 * sum(e["problems"] for e in saved["benchmarks"].values())
     assert set(samples[0]) == {"benchmark", "id", "sample", "response", "extracted", "reward"}
-    assert header["header"]["settings"]["temperature"] == 0.6 and set(header["header"]["benchmarks"]) == set(saved["benchmarks"])
+    assert (header["header"]["settings"]["temperature"] == 0.6
+            and set(header["header"]["benchmarks"]) == set(saved["benchmarks"]))
     assert "\nsampling: k=2, T=0.6, top-p 0.95, max 12 tokens\n" in result.stdout
     assert saved["settings"]["temperature"] == 0.6 and saved["settings"]["samples"] == 2
     assert (tmp_path / "curves.png").stat().st_size > 5_000
     empty = tmp_path / "no-data"
     empty.mkdir()
-    offline = eval_cli(untrained_model_dir, tmp_path / "skip.json", "--benchmarks", "amc2023", "--data-dir", str(empty))
+    offline = eval_cli(untrained_model_dir, tmp_path / "skip.json", "--benchmarks", "amc2023",
+                       "--data-dir", str(empty))
     assert "skipped amc2023: no --data-dir/amc23.jsonl" in offline.stdout
 
 
-def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained_model_dir, tmp_path):
+def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained_model_dir,
+                                                                       tmp_path):
     out = tmp_path / "run.json"
     args = ("--data", "data/arith_test.jsonl", "--max-problems", "6")
     eval_cli(untrained_model_dir, out, *args)
     samples = out.with_suffix(".samples.jsonl")
     lines = samples.read_text().splitlines()
-    kept = lines[:6]  # the header, problems 0 and 1 finished, problem 2 half written, then a torn line
+    # the header, problems 0 and 1 finished, problem 2 half written, then a torn line
+    kept = lines[:6]
     samples.write_text("\n".join(kept) + '\n{"benchmark": "arith_te')
     eval_cli(untrained_model_dir, out, *args)
     after = samples.read_text().splitlines()
-    assert after[:5] == lines[:5] and len(after) == 13  # finished problems kept as they were, nothing twice
+    # finished problems kept as they were, nothing twice
+    assert after[:5] == lines[:5] and len(after) == 13
     assert json.loads(out.read_text())["benchmarks"]["arith_test"]["problems"] == 6
 
 
@@ -102,7 +111,8 @@ class ThreadedGather:
     """Stands in for accelerate's gather_object between `count` threads playing processes."""
 
     def __init__(self, count: int):
-        self.barrier, self.slots, self.sent = threading.Barrier(count), [None] * count, [[] for _ in range(count)]
+        self.barrier, self.slots, self.sent = (threading.Barrier(count), [None] * count,
+                                               [[] for _ in range(count)])
 
     def shard(self, index: int) -> Shard:
         def gather(item):
@@ -117,13 +127,16 @@ class ThreadedGather:
 
 def test_two_shards_each_score_half_the_batches_and_get_one_process_numbers(untrained_policy):
     model, tokenizer = untrained_policy
-    records = [{**t, "id": str(i)} for i, t in enumerate(load_tasks(ROOT / "data" / "arith_test.jsonl")[:10])]
-    settings = EvalSettings(samples=2, max_new_tokens=8, problems_per_batch=2)  # 5 batches of 2 problems
+    records = [{**t, "id": str(i)} for i,
+               t in enumerate(load_tasks(ROOT / "data" / "arith_test.jsonl")[:10])]
+    # 5 batches of 2 problems
+    settings = EvalSettings(samples=2, max_new_tokens=8, problems_per_batch=2)
     alone = run_benchmark(model, tokenizer, "arith", records, settings)
     gather, results = ThreadedGather(2), [None, None]
 
     def process(index):
-        results[index] = run_benchmark(model, tokenizer, "arith", records, settings, shard=gather.shard(index))
+        results[index] = run_benchmark(model, tokenizer, "arith", records, settings,
+                                       shard=gather.shard(index))
 
     threads = [threading.Thread(target=process, args=(index,)) for index in (0, 1)]
     for thread in threads:
@@ -131,12 +144,14 @@ def test_two_shards_each_score_half_the_batches_and_get_one_process_numbers(untr
     for thread in threads:
         thread.join()
     for result in results:
-        assert result["correct_per_problem"] == alone["correct_per_problem"] and result["pass1"] == alone["pass1"]
+        assert (result["correct_per_problem"] == alone["correct_per_problem"]
+                and result["pass1"] == alone["pass1"])
     rows_sent = [sum(len(item) for item in sent if isinstance(item, list)) for sent in gather.sent]
-    assert rows_sent == [3 * 2 * 2, 2 * 2 * 2]  # batches 0, 2, 4 and 1, 3: 2 problems x 2 samples each
+    # batches 0, 2, 4 and 1, 3: 2 problems x 2 samples each
+    assert rows_sent == [3 * 2 * 2, 2 * 2 * 2]
 
 
-def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refuses_and_keeps_the_samples(
+def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refuses_and_keeps_the_samples(  # noqa: E501 (test name)
         untrained_model_dir, tmp_path):
     out = tmp_path / "run.json"
     args = ("--data", "data/arith_test.jsonl", "--max-problems", "2")
@@ -144,13 +159,18 @@ def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refus
     samples = out.with_suffix(".samples.jsonl")
     before = samples.read_text()
     other_model = shutil.copytree(untrained_model_dir, tmp_path / "other-model")
-    for model, changed, named in [(other_model, (), "model"), (untrained_model_dir, ("--temperature", "1.0"), "temperature"),
-                                  (untrained_model_dir, ("--samples", "3", "--max-new-tokens", "9"), "samples, max_new_tokens")]:
+    for model, changed, named in [(other_model, (), "model"),
+                                  (untrained_model_dir, ("--temperature", "1.0"), "temperature"),
+                                  (untrained_model_dir, ("--samples", "3", "--max-new-tokens", "9"),
+                                   "samples, max_new_tokens")]:
         result = eval_cli(model, out, *args, *changed, check=False)
-        assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-        assert f"holds samples from another model or protocol (differs in: {named})" in result.stderr
+        assert (result.returncode != 0
+                and len(result.stderr.strip().splitlines()) == 1), result.stderr
+        assert (f"holds samples from another model or protocol (differs in: {named})"
+                in result.stderr)
         assert samples.read_text() == before  # the earlier samples are neither reused nor truncated
-    eval_cli(untrained_model_dir, out, *args, "--max-problems", "3")  # same model and protocol: resumes
+    # same model and protocol: resumes
+    eval_cli(untrained_model_dir, out, *args, "--max-problems", "3")
     assert samples.read_text().startswith(before)
 
 
@@ -160,12 +180,16 @@ def test_compare_prints_two_runs_side_by_side(tmp_path):
                 "suites": {"math": math, "code": code}}
 
     (tmp_path / "prorl.json").write_text(json.dumps(result(0.25, 0.5)))
-    (tmp_path / "brorl.json").write_text(json.dumps({**result(0.30, 0.5), "benchmarks": {"aime2024": {"pass1": 0.30}}}))
-    printed = run_script("eval.py", "--compare", str(tmp_path / "prorl.json"), str(tmp_path / "brorl.json")).stdout
+    (tmp_path / "brorl.json").write_text(json.dumps({**result(0.30, 0.5),
+                                                     "benchmarks": {"aime2024": {"pass1": 0.30}}}))
+    printed = run_script("eval.py", "--compare", str(tmp_path / "prorl.json"),
+                         str(tmp_path / "brorl.json")).stdout
     assert "prorl" in printed and "brorl" in printed
-    assert any(line.split() == ["aime2024", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
+    assert any(line.split() == ["aime2024", "25.00", "30.00", "+5.00"]
+               for line in printed.splitlines())
     assert any(line.split() == ["humaneval", "50.00", "-"] for line in printed.splitlines())
-    assert any(line.split() == ["suite", "math", "25.00", "30.00", "+5.00"] for line in printed.splitlines())
+    assert any(line.split() == ["suite", "math", "25.00", "30.00", "+5.00"]
+               for line in printed.splitlines())
 
 
 def test_eval_model_may_be_a_training_run_or_a_checkpoint_folder(untrained_model_dir, tmp_path):
@@ -178,8 +202,10 @@ def test_eval_model_may_be_a_training_run_or_a_checkpoint_folder(untrained_model
     assert rollout.resolve_model_dir(str(run)) == str(latest / "model")
     assert rollout.resolve_model_dir(str(latest)) == str(latest / "model")
     assert rollout.resolve_model_dir(str(untrained_model_dir)) == str(untrained_model_dir)
-    result = eval_cli(run, tmp_path / "run.json", "--data", "data/arith_test.jsonl", "--max-problems", "2")
-    assert f"{run} is a training run: evaluating its latest checkpoint, {latest / 'model'}" in result.stdout
+    result = eval_cli(run, tmp_path / "run.json", "--data", "data/arith_test.jsonl",
+                      "--max-problems", "2")
+    assert (f"{run} is a training run: evaluating its latest checkpoint, {latest / 'model'}"
+            in result.stdout)
     assert json.loads((tmp_path / "run.json").read_text())["model"] == str(latest / "model")
 
 
@@ -187,12 +213,16 @@ def test_compare_with_a_missing_or_foreign_file_is_one_line(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps({"benchmarks": {}, "suites": {}}))
     (tmp_path / "config.json").write_text(json.dumps({"n_rollouts": 16}))
     for other, message in [("missing.json", f"no such result file: {tmp_path / 'missing.json'}"),
-                           ("config.json", f"{tmp_path / 'config.json'} is not an eval.py result file")]:
-        result = run_script("eval.py", "--compare", str(tmp_path / "a.json"), str(tmp_path / other), check=False)
-        assert result.returncode != 0 and result.stderr.startswith(f"error: {message}") and "Traceback" not in result.stderr
+                           ("config.json",
+                            f"{tmp_path / 'config.json'} is not an eval.py result file")]:
+        result = run_script("eval.py", "--compare", str(tmp_path / "a.json"), str(tmp_path / other),
+                            check=False)
+        assert (result.returncode != 0 and result.stderr.startswith(f"error: {message}")
+                and "Traceback" not in result.stderr)
 
 
 def test_eval_cli_missing_model_is_one_clear_line(tmp_path):
-    result = run_script("eval.py", "--model", str(tmp_path / "nope"), "--data", "data/arith_test.jsonl", check=False)
+    result = run_script("eval.py", "--model", str(tmp_path / "nope"), "--data",
+                        "data/arith_test.jsonl", check=False)
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: model path does not exist: {tmp_path / 'nope'}"

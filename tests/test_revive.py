@@ -1,4 +1,5 @@
-"""experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the science)."""
+"""experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the
+science)."""
 
 import dataclasses
 import json
@@ -12,7 +13,8 @@ from conftest import ROOT, run_script
 sys.path.insert(0, str(ROOT / "experiments"))
 import revive  # noqa: E402
 
-BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_rate", "probe_improved_frac",
+BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_rate",
+               "probe_improved_frac",
                "probe_worst_drop", "samples_per_s", "tokens_per_s", "correct_frac_hist", "seeds"}
 
 
@@ -21,26 +23,35 @@ def test_every_branch_generates_the_same_samples_and_scales_lr_with_the_square_r
     shapes = {n: revive.branch_shape(plan, n) for n in (16, 64, 256, 512)}
     budget = plan.budget_steps * plan.stage1_n * plan.stage1_prompts
     assert all(s["steps"] * s["samples_per_step"] == budget for s in shapes.values())
-    assert (shapes[16]["prompts_per_step"], shapes[512]["prompts_per_step"]) == (512, 128)  # the paper's two shapes
+    # the paper's two shapes
+    assert (shapes[16]["prompts_per_step"], shapes[512]["prompts_per_step"]) == (512, 128)
     assert shapes[512]["steps"] == plan.budget_steps // 8  # 8x ProRL's samples per step
-    assert shapes[512]["lr"] == pytest.approx(plan.lr * math.sqrt(8)) and shapes[64]["lr"] == plan.lr
+    assert shapes[512]["lr"] == pytest.approx(plan.lr
+                                              * math.sqrt(8)) and shapes[64]["lr"] == plan.lr
     constant = dataclasses.replace(plan, lr_scaling="constant")
     assert all(revive.branch_shape(constant, n)["lr"] == plan.lr for n in (16, 64, 256, 512))
 
 
 def test_plateau_is_read_from_the_trend_of_the_last_evals_not_from_one_noisy_eval():
     steps = [0, 10, 20, 30, 40, 50, 60, 70, 80]
-    first_stage1 = [0.022, 0.035, 0.044, 0.052, 0.062, 0.084, 0.081, 0.101, 0.099]  # the curve that fooled rule 1
-    assert not revive.plateaued(steps, first_stage1, window=5, problems_x_samples=1024)  # +3.5 points over 40 steps
-    flat = [0.40, 0.55, 0.60, 0.61, 0.59, 0.62, 0.60, 0.61, 0.60]  # noise of about one standard error
+    # the curve that fooled rule 1
+    first_stage1 = [0.022, 0.035, 0.044, 0.052, 0.062, 0.084, 0.081, 0.101, 0.099]
+    # +3.5 points over 40 steps
+    assert not revive.plateaued(steps, first_stage1, window=5, problems_x_samples=1024)
+    # noise of about one standard error
+    flat = [0.40, 0.55, 0.60, 0.61, 0.59, 0.62, 0.60, 0.61, 0.60]
     assert revive.plateaued(steps, flat, window=5, problems_x_samples=1024)
-    assert not revive.plateaued(steps[:4], flat[:4], window=5, problems_x_samples=1024)  # too few evals to tell
-    assert not revive.plateaued(steps, flat, window=9, problems_x_samples=1024)  # the window holds the early rise
+    # too few evals to tell
+    assert not revive.plateaued(steps[:4], flat[:4], window=5, problems_x_samples=1024)
+    # the window holds the early rise
+    assert not revive.plateaued(steps, flat, window=9, problems_x_samples=1024)
 
 
 def fake_seed(final: float) -> dict:
-    return {"compute": [0, 100], "compute_tokens": [0, 700], "eval_pass1": [0.5, final], "probe_compute": [0, 100],
-            "probe_improved_frac": [0.0, 0.6], "probe_dropped_frac": [0.0, 0.3], "probe_worst_drop": [0.0, -0.2],
+    return {"compute": [0, 100], "compute_tokens": [0, 700], "eval_pass1": [0.5, final],
+            "probe_compute": [0, 100],
+            "probe_improved_frac": [0.0, 0.6], "probe_dropped_frac": [0.0, 0.3],
+            "probe_worst_drop": [0.0, -0.2],
             "pass_rate": 0.7, "samples_per_s": 50.0, "tokens_per_s": 350.0,
             "correct_frac_hist": {b: 1 / 6 for b in revive.HIST_BINS},
             "final_pass1_by_level": {"0": final, "3": final / 2}}
@@ -58,42 +69,52 @@ def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
     assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_branches(tmp_path):
+def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_branches(
+        tmp_path):
     import tiny_model
 
-    out, model = tmp_path / "revive", str(tiny_model.ensure_tiny_model())  # the cached default model: fast to get
+    # the cached default model: fast to get
+    out, model = tmp_path / "revive", str(tiny_model.ensure_tiny_model())
     run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model)
     results = json.loads((out / "results.json").read_text())
     assert (out / "revive.png").is_file() and set(results["branches"]) == {"N4", "N16"}
     assert results["stage1"]["checkpoint"] and results["stage1"]["eval_pass1"]
     for branch in results["branches"].values():
-        assert BRANCH_KEYS <= set(branch) and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"}
+        assert (BRANCH_KEYS <= set(branch)
+                and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"})
         assert branch["compute"][-1] == 128  # equal samples for every branch
         assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
-    refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, check=False)
+    refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
+                         check=False)
     assert refused.returncode != 0 and "pass --resume" in refused.stderr
-    resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, "--resume")
+    resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
+                         "--resume")
     assert resumed.stdout.count("finished earlier, kept") == 4
-    constant = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model, "--resume",
-                          "--lr-scaling", "constant")
-    assert constant.stdout.count("finished earlier, kept") == 2  # N=4 has B = B0: the same lr, the same runs
-    assert json.loads((out / "results_lr-constant.json").read_text())["plan"]["lr_scaling"] == "constant"
+    constant = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
+                          "--resume", "--lr-scaling", "constant")
+    # N=4 has B = B0: the same lr, the same runs
+    assert constant.stdout.count("finished earlier, kept") == 2
+    assert (json.loads((out / "results_lr-constant.json").read_text())["plan"]["lr_scaling"]
+            == "constant")
     assert (out / "revive_lr-constant.png").is_file() and (out / "results.json").is_file()
 
 
 def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
     run_dir.mkdir()
-    (run_dir / "config.json").write_text(json.dumps({"n_rollouts": n_rollouts, "prompts_per_step": prompts_per_step}))
+    (run_dir / "config.json").write_text(json.dumps({"n_rollouts": n_rollouts,
+                                                     "prompts_per_step": prompts_per_step}))
     rows = [{"step": 0, "eval_pass1": 0.3}, {"step": 1, "reward_mean": 0.3, "pass_rate": 0.9},
             {"step": 2, "reward_mean": 0.4, "pass_rate": 0.8}, {"step": 2, "eval_pass1": 0.5}]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def test_plot_runs_draws_several_runs_against_samples_and_names_a_folder_that_is_not_a_run(tmp_path):
+def test_plot_runs_draws_several_runs_against_samples_and_names_a_folder_that_is_not_a_run(
+        tmp_path):
     write_fake_run(tmp_path / "n256", 256, 32)
     write_fake_run(tmp_path / "n16", 16, 512)
     out = tmp_path / "runs.png"
-    run_script("experiments/plot_runs.py", str(tmp_path / "n256"), str(tmp_path / "n16"), "--out", str(out))
+    run_script("experiments/plot_runs.py", str(tmp_path / "n256"), str(tmp_path / "n16"), "--out",
+               str(out))
     assert out.read_bytes().startswith(b"\x89PNG")
     refused = run_script("experiments/plot_runs.py", str(tmp_path), "--out", str(out), check=False)
     assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [

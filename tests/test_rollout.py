@@ -36,7 +36,8 @@ def test_sampling_logprobs_equal_the_trainers_teacher_forced_logprobs(untrained_
 
 
 def test_every_prompt_gets_its_samples_whatever_the_batch_plan():
-    assert rollout.plan_batches(3, 4, max_batch_seqs=5) == [[(0, 4), (1, 1)], [(1, 3), (2, 2)], [(2, 2)]]
+    assert rollout.plan_batches(3, 4, max_batch_seqs=5) == [[(0, 4), (1, 1)], [(1, 3), (2, 2)],
+                                                            [(2, 2)]]
     assert rollout.plan_batches(1, 512, max_batch_seqs=256) == [[(0, 256)], [(0, 256)]]
 
 
@@ -57,7 +58,8 @@ def test_same_seed_same_samples(untrained_policy):
     assert a.texts == b.texts and torch.equal(a.logprobs, b.logprobs)
 
 
-def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch, untrained_model_dir):
+def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch,
+                                                                     untrained_model_dir):
     monkeypatch.setattr(rollout.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(rollout.EngineError, match="pip install -r requirements-vllm"):
         rollout.VLLMEngine(str(untrained_model_dir))
@@ -65,7 +67,8 @@ def test_the_vllm_engine_without_vllm_installed_says_what_to_install(monkeypatch
 
 
 class RecordingLLM:
-    """Stands in for vllm.LLM on a GPU, recording the calls VLLMEngine makes (vLLM's sleep is a no-op on CPU)."""
+    """Stands in for vllm.LLM on a GPU, recording the calls VLLMEngine makes (vLLM's sleep is a
+    no-op on CPU)."""
 
     def __init__(self):
         self.calls = []
@@ -85,12 +88,15 @@ class RecordingLLM:
 
 def test_vllm_wakes_its_weights_then_loads_the_new_ones_then_wakes_its_kv_cache(untrained_policy):
     model, _ = untrained_policy
-    engine = object.__new__(rollout.VLLMEngine)  # no vLLM needed: only the order of calls is checked
+    # no vLLM needed: only the order of calls is checked
+    engine = object.__new__(rollout.VLLMEngine)
     engine.llm, engine.on_gpu, engine.sleeping = RecordingLLM(), True, False
     engine.sleep()
     engine.wake_up(model)
-    assert [call[0] for call in engine.llm.calls] == ["sleep", "wake_up", "reload_weights", "reset_prefix_cache",
-                                                      "wake_up"]
-    assert engine.llm.calls[1] == ("wake_up", ["weights"]) and engine.llm.calls[-1] == ("wake_up", ["kv_cache"])
-    assert engine.llm.calls[2][1] == list(model.state_dict())  # every tensor, streamed while the KV cache sleeps
+    assert [call[0] for call in engine.llm.calls] == ["sleep", "wake_up", "reload_weights",
+                                                      "reset_prefix_cache", "wake_up"]
+    assert (engine.llm.calls[1] == ("wake_up", ["weights"])
+            and engine.llm.calls[-1] == ("wake_up", ["kv_cache"]))
+    # every tensor, streamed while the KV cache sleeps
+    assert engine.llm.calls[2][1] == list(model.state_dict())
     assert not engine.sleeping

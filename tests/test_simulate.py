@@ -1,4 +1,5 @@
-"""simulate.py: Theorem 1 against autograd, Lemma 2 by Monte Carlo, the Fig. 3 simulator and its files."""
+"""simulate.py: Theorem 1 against autograd, Lemma 2 by Monte Carlo, the Fig. 3 simulator and its
+files."""
 
 import csv
 import json
@@ -21,19 +22,23 @@ def fixed_instance(vocab=50, n=20, peak=2.0, seed=0, r_c=1.0, r_w=-1.0):
     return z, correct, sampled & correct, sampled & ~correct, r_c, r_w, 0.5, n
 
 
-@pytest.mark.parametrize("kwargs", [dict(), dict(peak=0.0), dict(peak=6.0, n=3), dict(vocab=500, n=400, r_c=0.3, r_w=-2.0)])
+@pytest.mark.parametrize("kwargs", [dict(), dict(peak=0.0), dict(peak=6.0, n=3),
+                          dict(vocab=500, n=400, r_c=0.3, r_w=-2.0)])
 def test_theorem1_closed_form_equals_the_autograd_first_order_change(kwargs):
     instance = fixed_instance(**kwargs)
     *terms, total = simulate.theorem1_terms(*instance)
     assert float(total) == pytest.approx(float(sum(terms)))
-    size = float(sum(abs(t) for t in terms))  # relative to the terms' sizes, as --check-theorem reports
-    assert abs(float(total) - float(simulate.first_order_delta_q_pos(*instance))) <= 1e-6 * size  # the issue's bound; float64 cancellation leaves ~1e-8
+    # relative to the terms' sizes, as --check-theorem reports
+    size = float(sum(abs(t) for t in terms))
+    # the issue's bound; float64 cancellation leaves ~1e-8
+    assert abs(float(total) - float(simulate.first_order_delta_q_pos(*instance))) <= 1e-6 * size
 
 
 def test_sampled_terms_are_never_negative_and_only_the_unsampled_term_can_be():
     signs = set()
     for seed in range(200):
-        sampled_pos, sampled_neg, unsampled, _ = simulate.theorem1_terms(*fixed_instance(seed=seed, peak=3.0, n=5))
+        sampled_pos, sampled_neg, unsampled, _ = simulate.theorem1_terms(
+            *fixed_instance(seed=seed, peak=3.0, n=5))
         assert sampled_pos >= 0 and sampled_neg >= 0
         signs.add(bool(unsampled < 0))
     assert signs == {True, False}  # the coupling term really takes both signs
@@ -52,7 +57,8 @@ def test_sampled_token_frequencies_follow_p(n):
     p = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]])
     g = torch.Generator().manual_seed(0)
     sample_tokens = simulate.TokenSampler(4, n, [g, g])
-    counts = sum(torch.zeros_like(p).scatter_add_(1, sample_tokens(p), torch.ones(2, n)) for _ in range(1000))
+    counts = sum(torch.zeros_like(p).scatter_add_(1, sample_tokens(p), torch.ones(2, n))
+                 for _ in range(1000))
     assert torch.allclose(counts / (1000 * n), p, atol=0.01)  # 0.01 is > 4 standard errors here
 
 
@@ -62,7 +68,8 @@ def test_seeded_start_is_the_papers_correct_mass():
     p = simulate.softmax_(z, torch.empty_like(z))
     assert float(p.sum()) == pytest.approx(1.0, abs=1e-6)
     expected = 10_000 * math.exp(3) / (10_000 * math.exp(3) + math.exp(5) + 117_999)
-    assert float(p[correct].sum()) == pytest.approx(expected) and expected == pytest.approx(0.6296, abs=1e-4)
+    assert (float(p[correct].sum()) == pytest.approx(expected)
+            and expected == pytest.approx(0.6296, abs=1e-4))
 
 
 SMALL = simulate.SimConfig(vocab=3000, n_correct=200, steps=30, ns=[4, 2000], seeds=3)
@@ -75,7 +82,8 @@ def test_simulator_shapes_ranges_and_determinism():
             assert values.shape == (SMALL.steps + 1, SMALL.seeds)
             assert torch.equal(values, again[n][name])
         assert ((first[n]["correct_mass"] > 0) & (first[n]["correct_mass"] < 1)).all()
-        assert (first[n]["frac_increased"][0] == 0).all() and (first[n]["worst_change"][0] == 0).all()
+        assert ((first[n]["frac_increased"][0] == 0).all()
+                and (first[n]["worst_change"][0] == 0).all())
     other = simulate.simulate(simulate.SimConfig(**{**SMALL.__dict__, "seed": 1}))
     assert not torch.equal(other[4]["correct_mass"], first[4]["correct_mass"])
     parallel = simulate.simulate(SMALL, workers=2)  # same numbers whatever the number of processes
@@ -103,4 +111,5 @@ def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     bad = run_script("simulate.py", "--n-correct", "0", check=False)
     assert bad.returncode == 2 and "--n-correct must be in [1, vocab - 1]" in bad.stderr
     bad = run_script("simulate.py", "--weight-decay", "-0.01", check=False)
-    assert bad.returncode == 2 and "--weight-decay must be >= 0" in bad.stderr and "Traceback" not in bad.stderr
+    assert (bad.returncode == 2 and "--weight-decay must be >= 0" in bad.stderr
+            and "Traceback" not in bad.stderr)

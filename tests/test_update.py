@@ -1,4 +1,5 @@
-"""update.py: advantages, the clipped loss and its gradient, log-probs, micro-batching, the monitor."""
+"""update.py: advantages, the clipped loss and its gradient, log-probs, micro-batching, the
+monitor."""
 
 import copy
 import dataclasses
@@ -33,8 +34,10 @@ def test_every_advantage_in_the_table_takes_rewards_and_keeps_the_shape():
     for name, advantage in update.ADVANTAGES.items():
         advantages = advantage(rewards)
         assert advantages.shape == rewards.shape, name
-        assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-6), name  # zero-mean groups
-        with pytest.raises(TypeError):  # a positional second argument is refused, never taken as something else
+        # zero-mean groups
+        assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-6), name
+        # a positional second argument is refused, never taken as something else
+        with pytest.raises(TypeError):
             advantage(rewards, False)
 
 
@@ -42,8 +45,8 @@ def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
     mine, theirs = torch.tensor([0.0, 1.0]), torch.tensor([2.0, 3.0, 4.0])
     whole = update.whiten(torch.cat([mine, theirs]), eps=0.0)  # one process holding all five values
     # what the other process adds over torch.distributed: its count, sum and sum of squares
-    monkeypatch.setattr(update, "all_sum", lambda moments: moments + torch.tensor([3.0, 9.0, 29.0],
-                                                                                  dtype=torch.float64))
+    monkeypatch.setattr(update, "all_sum", lambda moments: moments + torch.tensor(
+        [3.0, 9.0, 29.0], dtype=torch.float64))
     assert torch.allclose(update.whiten(mine, eps=0.0), whole[:2])
     assert torch.allclose(whole, (torch.arange(5.0) - 2.0) / 2.5**0.5)  # unbiased std of 0..4
     assert update.whiten(torch.zeros(0)).shape == (0,)
@@ -52,20 +55,23 @@ def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
 def test_reinforce_pp_baseline_centres_per_group_then_whitens_over_the_batch():
     rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     centered = torch.tensor([[0.5, -0.5], [0.0, 0.0]])  # batch mean 0, unbiased std sqrt(1/6)
-    assert torch.allclose(update.reinforce_pp_baseline_advantages(rewards, eps=0.0), centered / (1 / 6) ** 0.5)
+    assert torch.allclose(update.reinforce_pp_baseline_advantages(rewards, eps=0.0),
+                          centered / (1 / 6) ** 0.5)
     assert torch.equal(update.reinforce_pp_baseline_advantages(rewards),
                        update.whiten(update.group_centered(rewards)))
 
 
 def test_reinforce_pp_baseline_of_a_step_that_kept_no_group_is_empty_not_a_crash():
-    advantages = update.reinforce_pp_baseline_advantages(torch.zeros(0, 4))  # dynamic sampling dropped every group
+    # dynamic sampling dropped every group
+    advantages = update.reinforce_pp_baseline_advantages(torch.zeros(0, 4))
     assert advantages.shape == (0, 4)
 
 
 def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip():
     eps_low, eps_high = 0.2, 0.28
     old = torch.zeros(1, 4)
-    # ratios 1.5 (A>0: clipped at 1.28), 1.1 (A>0: inside), 0.5 (A<0: clipped at 0.8), 0.9 (A<0: inside)
+    # ratios 1.5 (A>0: clipped at 1.28), 1.1 (A>0: inside), 0.5 (A<0: clipped at 0.8), 0.9 (A<0:
+    # inside)
     ratios = torch.tensor([[1.5, 1.1, 0.5, 0.9]])
     logprobs = ratios.log().requires_grad_(True)
     adv_per_token = torch.tensor([2.0, 2.0, -1.0, -1.0])
@@ -73,7 +79,8 @@ def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip(
     for t in range(4):  # one token per rollout so each token gets its own advantage
         lp = logprobs[:, t : t + 1]
         cfg = update.UpdateConfig(eps_low=eps_low, eps_high=eps_high)
-        loss, clipped, _ = update.per_token_loss(lp, old[:, t : t + 1], adv_per_token[t : t + 1], torch.ones(1, 1), cfg)
+        loss, clipped, _ = update.per_token_loss(lp, old[:, t : t + 1], adv_per_token[t : t + 1],
+                                                 torch.ones(1, 1), cfg)
         losses.append(float(loss.detach()))
         clipped_flags.append(bool(clipped))
         grads.append(torch.autograd.grad(loss.sum(), logprobs)[0][0, t].item())
@@ -84,12 +91,16 @@ def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip(
 
 
 def one_token_loss(ratio: float, advantage: float, **cfg_overrides):
-    """per_token_loss of a single token (old log-prob 0) and its gradient with respect to log π_θ."""
+    """per_token_loss of a single token (old log-prob 0) and its gradient with respect to log
+    π_θ."""
     logprob = torch.tensor([[math.log(ratio)]], requires_grad=True)
-    sampler, ref = cfg_overrides.pop("sampler_logprob", None), cfg_overrides.pop("ref_logprob", None)
+    sampler, ref = cfg_overrides.pop("sampler_logprob",
+                                     None), cfg_overrides.pop("ref_logprob", None)
     loss, clipped, kl = update.per_token_loss(
-        logprob, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1), update.UpdateConfig(**cfg_overrides),
-        None if sampler is None else torch.tensor([[sampler]]), None if ref is None else torch.tensor([[ref]]))
+        logprob, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1),
+        update.UpdateConfig(**cfg_overrides),
+        None if sampler is None else torch.tensor([[sampler]]),
+        None if ref is None else torch.tensor([[ref]]))
     gradient = torch.autograd.grad(loss.sum(), logprob)[0]
     return float(loss.detach()), bool(clipped), float(kl.detach()), float(gradient)
 
@@ -97,7 +108,8 @@ def one_token_loss(ratio: float, advantage: float, **cfg_overrides):
 def test_per_token_loss_of_one_token_by_hand():
     # A > 0 and r = 1.1 inside [0.8, 1.28]: loss -r·A, gradient d(-r·A)/d log π = -r·A
     assert one_token_loss(1.1, 2.0) == pytest.approx((-2.2, False, 0.0, -2.2))
-    # A > 0 and r = 1.5 above 1 + ε_high: the clipped branch -1.28·A is the minimum, and it has no gradient
+    # A > 0 and r = 1.5 above 1 + ε_high: the clipped branch -1.28·A is the minimum, and it has no
+    # gradient
     assert one_token_loss(1.5, 2.0) == pytest.approx((-2.56, True, 0.0, 0.0))
     # clip-higher: r = 1.25 is clipped with a symmetric ε = 0.2, not with ε_high = 0.28
     assert one_token_loss(1.25, 1.0, eps_high=0.2)[1] and not one_token_loss(1.25, 1.0)[1]
@@ -107,12 +119,16 @@ def test_per_token_loss_of_one_token_by_hand():
 
 def test_per_token_loss_weights_by_the_capped_sampler_ratio_and_adds_the_kl_term():
     # TIS: the sampler gave the token log-prob -1 where π_old gives 0, so the weight is min(e, C)
-    assert one_token_loss(1.1, 2.0, tis_cap=2.0, sampler_logprob=-1.0) == pytest.approx((-4.4, False, 0.0, -4.4))
-    assert one_token_loss(1.1, 2.0, tis_cap=5.0, sampler_logprob=-1.0)[0] == pytest.approx(-2.2 * math.e)
-    assert one_token_loss(1.1, 2.0, sampler_logprob=-1.0)[0] == pytest.approx(-2.2)  # tis_cap 0: off
+    assert one_token_loss(1.1, 2.0, tis_cap=2.0,
+                          sampler_logprob=-1.0) == pytest.approx((-4.4, False, 0.0, -4.4))
+    assert (one_token_loss(1.1, 2.0, tis_cap=5.0, sampler_logprob=-1.0)[0]
+            == pytest.approx(-2.2 * math.e))
+    # tis_cap 0: off
+    assert one_token_loss(1.1, 2.0, sampler_logprob=-1.0)[0] == pytest.approx(-2.2)
     # KL: k2 = l²/2 with l = log π_θ - log π_ref = log 1.1 + 0.5, added with weight β
     l = math.log(1.1) + 0.5
-    loss, _, kl, gradient = one_token_loss(1.1, 2.0, kl_coef=0.1, kl_estimator="k2", ref_logprob=-0.5)
+    loss, _, kl, gradient = one_token_loss(1.1, 2.0, kl_coef=0.1, kl_estimator="k2",
+                                           ref_logprob=-0.5)
     assert kl == pytest.approx(l**2 / 2) and loss == pytest.approx(-2.2 + 0.1 * l**2 / 2)
     assert gradient == pytest.approx(-2.2 + 0.1 * l)
     assert one_token_loss(1.1, 2.0, kl_coef=0.0, ref_logprob=-0.5)[2] == 0.0  # β = 0: no KL term
@@ -133,20 +149,24 @@ def test_kl_estimators_match_their_formulas():
     l = 0.5
     assert float(update.kl_penalty(logprobs, ref, "k1")) == pytest.approx(l)
     assert float(update.kl_penalty(logprobs, ref, "k2")) == pytest.approx(l**2 / 2)
-    assert float(update.kl_penalty(logprobs, ref, "k3")) == pytest.approx(torch.exp(torch.tensor(-l)).item() - 1 + l)
+    assert float(update.kl_penalty(logprobs, ref,
+                                   "k3")) == pytest.approx(torch.exp(torch.tensor(-l)).item() - 1
+                                                           + l)
     with pytest.raises(ValueError, match="unknown KL estimator"):
         update.kl_penalty(logprobs, ref, "k4")
 
 
 def test_kl_estimators_as_losses_have_the_gradients_their_docstring_states():
-    """Expected gradient over y ~ π_θ of each estimator as a loss (samples held fixed), exactly, on 5 tokens."""
+    """Expected gradient over y ~ π_θ of each estimator as a loss (samples held fixed), exactly, on
+    5 tokens."""
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, generator=g, dtype=torch.float64).requires_grad_(True)
     ref_logprobs = torch.randn(5, generator=g, dtype=torch.float64).log_softmax(-1)
 
     def expected_gradient(estimator):
         logprobs = logits.log_softmax(-1)
-        loss = (logprobs.exp().detach() * update.kl_penalty(logprobs, ref_logprobs, estimator)).sum()
+        loss = (logprobs.exp().detach() * update.kl_penalty(logprobs, ref_logprobs,
+                                                            estimator)).sum()
         return torch.autograd.grad(loss, logits)[0]
 
     def kl_gradient(reverse: bool):
@@ -154,7 +174,8 @@ def test_kl_estimators_as_losses_have_the_gradients_their_docstring_states():
         p, q = (ref_logprobs, logprobs) if reverse else (logprobs, ref_logprobs)
         return torch.autograd.grad((p.exp() * (p - q)).sum(), logits)[0]
 
-    forward, reverse = kl_gradient(reverse=False), kl_gradient(reverse=True)  # of KL(π_θ||π_ref), KL(π_ref||π_θ)
+    # of KL(π_θ||π_ref), KL(π_ref||π_θ)
+    forward, reverse = kl_gradient(reverse=False), kl_gradient(reverse=True)
     assert not torch.allclose(forward, reverse, atol=1e-3)
     assert torch.allclose(expected_gradient("k1"), torch.zeros(5, dtype=torch.float64), atol=1e-12)
     assert torch.allclose(expected_gradient("k2"), forward, atol=1e-12)
@@ -163,13 +184,17 @@ def test_kl_estimators_as_losses_have_the_gradients_their_docstring_states():
 
 def make_batch(tokenizer, n_rows=6, seed=0) -> update.TrainBatch:
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(3, 90, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+    prompts = [torch.randint(3, 90, (int(torch.randint(2, 6, (1,),
+                                                       generator=g)),), generator=g).tolist()
                for _ in range(n_rows)]
-    responses = [torch.randint(3, 90, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g).tolist()
+    responses = [torch.randint(3, 90, (int(torch.randint(1, 7, (1,),
+                                                         generator=g)),), generator=g).tolist()
                  for _ in range(n_rows)]
     prompt_ids, prompt_mask = rollout.left_pad(prompts, tokenizer.pad_token_id)
-    return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad(responses, tokenizer.pad_token_id),
-                             rollout.right_pad([[1] * len(r) for r in responses], 0), torch.randn(n_rows, generator=g))
+    return update.TrainBatch(prompt_ids, prompt_mask,
+                             rollout.right_pad(responses, tokenizer.pad_token_id),
+                             rollout.right_pad([[1] * len(r) for r in responses], 0),
+                             torch.randn(n_rows, generator=g))
 
 
 def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_policy):
@@ -178,38 +203,44 @@ def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_p
     input_ids, attention_mask, r = update.slice_rows(batch, list(range(6)))
     naive = naive_token_logprobs(model, input_ids, attention_mask, r, temperature=0.7)
     naive_grad = torch.autograd.grad(naive.sum(), model.lm_head.weight)[0]
-    chunked, entropy = update.token_logprobs(model, input_ids, attention_mask, r, temperature=0.7, chunk_tokens=3)
+    chunked, entropy = update.token_logprobs(model, input_ids, attention_mask, r, temperature=0.7,
+                                             chunk_tokens=3)
     chunked_grad = torch.autograd.grad(chunked.sum(), model.lm_head.weight)[0]
     assert torch.allclose(chunked, naive, atol=1e-5)
     assert torch.allclose(chunked_grad, naive_grad, atol=1e-5)
-    assert (entropy[batch.response_mask[:, :r] == 1] > 0).all() and (entropy[batch.response_mask[:, :r] == 0] == 0).all()
+    assert ((entropy[batch.response_mask[:, :r] == 1] > 0).all()
+            and (entropy[batch.response_mask[:, :r] == 0] == 0).all())
 
 
 def batch_of_lengths(prompt_lengths: list[int], response_lengths: list[int]) -> update.TrainBatch:
     prompt_ids, prompt_mask = rollout.left_pad([[5] * n for n in prompt_lengths], 0)
     response_ids = rollout.right_pad([[7] * n for n in response_lengths], 0)
     response_mask = rollout.right_pad([[1] * n for n in response_lengths], 0)
-    return update.TrainBatch(prompt_ids, prompt_mask, response_ids, response_mask, torch.zeros(len(prompt_lengths)))
+    return update.TrainBatch(prompt_ids, prompt_mask, response_ids, response_mask,
+                             torch.zeros(len(prompt_lengths)))
 
 
 def test_micro_batches_fit_the_token_budget_that_slice_rows_computes_and_cover_every_row():
-    # rows of equal total length 9, half long prompt + short response, half the reverse: two such rows
-    # together are padded to 8 + 8 = 16 columns, so 2 x 9 = 18 tokens of budget are really 32
+    # rows of equal total length 9, half long prompt + short response, half the reverse: two such
+    # rows together are padded to 8 + 8 = 16 columns, so 2 x 9 = 18 tokens of budget are really 32
     batch = batch_of_lengths([8, 1, 8, 1, 3, 2], [1, 8, 1, 8, 6, 1])
     batches = update.micro_batches(batch, list(range(6)), max_tokens=18)
     assert sorted(i for b in batches for i in b) == list(range(6))
     for rows in batches:
         input_ids, _, _ = update.slice_rows(batch, rows)
         assert input_ids.numel() <= 18, rows
-    assert update.micro_batches(batch_of_lengths([30], [20]), [0], max_tokens=18) == [[0]]  # too long: alone
+    # too long: alone
+    assert update.micro_batches(batch_of_lengths([30], [20]), [0], max_tokens=18) == [[0]]
 
 
 def run_update(model, batch, old=None, **cfg_overrides):
     policy = update.Policy(copy.deepcopy(model))
     cfg = update.UpdateConfig(**cfg_overrides)
-    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)  # SGD: Adam would amplify float noise in ~0 gradients
+    # SGD: Adam would amplify float noise in ~0 gradients
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     old = update.batch_logprobs(policy, batch, cfg) if old is None else old
-    stats = update.ppo_update(policy, optimizer, batch, old, cfg, generator=torch.Generator().manual_seed(0))
+    stats = update.ppo_update(policy, optimizer, batch, old, cfg,
+                              generator=torch.Generator().manual_seed(0))
     return policy.model, stats
 
 
@@ -235,11 +266,14 @@ def test_merged_duplicates_give_the_same_update_as_the_repeated_rows(untrained_p
     batch = make_batch(tokenizer, n_rows=3)
     repeated_rows = [0, 0, 0, 1, 2, 2, 0, 2]
     repeated = update.TrainBatch(batch.prompt_ids[repeated_rows], batch.prompt_mask[repeated_rows],
-                                 batch.response_ids[repeated_rows], batch.response_mask[repeated_rows],
+                                 batch.response_ids[repeated_rows],
+                                 batch.response_mask[repeated_rows],
                                  batch.advantages[repeated_rows])
-    # the split run_update's ppo_update draws for the repeated rows (seed 0), then merged within each mini-batch
+    # the split run_update's ppo_update draws for the repeated rows (seed 0), then merged within
+    # each mini-batch
     merged = update.merge_duplicates(repeated, minibatches, torch.Generator().manual_seed(0))
-    assert merged.weights.sum() == len(repeated_rows) and len(merged.advantages) < len(repeated_rows)
+    assert (merged.weights.sum() == len(repeated_rows)
+            and len(merged.advantages) < len(repeated_rows))
     if minibatches == 1:
         assert merged.weights.tolist() == [4.0, 1.0, 3.0]
     plain, plain_stats = run_update(model, repeated, minibatches=minibatches)
@@ -253,7 +287,8 @@ def test_merging_an_empty_batch_gives_an_empty_batch(untrained_policy):
     _, tokenizer = untrained_policy
     batch = make_batch(tokenizer, n_rows=2)
     empty = update.TrainBatch(batch.prompt_ids[:0], batch.prompt_mask[:0], batch.response_ids[:0],
-                              batch.response_mask[:0], batch.advantages[:0])  # every group dropped this step
+                              # every group dropped this step
+                              batch.response_mask[:0], batch.advantages[:0])
     merged = update.merge_duplicates(empty)
     assert len(merged.advantages) == 0 and merged.weights.shape == (0,)
 
@@ -285,9 +320,10 @@ def test_truncated_importance_sampling_weights_each_token_by_the_capped_ratio(un
     agreeing = dataclasses.replace(batch, sampler_logprobs=old.clone())
     plain, _ = run_update(model, batch, old=old)
     corrected, _ = run_update(model, agreeing, old=old, tis_cap=2.0)
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(plain.parameters(), corrected.parameters()))
-    # a sampler 1 nat less confident on every token: ratio e > cap 2, so every token's loss is doubled,
-    # which for SGD is the update of a doubled learning rate
+    assert all(torch.allclose(a, b, atol=1e-6) for a,
+               b in zip(plain.parameters(), corrected.parameters()))
+    # a sampler 1 nat less confident on every token: ratio e > cap 2, so every token's loss is
+    # doubled, which for SGD is the update of a doubled learning rate
     doubted = dataclasses.replace(batch, sampler_logprobs=(old - 1.0) * batch.response_mask)
     capped, _ = run_update(model, doubted, old=old, tis_cap=2.0, max_grad_norm=1e9)
     doubled, _ = run_update(model, batch, old=old, max_grad_norm=1e9)
@@ -300,12 +336,14 @@ def test_sampler_mismatch_statistics():
     sampler = torch.tensor([[-1.5, -2.0, -9.0]])
     mask = torch.tensor([[1, 1, 0]])  # the third token is padding
     stats = update.sampler_mismatch(old, sampler, mask)
-    assert stats["mismatch_abs_mean"] == pytest.approx(0.25) and stats["mismatch_abs_max"] == pytest.approx(0.5)
+    assert (stats["mismatch_abs_mean"] == pytest.approx(0.25)
+            and stats["mismatch_abs_max"] == pytest.approx(0.5))
     assert stats["mismatch_kl"] == pytest.approx((math.exp(0.5) - 1 - 0.5) / 2)
 
 
 def test_sampler_mismatch_kl_of_a_nearly_identical_fp32_engine_is_tiny_and_never_negative():
-    for seed in range(20):  # float32 log-probs 1e-6 apart, as an fp32 engine gives: k3 ≈ Δ²/2 ≈ 5e-13
+    # float32 log-probs 1e-6 apart, as an fp32 engine gives: k3 ≈ Δ²/2 ≈ 5e-13
+    for seed in range(20):
         g = torch.Generator().manual_seed(seed)
         sampler = torch.randn(4, 50, generator=g) - 3.0
         old = sampler + 1e-6 * torch.randn(4, 50, generator=g)
@@ -316,11 +354,15 @@ def test_sampler_mismatch_kl_of_a_nearly_identical_fp32_engine_is_tiny_and_never
 
 
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
-def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path, sharding):
-    """FSDP gathers every layer's shards in each forward/backward: all processes must run the same passes."""
-    accelerate_launch("tests/unequal_shares_update.py", str(untrained_model_dir), str(tmp_path), sharding)
+def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path,
+                                                                     sharding):
+    """FSDP gathers every layer's shards in each forward/backward: all processes must run the same
+    passes."""
+    accelerate_launch("tests/unequal_shares_update.py", str(untrained_model_dir), str(tmp_path),
+                      sharding)
     counts = [json.loads((tmp_path / f"passes_{rank}.json").read_text()) for rank in (0, 1)]
     assert counts[0]["ppo_update"] > 2  # process 0 needs several micro-batches per mini-batch
     for phase in ("monitor", "old_logprobs", "ppo_update", "monitor_after", "update_without_rows"):
         assert counts[0][phase] == counts[1][phase], phase
-    assert counts[0]["grad_norm"] == pytest.approx(counts[1]["grad_norm"]) and counts[0]["grad_norm"] > 0
+    assert (counts[0]["grad_norm"] == pytest.approx(counts[1]["grad_norm"])
+            and counts[0]["grad_norm"] > 0)

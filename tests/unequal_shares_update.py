@@ -1,8 +1,10 @@
 """One step's log-prob and update passes on processes with deliberately unequal shares; the test
 checks that every process runs the same number of forward passes.
 
-    accelerate launch --config_file configs/ddp_cpu.yaml tests/unequal_shares_update.py MODEL_DIR OUT_DIR ddp
-    accelerate launch --config_file configs/ddp_cpu.yaml tests/unequal_shares_update.py MODEL_DIR OUT_DIR fsdp2
+    accelerate launch --config_file configs/ddp_cpu.yaml \\
+        tests/unequal_shares_update.py MODEL_DIR OUT_DIR ddp
+    accelerate launch --config_file configs/ddp_cpu.yaml \\
+        tests/unequal_shares_update.py MODEL_DIR OUT_DIR fsdp2
 
 Under FSDP every forward and backward gathers each layer's shards from all processes, so a process
 that runs fewer passes leaves the others waiting in a collective. Process 0 holds 8 rows with long
@@ -34,16 +36,19 @@ def share(rank: int, pad_id: int) -> update.TrainBatch:
     g = torch.Generator().manual_seed(rank)
     rows, length = (8, (6, 13)) if rank == 0 else (1, (2, 3))
     prompts = [torch.randint(3, 90, (4,), generator=g).tolist() for _ in range(rows)]
-    responses = [torch.randint(3, 90, (int(torch.randint(*length, (1,), generator=g)),), generator=g).tolist()
+    responses = [torch.randint(3, 90, (int(torch.randint(*length, (1,),
+                                                         generator=g)),), generator=g).tolist()
                  for _ in range(rows)]
     prompt_ids, prompt_mask = rollout.left_pad(prompts, pad_id)
     return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad(responses, pad_id),
-                             rollout.right_pad([[1] * len(r) for r in responses], 0), torch.randn(rows, generator=g))
+                             rollout.right_pad([[1] * len(r) for r in responses], 0),
+                             torch.randn(rows, generator=g))
 
 
 def main() -> None:
     model_dir, out_dir, mode = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-    accelerator = Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=60))])
+    accelerator = Accelerator(cpu=True,
+                              kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=60))])
     rank = accelerator.process_index
 
     model, tokenizer = load_policy(model_dir)
@@ -64,7 +69,8 @@ def main() -> None:
         fully_shard(policy, mesh=mesh)
         optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     else:
-        policy, optimizer = accelerator.prepare(policy, torch.optim.SGD(policy.parameters(), lr=0.1))
+        policy, optimizer = accelerator.prepare(policy,
+                                                torch.optim.SGD(policy.parameters(), lr=0.1))
 
     batch = share(rank, tokenizer.pad_token_id)
     cfg = update.UpdateConfig(minibatches=2, micro_batch_tokens=40)
@@ -76,7 +82,8 @@ def main() -> None:
     phase["name"] = "old_logprobs"
     old = update.batch_logprobs(policy, batch, cfg)
     phase["name"] = "ppo_update"
-    stats = update.ppo_update(policy, optimizer, batch, old - 0.1, cfg, generator=torch.Generator().manual_seed(0))
+    stats = update.ppo_update(policy, optimizer, batch, old - 0.1, cfg,
+                              generator=torch.Generator().manual_seed(0))
     phase["name"] = "monitor_after"
     after = update.batch_logprobs(policy, watch, cfg).sum(-1)
     phase["name"] = "update_without_rows"  # a step where process 1 kept no group
@@ -84,7 +91,8 @@ def main() -> None:
     update.ppo_update(policy, optimizer, kept, update.batch_logprobs(policy, kept, cfg), cfg)
     assert len(before) == len(after) == len(watch.advantages)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"passes_{rank}.json").write_text(json.dumps({**phase["passes"], "grad_norm": stats["grad_norm"]}))
+    (out_dir / f"passes_{rank}.json").write_text(json.dumps({**phase["passes"],
+                                                             "grad_norm": stats["grad_norm"]}))
     accelerator.end_training()
 
 
