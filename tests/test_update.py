@@ -320,13 +320,13 @@ def test_truncated_importance_sampling_weights_each_token_by_the_capped_ratio(un
     agreeing = dataclasses.replace(batch, sampler_logprobs=old.clone())
     plain, _ = run_update(model, batch, old=old)
     corrected, _ = run_update(model, agreeing, old=old, tis_cap=2.0)
-    assert all(torch.allclose(a, b, atol=1e-6) for a,
-               b in zip(plain.parameters(), corrected.parameters()))
+    assert all(torch.allclose(a, b, atol=1e-6)
+               for a, b in zip(plain.parameters(), corrected.parameters()))
     # a sampler 1 nat less confident on every token: ratio e > cap 2, so every token's loss is
-    # doubled, which for SGD is the update of a doubled learning rate
+    # doubled, which for one SGD step (one mini-batch) is the update of a doubled learning rate
     doubted = dataclasses.replace(batch, sampler_logprobs=(old - 1.0) * batch.response_mask)
-    capped, _ = run_update(model, doubted, old=old, tis_cap=2.0, max_grad_norm=1e9)
-    doubled, _ = run_update(model, batch, old=old, max_grad_norm=1e9)
+    capped, _ = run_update(model, doubted, old=old, tis_cap=2.0, max_grad_norm=1e9, minibatches=1)
+    doubled, _ = run_update(model, batch, old=old, max_grad_norm=1e9, minibatches=1)
     for start, a, b in zip(model.parameters(), capped.parameters(), doubled.parameters()):
         assert torch.allclose(a - start, 2 * (b - start), atol=1e-6)
 
