@@ -948,7 +948,9 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
     outcomes = []
     if jobs:
-        outcomes = verifier_pool(workers, config.worker_memory_mb).run(jobs, config.timeout, deadline)
+        pool = verifier_pool(workers, config.worker_memory_mb)
+        outcomes = pool.run(jobs, config.timeout, deadline)
+
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
         stats.errors += status == "error"

@@ -61,6 +61,7 @@ import benchmarks
 import eval as evaluation
 import reward
 import rollout
+import sandbox
 import update
 from common import (CHECKPOINT, InputError, check_answers, check_model_path, check_prompt_lengths,
                     latest_checkpoint, load_policy, load_tasks)
@@ -1131,7 +1132,7 @@ def main() -> None:
     try:
         cfg = parse_config()
         output_dir = train(cfg)
-    except (InputError, rollout.EngineError, reward.SandboxUnavailable) as e:
+    except (InputError, rollout.EngineError, sandbox.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit(f"\ninterrupted: {where_to_resume(cfg)}")

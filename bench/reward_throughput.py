@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import reward  # noqa: E402
+import sandbox  # noqa: E402
 
 # gold, equivalent spellings, popular wrong answers, long-tail wrong answers
 PROBLEMS = [
@@ -100,7 +101,7 @@ def bench_code(programs: int, tests: int) -> None:
     items = [("code", f"```python\n# variant {i}\na, b = map(int, input().split())\nprint(a + b)\n```", spec)
              for i in range(programs)]
     reward.score_batch(items[:1])  # probe the sandbox outside the timing
-    print(f"\ncode: {programs} distinct programs x {tests} stdin tests, sandbox: {reward.sandbox().mode}\n")
+    print(f"\ncode: {programs} distinct programs x {tests} stdin tests, sandbox: {sandbox.sandbox().mode}\n")
     print_code_table(items, tests, "tests/s")
     # HumanEval style: the test in a sandbox of its own, each assert's call relayed to the program's sandbox
     asserts = "".join(f"    assert candidate({a}, {b}) == {a + b}\n" for a, b in (map(int, x.split()) for x in inputs))
