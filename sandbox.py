@@ -23,17 +23,20 @@ caller, so the program never sees the test or can report a pass itself: only arg
 values (encode_value) cross, and a pass is the test sandbox's verdict after `check()` returned.
 Timed-out or finished sandboxes are killed with their PID namespace, cgroup and uid. Without a
 working bwrap, sandbox() says "rlimits": reward.require_sandbox then refuses code tasks unless the
-user accepts rlimits + a non-root uid + a killed session alone.
+user accepts rlimits + a non-root uid + a killed session alone. `python reward.py --sandbox-info`
+says which mode this machine gets (describe).
 
 Verifier workers (VerifierPool) score answers in processes of their own, under a hard wall-clock
 limit per request and an address-space limit: one that overruns or dies is killed and replaced, and
 that request scores 0. This works from any thread (math-verify's own timeouts use SIGALRM, main
 thread only, so they are switched off in the workers). With bubblewrap each worker runs in a sandbox
 like a program's, as this process's uid, seeing a read-only copy of the module files it runs and
-nothing of the repository. A reply counts only as the one line {"id": this request's random id,
-"value": a float in [0, 1]} (read_reply); a worker that writes anything else is replaced. Code that
-a scorer would run (score_guarded, score_in_child) is stopped by an audit hook, and scorers that
-cannot be trusted run in a child forked without privileges whose only output is a number.
+nothing of the repository (where bwrap cannot run this interpreter, workers run without it, with a
+warning; they import the copy from its temporary directory). A reply counts only as the one line
+{"id": this request's random id, "value": a float in [0, 1]} (read_reply); a worker that writes
+anything else is replaced. Code that a scorer would run (score_guarded, score_in_child) is stopped
+by an audit hook, and scorers that cannot be trusted run in a child forked without privileges whose
+only output is a number.
 """
 
 import atexit
