@@ -15,7 +15,6 @@ line all read that table, so a new kind is one entry):
 - "code": `answer` is an APPS/TACO test spec or a HumanEval spec (parse_code_spec); the program is
   the response's last fenced Python block, rewarded 1 if it passes every test (run_program; the
   fraction passed goes to the stats).
-
 - "reasoning_gym": `answer` is {"dataset", "entry"}; the last `<answer>...</answer>` is graded by
   the package's own `score_answer`, rewarded 1 only at exactly 1.0 (partial credit is counted in
   the stats, never rewarded); scorers that `eval` or `parse_expr` get plain data only.
