@@ -39,6 +39,7 @@ import torch
 import benchmarks
 import reward
 import rollout
+import sandbox
 from rollout import load_policy, load_tokenizer, model_fingerprint, resolve_model_dir
 from tasks import InputError, check_answers, load_tasks
 
@@ -503,7 +504,7 @@ def main() -> None:
             args.out.write_text(json.dumps(result, indent=2))
         if args.plot:
             plot_pass_at_k(result, args.plot)
-    except (InputError, rollout.EngineError, reward.SandboxUnavailable) as e:
+    except (InputError, rollout.EngineError, sandbox.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         kept = (f"the same command resumes from {args.out.with_suffix('.samples.jsonl')}"

@@ -56,6 +56,7 @@ import eval as evaluation
 import monitor
 import reward
 import rollout
+import sandbox
 import update
 from run import (RESUME_MAY_CHANGE, Run, config_changes, remove_leftovers, saved_config, setup,
                  where_to_resume, write_failure)
@@ -670,7 +671,7 @@ def main() -> None:
     try:
         cfg = parse_config()
         output_dir = train(cfg)
-    except (InputError, rollout.EngineError, reward.SandboxUnavailable) as e:
+    except (InputError, rollout.EngineError, sandbox.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit(f"\ninterrupted: {where_to_resume(cfg and cfg.output_dir)}")

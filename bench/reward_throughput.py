@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import reward  # noqa: E402
+import sandbox  # noqa: E402
 
 # gold, equivalent spellings, popular wrong answers, long-tail wrong answers
 PROBLEMS = [
@@ -110,7 +111,7 @@ def bench_code(programs: int, tests: int) -> None:
              for i in range(programs)]
     reward.score_batch(items[:1])  # probe the sandbox outside the timing
     print(f"\ncode: {programs} distinct programs x {tests} stdin tests, sandbox: "
-          f"{reward.sandbox().mode}\n")
+          f"{sandbox.sandbox().mode}\n")
     print_code_table(items, tests, "tests/s")
     # HumanEval style: the test in a sandbox of its own, each assert's call relayed to the
     # program's sandbox

