@@ -1,4 +1,5 @@
-"""The layout's promises: imports flow one way, and the verifier can be copied into another trainer."""
+"""The layout's promises: imports flow one way, and the verifier can be copied into another
+trainer."""
 
 import ast
 
@@ -23,7 +24,8 @@ def test_no_module_imports_one_that_imports_it_back():
     done, path = set(), []
 
     def visit(module):
-        assert module not in path, f"import circle: {' -> '.join(path[path.index(module):] + [module])}"
+        assert module not in path, \
+            f"import circle: {' -> '.join(path[path.index(module):] + [module])}"
         if module in done:
             return
         path.append(module)

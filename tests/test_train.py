@@ -30,7 +30,8 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
 @pytest.mark.parametrize("args, message", [
     (["--n-rollouts", "1"], "n_rollouts must be >= 2"),
     (["--eps-low", "-0.1"], "eps_low must be in [0, 1)"),
-    (["--prompts-per-step", "3", "--n-rollouts", "5", "--minibatches", "2"], "not divisible into 2 mini-batches"),
+    (["--prompts-per-step", "3", "--n-rollouts", "5", "--minibatches", "2"],
+     "not divisible into 2 mini-batches"),
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--model", "/no/such/model"], "model path does not exist: /no/such/model"),
     (["--train-data", "/no/such.jsonl"], "data file not found: /no/such.jsonl"),
@@ -39,14 +40,16 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization must be in (0, 1]"),
 ])
 def test_bad_config_values_are_rejected_with_one_clear_line(args, message):
-    with pytest.raises(tasks.InputError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(tasks.InputError,
+                       match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
         train_brorl.parse_config(args)
 
 
 def test_bad_config_on_the_command_line_prints_one_line_and_no_traceback():
     result = run_script("train_brorl.py", "--n-rollouts", "1", check=False)
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == ["error: n_rollouts must be >= 2 (a group baseline needs two rollouts), got 1"]
+    assert result.stderr.strip().splitlines() == [
+        "error: n_rollouts must be >= 2 (a group baseline needs two rollouts), got 1"]
 
 
 def test_presets_are_plain_overrides_and_flags_win():
@@ -75,7 +78,8 @@ PAPER_PRESET_TABLE = {
     "temperature": (1.2, 1.2),
     "engine": ("vllm", "vllm"),
     "total_steps": (191, 535),
-    "eval_samples": (4, 4),  # the in-training eval is a cheap proxy; Table 1's protocol is eval.py's defaults
+    # the in-training eval is a cheap proxy; Table 1's protocol is eval.py's defaults
+    "eval_samples": (4, 4),
     "eval_max_problems": (64, 64),
     "eval_temperature": (0.6, 0.6),
     "eval_top_p": (0.95, 0.95),
@@ -95,32 +99,41 @@ def test_paper_preset_demands_a_pinned_revision():
 
 
 def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answer(tmp_path):
-    # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: every response is cut, some are correct
+    # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: every response is cut, some are
+    # correct
     args = ["--preset", "smoke", "--max-new-tokens", "4", "--total-steps", "1", "--eval-every", "9"]
     rows = {}
     for flag in ("--no-zero-truncated-reward", "--zero-truncated-reward"):
         run_script("train_brorl.py", *args, flag, "--output-dir", str(tmp_path / flag))
-        rows[flag] = [json.loads(line) for line in (tmp_path / flag / "metrics.jsonl").read_text().splitlines()
+        rows[flag] = [json.loads(line)
+                      for line in (tmp_path / flag / "metrics.jsonl").read_text().splitlines()
                       if "reward_mean" in line][0]
     assert rows["--no-zero-truncated-reward"]["truncated_frac"] == 1.0
-    assert rows["--no-zero-truncated-reward"]["reward_mean"] > 0  # boxed answers inside cut responses
+    # boxed answers inside cut responses
+    assert rows["--no-zero-truncated-reward"]["reward_mean"] > 0
     assert rows["--zero-truncated-reward"]["reward_mean"] == 0.0
 
 
 def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the_run(tmp_path):
-    smoke = train_brorl.parse_config(["--preset", "smoke", "--output-dir", str(tmp_path), "--eval-temperature", "0.6"])
+    smoke = train_brorl.parse_config(["--preset", "smoke", "--output-dir", str(tmp_path),
+                                      "--eval-temperature", "0.6"])
     (tmp_path / "config.json").write_text(json.dumps(dataclasses.asdict(smoke)))
-    resumed = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume"])  # no flags retyped
+    # no flags retyped
+    resumed = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume"])
     assert dataclasses.replace(resumed, resume=False) == smoke
-    longer = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--total-steps", "9", "--preset", "smoke"])
+    longer = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume",
+                                       "--total-steps", "9", "--preset", "smoke"])
     assert longer.total_steps == 9 and run.config_changes(smoke, longer) == ["total_steps 2 -> 9"]
-    with pytest.raises(tasks.InputError, match=r"change what it is: preset 'smoke' -> 'cpu-demo'; n_rollouts 16 -> 32 "):
-        train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32", "--preset", "cpu-demo"])
+    with pytest.raises(tasks.InputError, match=r"change what it is: preset 'smoke' -> 'cpu-demo'; "
+                                               r"n_rollouts 16 -> 32 "):
+        train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32",
+                                  "--preset", "cpu-demo"])
 
 
 def test_a_config_json_saved_with_normalize_std_resumes_as_its_advantage(tmp_path):
     # before --advantage dr_grpo, Dr. GRPO was --advantage grpo --no-normalize-std
-    saved = {**dataclasses.asdict(train_brorl.Config()), "advantage": "grpo", "normalize_std": False}
+    saved = {**dataclasses.asdict(train_brorl.Config()), "advantage": "grpo",
+             "normalize_std": False}
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert run.saved_config(tmp_path, train_brorl.Config).advantage == "dr_grpo"
     (tmp_path / "config.json").write_text(json.dumps({**saved, "normalize_std": True}))
@@ -129,13 +142,15 @@ def test_a_config_json_saved_with_normalize_std_resumes_as_its_advantage(tmp_pat
 
 def test_malformed_data_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "2+2=", "answer": 4, "task": "arith"}\n')
+    path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n'
+                    '{"prompt": "2+2=", "answer": 4, "task": "arith"}\n')
     with pytest.raises(tasks.InputError, match=f"{path}:2: field 'answer' must be a string"):
         tasks.load_tasks(path)
     path.write_text("not json\n")
     with pytest.raises(tasks.InputError, match=f"{path}:1: not valid JSON"):
         tasks.load_tasks(path)
-    path.write_bytes(b'{"prompt": "1+1=", "answer": "2", "task": "arith"}\n{"prompt": "\xe9t\xe9", "answer": "2", "task": "arith"}\n')
+    path.write_bytes(b'{"prompt": "1+1=", "answer": "2", "task": "arith"}\n'
+                     b'{"prompt": "\xe9t\xe9", "answer": "2", "task": "arith"}\n')
     with pytest.raises(tasks.InputError, match=f"{path}:2: not UTF-8 text"):  # latin-1, say
         tasks.load_tasks(path)
     path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n' + "x" * 200 + "\n")
@@ -143,15 +158,19 @@ def test_malformed_data_line_names_file_and_line(tmp_path):
         tasks.read_jsonl(path, max_line_bytes=100)
 
 
-def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming_file_and_line(tmp_path):
+def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming_file_and_line(
+        tmp_path):
     data = tmp_path / "long.jsonl"
     data.write_text(json.dumps({"task": "arith", "prompt": "1+1=", "answer": "2"}) + "\n"
-                    + json.dumps({"task": "arith", "prompt": "9" * 300 + "+1=", "answer": "1"}) + "\n")
-    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data), "--output-dir",
-                        str(tmp_path / "run"), check=False)
+                    + json.dumps({"task": "arith", "prompt": "9" * 300 + "+1=",
+                                  "answer": "1"}) + "\n")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data),
+                        "--output-dir", str(tmp_path / "run"), check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    # the tiny model's context is 256 positions, 8 of them for the response; "<|user|>"-style wrapping adds a few
-    assert re.fullmatch(rf"error: {data}:2: prompt is 3\d\d tokens, over the limit of 248 \(.*\)", result.stderr.strip())
+    # the tiny model's context is 256 positions, 8 of them for the response; "<|user|>"-style
+    # wrapping adds a few
+    assert re.fullmatch(rf"error: {data}:2: prompt is 3\d\d tokens, over the limit of 248 \(.*\)",
+                        result.stderr.strip())
 
 
 NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not /usr/bin/bwrap
@@ -159,26 +178,37 @@ NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not 
 
 def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path):
     out = tmp_path / "smoke"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), env=NO_BWRAP)  # arith needs no sandbox
+    # arith needs no sandbox
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), env=NO_BWRAP)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "reward_mean" in r]
     eval_rows = [r for r in rows if "eval_pass1" in r]
-    assert [r["step"] for r in train_rows] == [1, 2] and all(SMOKE_KEYS <= set(r) for r in train_rows)
+    assert ([r["step"] for r in train_rows] == [1, 2]
+            and all(SMOKE_KEYS <= set(r) for r in train_rows))
     assert [r["step"] for r in eval_rows] == [0, 2]
-    protocol = {"eval_samples": 2, "eval_temperature": 1.0, "eval_top_p": 1.0, "eval_max_new_tokens": 8}
-    assert all(protocol.items() <= r.items() for r in eval_rows)  # every score says how it was sampled
+    protocol = {"eval_samples": 2, "eval_temperature": 1.0, "eval_top_p": 1.0,
+                "eval_max_new_tokens": 8}
+    # every score says how it was sampled
+    assert all(protocol.items() <= r.items() for r in eval_rows)
     assert list(out.glob("events.out.tfevents.*"))
     checkpoint = out / "checkpoints" / "step_000002"
-    assert (checkpoint / "model" / "config.json").is_file() and (checkpoint / "trainer_state.pt").is_file()
-    model, _ = rollout.load_policy(str(checkpoint / "model"))  # what eval.py and from_pretrained load
+    assert ((checkpoint / "model" / "config.json").is_file()
+            and (checkpoint / "trainer_state.pt").is_file())
+    # what eval.py and from_pretrained load
+    model, _ = rollout.load_policy(str(checkpoint / "model"))
     assert model.config.tie_word_embeddings is False
     again = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), check=False)
     assert again.returncode != 0 and "pass --resume" in again.stderr
-    resumed = run_script("train_brorl.py", "--output-dir", str(out), "--resume", "--total-steps", "3")  # smoke, restored
+    # smoke, restored
+    resumed = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
+                         "--total-steps", "3")
     assert "config.json: total_steps 2 -> 3" in resumed.stdout.splitlines()
-    assert json.loads((out / "config.json").read_text())["n_rollouts"] == train_brorl.PRESETS["smoke"]["n_rollouts"]
-    # one train row and one eval row per step (step 2's eval: the final eval of the 2-step run), none twice
-    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"), (3, "eval")]
+    assert (json.loads((out / "config.json").read_text())["n_rollouts"]
+            == train_brorl.PRESETS["smoke"]["n_rollouts"])
+    # one train row and one eval row per step (step 2's eval: the final eval of the 2-step run),
+    # none twice
+    assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval"), (3, "train"),
+                                 (3, "eval")]
 
 
 def logged_steps(out_dir) -> list[tuple[int, str]]:
@@ -188,14 +218,17 @@ def logged_steps(out_dir) -> list[tuple[int, str]]:
 
 def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(tmp_path):
     out = tmp_path / "run"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--total-steps", "0")  # the step-0 eval only
+    # the step-0 eval only
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
+               "--total-steps", "0")
     assert rollout.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
     rerun = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
     assert "metrics.jsonl: dropped 1 rows an earlier attempt logged after step -1" in rerun.stdout
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval")]
     events = EventAccumulator(str(out))
     events.Reload()
-    assert [e.step for e in events.Scalars("eval/eval_pass1")] == [0, 2]  # the first attempt's step 0 purged
+    # the first attempt's step 0 purged
+    assert [e.step for e in events.Scalars("eval/eval_pass1")] == [0, 2]
 
 
 def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
@@ -204,28 +237,35 @@ def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
              *tasks.load_tasks(ROOT / "data" / "rg_test.jsonl")[:2]]
     data = tmp_path / "mixed.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in mixed))
-    run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data), "--test-data", str(data),
-               "--output-dir", str(tmp_path / "run"), "--eval-benchmarks", "rg/gcd", "humaneval",
-               "--eval-max-problems", "3")
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(data),
+               "--test-data", str(data), "--output-dir", str(tmp_path / "run"),
+               "--eval-benchmarks", "rg/gcd", "humaneval", "--eval-max-problems", "3")
+    rows = [json.loads(line)
+            for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "verify/seconds" in r] == [1, 2]
     assert [r["step"] for r in rows if "rg/gcd/pass1" in r and "humaneval/pass1" in r] == [0, 2]
     final = json.loads((tmp_path / "run" / "eval.json").read_text())  # what eval.py --out writes
-    assert set(final["benchmarks"]) == {"test_data", "rg/gcd", "humaneval"} and "code" in final["suites"]
+    assert (set(final["benchmarks"]) == {"test_data", "rg/gcd", "humaneval"}
+            and "code" in final["suites"])
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"task": "code", "prompt": "x", "answer": {"inputs": [1]}}) + "\n")
-    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad), check=False)
-    assert result.returncode != 0 and "bad.jsonl: task record 1: code answer must be" in result.stderr
+    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad),
+                        check=False)
+    assert (result.returncode != 0
+            and "bad.jsonl: task record 1: code answer must be" in result.stderr)
     assert "Traceback" not in result.stderr
 
 
 def test_without_bubblewrap_code_data_is_refused_in_one_line(tmp_path):
     code = tmp_path / "code.jsonl"
-    code.write_text(json.dumps({"task": "code", "prompt": "add=", "answer": {"inputs": ["1 2"], "outputs": ["3"]}}) + "\n")
-    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(code), check=False, env=NO_BWRAP)
+    code.write_text(json.dumps({"task": "code", "prompt": "add=",
+                                "answer": {"inputs": ["1 2"], "outputs": ["3"]}}) + "\n")
+    result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(code),
+                        check=False, env=NO_BWRAP)
     assert result.returncode != 0 and result.stderr.strip().splitlines() == [
-        "error: code tasks run untrusted programs, and bubblewrap is not installed: install bubblewrap "
-        "(apt-get install bubblewrap), or pass --unsafe-no-sandbox to run them without isolation"]
+        "error: code tasks run untrusted programs, and bubblewrap is not installed: "
+        "install bubblewrap (apt-get install bubblewrap), or pass --unsafe-no-sandbox to run them "
+        "without isolation"]
 
 
 def final_weights(out_dir):
@@ -238,10 +278,11 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
     run_script("train_brorl.py", *args, "--output-dir", str(tmp_path / "straight"))
 
     crashed = tmp_path / "crashed"
-    proc = subprocess.Popen([sys.executable, "train_brorl.py", *args, "--output-dir", str(crashed)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "train_brorl.py", *args, "--output-dir", str(crashed)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while not (crashed / "checkpoints" / "step_000003").exists() and time.time() < deadline and proc.poll() is None:
+    while (not (crashed / "checkpoints" / "step_000003").exists() and time.time() < deadline
+           and proc.poll() is None):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -252,25 +293,30 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
     straight, resumed = final_weights(tmp_path / "straight"), final_weights(crashed)
     assert straight.keys() == resumed.keys()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
-    steps = [json.loads(line)["step"] for line in (crashed / "metrics.jsonl").read_text().splitlines()]
+    steps = [json.loads(line)["step"]
+             for line in (crashed / "metrics.jsonl").read_text().splitlines()]
     assert steps == [0, 1, 2, 3, 4, 5, 6, 6]  # no step logged twice, none missing
 
 
 @pytest.mark.slow
 def test_default_run_raises_held_out_pass1_by_20_points(tmp_path):
-    """The README's claim: `python train_brorl.py` (no flags) learns, within 10 minutes on 2 cores."""
+    """The README's claim: `python train_brorl.py` (no flags) learns, within 10 minutes on 2
+    cores."""
     start = time.time()
     run_script("train_brorl.py", "--output-dir", str(tmp_path / "demo"))
-    evals = [json.loads(line) for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
+    evals = [json.loads(line)
+             for line in (tmp_path / "demo" / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in evals if "eval_pass1" in r]
     assert evals[0]["step"] == 0 and evals[-1]["step"] == train_brorl.Config.total_steps
     assert evals[-1]["eval_pass1"] - evals[0]["eval_pass1"] >= 0.20
     assert time.time() - start < 600
 
 
-def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_do_not_break_resume(tmp_path):
+def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_do_not_break_resume(
+        tmp_path):
     out = tmp_path / "run"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--eval-every", "100")
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
+               "--eval-every", "100")
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward_me')  # killed mid-write
     checkpoints = out / "checkpoints"
@@ -279,8 +325,10 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     (checkpoints / ".step_000000.deleting").mkdir()  # killed while pruning
     weights = checkpoints / "step_000002" / "model" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a damaged disk
-    resumed = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
-    assert f"skipping the damaged checkpoint {checkpoints / 'step_000002'} (model/model.safetensors is" in resumed.stdout
+    resumed = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
+                         "--resume", "--total-steps", "3")
+    assert (f"skipping the damaged checkpoint {checkpoints / 'step_000002'} "
+            "(model/model.safetensors is" in resumed.stdout)
     assert "resumed from" in resumed.stdout and "step_000001 at step 1" in resumed.stdout
     assert not list(checkpoints.glob(".step_*"))  # the leftovers are gone
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
@@ -288,18 +336,22 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
 
 def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "train_brorl.py", "--preset", "smoke", "--total-steps", "50",
-                             "--eval-every", "100", "--output-dir", str(out)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "train_brorl.py", "--preset", "smoke",
+                             "--total-steps", "50", "--eval-every", "100",
+                             "--output-dir", str(out)],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
     deadline = time.time() + 300
-    while not (out / "checkpoints" / "step_000001").exists() and time.time() < deadline and proc.poll() is None:
+    while (not (out / "checkpoints" / "step_000001").exists() and time.time() < deadline
+           and proc.poll() is None):
         time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode not in (0, None) and "Traceback" not in stderr, stderr
     last = rollout.latest_checkpoint(out)
-    assert stderr.strip().splitlines()[-1] == (f"interrupted: the last complete checkpoint is {last}; continue with: "
-                                               f"python train_brorl.py --output-dir {out} --resume")
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: the last complete checkpoint is {last}; continue with: "
+        f"python train_brorl.py --output-dir {out} --resume")
 
 
 DISK_FULL_AT_STEP_2 = """
@@ -317,29 +369,37 @@ train_brorl.main()
 
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoint(tmp_path):
     out = tmp_path / "run"
-    result = run_script("-c", DISK_FULL_AT_STEP_2, "--preset", "smoke", "--output-dir", str(out), check=False)
+    result = run_script("-c", DISK_FULL_AT_STEP_2, "--preset", "smoke", "--output-dir", str(out),
+                        check=False)
     assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
     last = out / "checkpoints" / "step_000001"
     assert result.stderr.strip().splitlines()[-1] == (  # after the progress bar
-        f"error: no space left on device writing {out / 'checkpoints' / '.step_000002.tmp' / 'trainer_state.pt'}; "
-        f"the last complete checkpoint is {last}; continue with: python train_brorl.py --output-dir {out} --resume")
-    assert rollout.latest_checkpoint(out) == last and not list((out / "checkpoints").glob(".step_*"))
+        "error: no space left on device writing "
+        f"{out / 'checkpoints' / '.step_000002.tmp' / 'trainer_state.pt'}; "
+        f"the last complete checkpoint is {last}; continue with: "
+        f"python train_brorl.py --output-dir {out} --resume")
+    assert (rollout.latest_checkpoint(out) == last
+            and not list((out / "checkpoints").glob(".step_*")))
 
 
 def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("")
-    result = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(a_file), check=False)
-    assert result.returncode != 0 and result.stderr.strip() == f"error: --output-dir is a file, not a folder: {a_file}"
+    result = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(a_file),
+                        check=False)
+    assert (result.returncode != 0
+            and result.stderr.strip() == f"error: --output-dir is a file, not a folder: {a_file}")
     if shutil.which("bwrap") is None:
         pytest.skip("bwrap is needed to mount a read-only folder")
     read_only = tmp_path / "read-only"
     read_only.mkdir()
-    result = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only), str(read_only), sys.executable,
-                             "train_brorl.py", "--preset", "smoke", "--output-dir", str(read_only / "run")],
+    result = subprocess.run(["bwrap", "--dev-bind", "/", "/", "--ro-bind", str(read_only),
+                             str(read_only), sys.executable, "train_brorl.py", "--preset", "smoke",
+                             "--output-dir", str(read_only / "run")],
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
-    assert result.stderr.strip() == f"error: cannot write to --output-dir {read_only / 'run'}: Read-only file system"
+    assert result.stderr.strip() == (f"error: cannot write to --output-dir {read_only / 'run'}: "
+                                     "Read-only file system")
 
 
 def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):
@@ -349,79 +409,96 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert (state / "random_states_0.pkl").is_file() and (state / "random_states_1.pkl").is_file()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 2]  # one writer: the main process
-    accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume", "--total-steps", "3")
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume",
+                      "--total-steps", "3")
     assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
 
 
 def test_an_fsdp_config_on_a_machine_without_gpus_is_refused_in_one_line(tmp_path):
     config = tmp_path / "fsdp_cpu.yaml"  # the 8-GPU config, shrunk to this machine's 2 processes
-    config.write_text((ROOT / "configs" / "fsdp_8gpu.yaml").read_text().replace("num_processes: 8", "num_processes: 2")
+    config.write_text((ROOT / "configs" / "fsdp_8gpu.yaml").read_text()
+                      .replace("num_processes: 8", "num_processes: 2")
                       .replace("mixed_precision: bf16", "mixed_precision: 'no'"))
-    result = accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "out"),
-                               config=str(config), check=False)
+    result = accelerate_launch("train_brorl.py", "--preset", "smoke",
+                               "--output-dir", str(tmp_path / "out"), config=str(config),
+                               check=False)
     assert result.returncode != 0
-    assert "error: the accelerate config asks for FSDP, which needs GPUs; here it would run as MULTI_CPU" \
-        in result.stderr
+    assert ("error: the accelerate config asks for FSDP, which needs GPUs; here it would run as "
+            "MULTI_CPU" in result.stderr)
     assert not (tmp_path / "out" / "metrics.jsonl").exists()
 
 
 @pytest.mark.parametrize("distributed_type, processes, environ, message", [
     # Accelerator(cpu=True) under an FSDP config: gloo data parallelism, unsharded
-    (DistributedType.MULTI_CPU, 2, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "2"}, "asks for FSDP"),
+    (DistributedType.MULTI_CPU, 2, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "2"},
+     "asks for FSDP"),
     # Accelerator(cpu=False) on a machine without GPUs: every process alone
     (DistributedType.NO, 1, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "2"}, "asks for FSDP"),
-    (DistributedType.NO, 1, {"WORLD_SIZE": "2"}, "launched as 2 processes, but each would run alone"),
+    (DistributedType.NO, 1, {"WORLD_SIZE": "2"},
+     "launched as 2 processes, but each would run alone"),
 ])
-def test_a_launch_that_would_degrade_silently_is_refused(distributed_type, processes, environ, message):
+def test_a_launch_that_would_degrade_silently_is_refused(distributed_type, processes, environ,
+                                                         message):
     with pytest.raises(tasks.InputError, match=message):
         run.check_launch(distributed_type, processes, environ)
 
 
 @pytest.mark.parametrize("distributed_type, processes, environ", [
     (DistributedType.MULTI_CPU, 2, {"WORLD_SIZE": "2"}),  # configs/ddp_cpu.yaml
-    (DistributedType.FSDP, 8, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "8"}),  # configs/fsdp_8gpu.yaml on GPUs
+    # configs/fsdp_8gpu.yaml on GPUs
+    (DistributedType.FSDP, 8, {"ACCELERATE_USE_FSDP": "true", "WORLD_SIZE": "8"}),
     (DistributedType.NO, 1, {}),  # python train_brorl.py
 ])
 def test_launches_that_run_what_they_ask_for_pass(distributed_type, processes, environ):
     run.check_launch(distributed_type, processes, environ)
 
 
-def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch(untrained_model_dir, tmp_path):
+def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch(
+        untrained_model_dir, tmp_path):
     run_script("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "one.pt"))
-    accelerate_launch("tests/data_parallel_update.py", str(untrained_model_dir), str(tmp_path / "two.pt"))
+    accelerate_launch("tests/data_parallel_update.py", str(untrained_model_dir),
+                      str(tmp_path / "two.pt"))
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
     start = rollout.load_policy(str(untrained_model_dir))[0].state_dict()
-    assert any(not torch.equal(start[name], one[name]) for name in one)  # the update moved something
+    # the update moved something
+    assert any(not torch.equal(start[name], one[name]) for name in one)
     for name in one:
         assert torch.allclose(one[name], two[name], atol=1e-6), name
 
 
 def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_path):
-    # --total-steps 0: only the step-0 eval, which is then the final one and writes eval.json and its samples;
-    # 16-sequence batches deal 4 batches of the 32 test problems (and of rg/gcd's) out to the 2 processes
-    args = ["train_brorl.py", "--preset", "smoke", "--total-steps", "0", "--gen-batch-seqs", "16", "--threads", "1",
-            "--eval-benchmarks", "rg/gcd", "--process-group-timeout-min", "5"]
+    # --total-steps 0: only the step-0 eval, which is then the final one and writes eval.json and
+    # its samples; 16-sequence batches deal 4 batches of the 32 test problems (and of rg/gcd's) out
+    # to the 2 processes
+    args = ["train_brorl.py", "--preset", "smoke", "--total-steps", "0", "--gen-batch-seqs", "16",
+            "--threads", "1", "--eval-benchmarks", "rg/gcd", "--process-group-timeout-min", "5"]
     run_script(*args, "--output-dir", str(tmp_path / "one"))
     accelerate_launch(*args, "--output-dir", str(tmp_path / "two"))
     one, two = (json.loads((tmp_path / run / "eval.json").read_text()) for run in ("one", "two"))
     for name in ("test_data", "rg/gcd"):
-        assert one["benchmarks"][name]["correct_per_problem"] == two["benchmarks"][name]["correct_per_problem"]
+        assert (one["benchmarks"][name]["correct_per_problem"]
+                == two["benchmarks"][name]["correct_per_problem"])
         assert one["benchmarks"][name]["pass1"] == two["benchmarks"][name]["pass1"]
     samples = [(tmp_path / run / "eval.samples.jsonl").read_text() for run in ("one", "two")]
     problems = sum(entry["problems"] for entry in one["benchmarks"].values())
-    assert samples[0] == samples[1] and samples[0].count("\n") == 1 + 2 * problems  # header + every sample, once
+    # header + every sample, once
+    assert samples[0] == samples[1] and samples[0].count("\n") == 1 + 2 * problems
 
 
 def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_path):
     out = tmp_path / "refill"
-    run_script("train_brorl.py", "--preset", "smoke", "--refill-rounds", "3", "--output-dir", str(out), "--eval-every", "9")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if "gen_rounds" in line]
+    run_script("train_brorl.py", "--preset", "smoke", "--refill-rounds", "3",
+               "--output-dir", str(out), "--eval-every", "9")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+            if "gen_rounds" in line]
     prompts = train_brorl.PRESETS["smoke"]["prompts_per_step"]
     for row in rows:
         found = round(row["pass_rate"] * prompts * row["gen_rounds"])
-        assert row["gen_rounds"] == 4 or found >= prompts  # stopped early only once the batch was full
+        # stopped early only once the batch was full
+        assert row["gen_rounds"] == 4 or found >= prompts
         assert row["gen_rounds"] > 1 or row["pass_rate"] == 1.0
-        assert row["kept_groups"] == min(found, prompts)  # exactly the batch size, never the surplus
+        # exactly the batch size, never the surplus
+        assert row["kept_groups"] == min(found, prompts)
     assert any(row["gen_rounds"] > 1 for row in rows)  # this seed needs a refill at step 2
 
 
@@ -437,44 +514,57 @@ def test_refilled_batch_keeps_exactly_the_target_across_processes(counts, quotas
 
 
 def test_the_last_collected_informative_groups_are_the_ones_dropped():
-    informative = torch.tensor([True, False, True, True, False, True, True])  # two rounds, in collection order
+    # two rounds, in collection order
+    informative = torch.tensor([True, False, True, True, False, True, True])
     keep = train_brorl.keep_target_groups(informative, target=3, rank=0, processes=1)
     assert keep.tolist() == [True, False, True, True, False, False, False]
 
 
 def test_probe_report_counts_changes_beyond_the_noise_floor_and_splits_sampled_prompts():
-    probes = {"base": torch.tensor([-1.0, -1.0, -2.0, -2.0]), "noise_floor": 0.01, "prompts": ["a", "b", "c", "d"]}
+    probes = {"base": torch.tensor([-1.0, -1.0, -2.0, -2.0]), "noise_floor": 0.01,
+              "prompts": ["a", "b", "c", "d"]}
     now = torch.tensor([-0.5, -1.005, -2.5, -1.0])  # up, within the floor, down 0.5, up
     report = monitor.probe_report(probes, now, sampled_prompts={"a", "c"})
-    assert report["probe_count"] == 4 and report["probe_improved_frac"] == 0.5 and report["probe_dropped_frac"] == 0.25
+    assert (report["probe_count"] == 4 and report["probe_improved_frac"] == 0.5
+            and report["probe_dropped_frac"] == 0.25)
     assert report["probe_worst_drop"] == pytest.approx(-0.5)
     assert report["probe_sampled_count"] == 2 and report["probe_sampled_improved_frac"] == 0.5
-    assert report["probe_unsampled_improved_frac"] == 0.5 and report["probe_unsampled_worst_drop"] == pytest.approx(-0.005)
+    assert (report["probe_unsampled_improved_frac"] == 0.5
+            and report["probe_unsampled_worst_drop"] == pytest.approx(-0.005))
 
 
 def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_and_probes(tmp_path):
     source, branch = tmp_path / "source", tmp_path / "branch"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(source), "--probe-prompts", "8")
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(source),
+               "--probe-prompts", "8")
     checkpoint = source / "checkpoints" / "step_000002"
-    ran = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(branch), "--init-from", str(checkpoint),
-                     "--n-rollouts", "32", "--total-steps", "1", "--lr", "3e-4", "--probe-prompts", "8")
+    ran = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(branch),
+                     "--init-from", str(checkpoint), "--n-rollouts", "32", "--total-steps", "1",
+                     "--lr", "3e-4", "--probe-prompts", "8")
     assert f"initialised from {checkpoint}" in ran.stdout
-    source_probes, branch_probes = torch.load(source / "probes.pt"), torch.load(branch / "probes.pt")
+    source_probes, branch_probes = (torch.load(source / "probes.pt"),
+                                    torch.load(branch / "probes.pt"))
     assert source_probes["prompts"] and branch_probes["prompts"] == source_probes["prompts"]
-    assert torch.equal(branch_probes["base"], source_probes["base"])  # changes are measured from the source's step 0
-    state = lambda run, step: torch.load(run / "checkpoints" / f"step_{step:06d}" / "state" / "optimizer.bin")
+    # changes are measured from the source's step 0
+    assert torch.equal(branch_probes["base"], source_probes["base"])
+    state = lambda run, step: torch.load(run / "checkpoints" / f"step_{step:06d}" / "state"
+                                         / "optimizer.bin")
     before, after = state(source, 2), state(branch, 1)
-    # AdamW continued: its step count went on from the source's (2 steps x 2 mini-batches), at the branch's lr
+    # AdamW continued: its step count went on from the source's (2 steps x 2 mini-batches), at the
+    # branch's lr
     assert float(after["state"][0]["step"]) == float(before["state"][0]["step"]) + 2
     assert after["param_groups"][0]["lr"] == 3e-4
     rows = [json.loads(line) for line in (branch / "metrics.jsonl").read_text().splitlines()]
     probe_rows = [r for r in rows if "probe_improved_frac" in r]
-    assert [r["step"] for r in probe_rows] == [0, 1] and probe_rows[0]["probe_mean_change"] != 0  # the branch moved
-    assert all({"gen_tokens_per_s", "correct_frac/0", "correct_frac/1"} <= set(r) for r in rows if "reward_mean" in r)
+    # the branch moved
+    assert [r["step"] for r in probe_rows] == [0, 1] and probe_rows[0]["probe_mean_change"] != 0
+    assert all({"gen_tokens_per_s", "correct_frac/0", "correct_frac/1"} <= set(r)
+               for r in rows if "reward_mean" in r)
 
 
 def test_init_from_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path):
     result = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "b"),
                         "--init-from", str(tmp_path), check=False)
-    assert result.returncode != 0 and "--init-from needs a complete checkpoint folder" in result.stderr
+    assert (result.returncode != 0
+            and "--init-from needs a complete checkpoint folder" in result.stderr)
     assert "Traceback" not in result.stderr

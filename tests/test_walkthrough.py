@@ -1,7 +1,6 @@
 """docs/walkthrough.ipynb runs top to bottom: executed at reduced size (BRORL_WALKTHROUGH_QUICK=1)
 so it cannot rot when the code it calls changes."""
 
-import json
 import os
 
 import pytest
