@@ -99,16 +99,21 @@ def test_paper_preset_demands_a_pinned_revision():
 
 
 def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answer(tmp_path):
-    # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: every response is cut, some are
-    # correct
-    args = ["--preset", "smoke", "--max-new-tokens", "4", "--total-steps", "1", "--eval-every", "9"]
+    # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: with sums of two or more digits,
+    # every correct response is cut (one that ends in 4 tokens holds a single digit)
+    wide_sums = [task for task in tasks.load_tasks(ROOT / "data" / "arith_train.jsonl")
+                 if len(task["answer"]) >= 2]
+    data = tmp_path / "wide_sums.jsonl"
+    data.write_text("".join(json.dumps(task) + "\n" for task in wide_sums))
+    args = ["--preset", "smoke", "--max-new-tokens", "4", "--total-steps", "1", "--eval-every", "9",
+            "--train-data", str(data)]
     rows = {}
     for flag in ("--no-zero-truncated-reward", "--zero-truncated-reward"):
         run_script("train_brorl.py", *args, flag, "--output-dir", str(tmp_path / flag))
         rows[flag] = [json.loads(line)
                       for line in (tmp_path / flag / "metrics.jsonl").read_text().splitlines()
                       if "reward_mean" in line][0]
-    assert rows["--no-zero-truncated-reward"]["truncated_frac"] == 1.0
+    assert rows["--no-zero-truncated-reward"]["truncated_frac"] > 0.5
     # boxed answers inside cut responses
     assert rows["--no-zero-truncated-reward"]["reward_mean"] > 0
     assert rows["--zero-truncated-reward"]["reward_mean"] == 0.0
