@@ -1069,13 +1069,14 @@ def _read_line(proc: subprocess.Popen, deadline: float) -> bytes:
 @functools.cache
 def _worker_isolation() -> list[str]:
     """The bubblewrap options a verifier worker runs under, like a program (no network, read-only
-    file system, its own PID namespace, dies with the trainer), or [] where bwrap is not
-    installed."""
-
+    file system, its own PID namespace, dies with the trainer, no capabilities), or [] where bwrap
+    is not installed. It runs as this uid: a root trainer's worker keeps uid 0 in its namespace,
+    and without --cap-drop also every capability, enough to remount its read-only binds (the
+    module copy, the interpreter's directories) writable."""
     if not shutil.which("bwrap"):
         return []
     command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False)  # as this uid
-    options = command[:command.index("--")]
+    options = command[:command.index("--")] + ["--cap-drop", "ALL"]
     for name, value in WORKER_ENV.items():
         options += ["--setenv", name, value]
     return options
