@@ -63,7 +63,7 @@ def test_unknown_task_is_a_clear_error():
 
 
 
-# ---- exact: a task kind that is one entry of reward.TASK_KINDS -----------------------------------------
+# ---- exact: a task kind that is one entry of reward.TASK_KINDS -----------------------------------
 
 @pytest.mark.parametrize("response, reward_", [
     ("The capital of France is \\boxed{Paris}.", 1.0),
@@ -71,7 +71,8 @@ def test_unknown_task_is_a_clear_error():
     ("\\boxed{paris}", 0.0),  # case does
     ("\\boxed{Paris or Lyon}", 0.0),  # a hedge is not the answer
     ("\\boxed{Paris} no wait, \\boxed{Lyon}", 0.0),  # the last answer is the one read
-    ("<answer>Lyon</answer>, so \\boxed{Paris}", 1.0),  # a box or a tag, whichever the response opens last
+    # a box or a tag, whichever the response opens last
+    ("<answer>Lyon</answer>, so \\boxed{Paris}", 1.0),
     ("\\boxed{Lyon} <answer>Paris</answer>", 1.0),
     ("\\boxed{Paris", 0.0),  # unclosed: no answer
     ("Paris", 0.0),  # no box and no tag: no answer
@@ -82,8 +83,8 @@ def test_exact_scores_the_last_box_or_answer_tag_against_the_gold_string(respons
 
 def test_exact_in_a_batch_decides_every_answer_here_and_refuses_an_empty_gold():
     stats = reward.VerifyStats()
-    items = [("exact", "\\boxed{Paris}", " Paris\n")] * 3 + [("exact", "<answer>Rome</answer>", "Paris"),
-                                                            ("exact", "no answer", "Paris")]
+    items = ([("exact", "\\boxed{Paris}", " Paris\n")] * 3
+             + [("exact", "<answer>Rome</answer>", "Paris"), ("exact", "no answer", "Paris")])
     assert reward.score_batch(items, stats=stats) == [1.0, 1.0, 1.0, 0.0, 0.0]
     assert stats.answered == 4 and stats.checks == 0  # no worker: answers are only compared
     assert reward.final_answer("exact", "<answer>Rome</answer>") == "Rome"
@@ -92,11 +93,15 @@ def test_exact_in_a_batch_decides_every_answer_here_and_refuses_an_empty_gold():
 
 
 def test_exact_from_the_command_line():
-    right = run_script("reward.py", "--task", "exact", "--answer", "Paris", "--response", "so \\boxed{Paris}")
-    wrong = run_script("reward.py", "--task", "exact", "--answer", "Paris", "--response", "so \\boxed{paris}")
+    right = run_script("reward.py", "--task", "exact", "--answer", "Paris", "--response",
+                       "so \\boxed{Paris}")
+    wrong = run_script("reward.py", "--task", "exact", "--answer", "Paris", "--response",
+                       "so \\boxed{paris}")
     assert (right.stdout, wrong.stdout) == ("reward: 1.0\n", "reward: 0.0\n")
-    empty = run_script("reward.py", "--task", "exact", "--answer", " ", "--response", "\\boxed{}", check=False)
-    assert (empty.returncode, empty.stderr) == (1, "error: exact answer must be a non-empty string, got ' '\n")
+    empty = run_script("reward.py", "--task", "exact", "--answer", " ", "--response", "\\boxed{}",
+                       check=False)
+    assert (empty.returncode, empty.stderr) == (1, "error: exact answer must be a non-empty "
+                                                   "string, got ' '\n")
 
 
 def read_yes_no(answer) -> str:
@@ -110,28 +115,32 @@ def test_a_new_task_kind_is_one_entry_that_score_and_score_batch_read(monkeypatc
                              check_here=lambda pred, gold: pred.lower() == gold)
     monkeypatch.setitem(reward.TASK_KINDS, "yes_no", yes_no)
     assert score("yes_no", "<answer>Yes</answer>", "yes") == 1.0
-    assert reward.score_batch([("yes_no", "<answer>no</answer>", "yes"), ("yes_no", "<answer>YES</answer>", "yes"),
+    assert reward.score_batch([("yes_no", "<answer>no</answer>", "yes"),
+                               ("yes_no", "<answer>YES</answer>", "yes"),
                                ("arith", "\\boxed{4}", "4")]) == [0.0, 1.0, 1.0]
     assert reward.final_answer("yes_no", "<answer>no</answer>") == "no"
     with pytest.raises(ValueError, match="yes_no answer must be 'yes' or 'no'"):
-        reward.validate_answer("yes_no", "maybe")  # what the trainer asks of every data record
+        # what the trainer asks of every data record
+        reward.validate_answer("yes_no", "maybe")
     with pytest.raises(ValueError, match="needs check_here, check, or both"):
         reward.TaskKind(extract=reward.last_answer_tag, read_gold=read_yes_no)
 
-# ---- math: equivalences, fast path, group cache, hard timeouts -----------------------------------------
+# ---- math: equivalences, fast path, group cache, hard timeouts -----------------------------------
 
 @pytest.mark.parametrize("pred, gold", [
     ("\\frac{1}{2}", "0.5"), ("1/2", "\\frac{1}{2}"), ("\\dfrac{1}{2}", "\\frac12"),
     ("\\sqrt{3}/2", "\\frac{\\sqrt 3}{2}"), ("(1, 2]", "(1,2]"), ("[0,\\infty)", "[0, \\infty)"),
-    ("\\{2,1\\}", "\\{1,2\\}"), ("x=3", "3"), ("x = 3", "3"), ("30^\\circ", "30"), ("5\\text{ cm}", "5"),
-    ("x(x+2)", "x^2+2x"), ("\\left(1,2\\right)", "(1,2)"), ("42.", "42"), ("\\sqrt{4}", "2"),
+    ("\\{2,1\\}", "\\{1,2\\}"), ("x=3", "3"), ("x = 3", "3"), ("30^\\circ", "30"),
+    ("5\\text{ cm}", "5"), ("x(x+2)", "x^2+2x"), ("\\left(1,2\\right)", "(1,2)"), ("42.", "42"),
+    ("\\sqrt{4}", "2"),
 ])
 def test_equivalent_math_answers_are_correct(pred, gold):
     assert score("math", f"so the answer is \\boxed{{{pred}}}", gold) == 1.0
 
 
-@pytest.mark.parametrize("pred, gold", [("0.6", "\\frac{1}{2}"), ("(1,2)", "(1,2]"), ("x^2+x", "x(x+2)"),
-                                        ("3", "-3"), ("\\{1,2,3\\}", "\\{1,2\\}")])
+@pytest.mark.parametrize("pred, gold", [("0.6", "\\frac{1}{2}"), ("(1,2)", "(1,2]"),
+                                        ("x^2+x", "x(x+2)"), ("3", "-3"),
+                                        ("\\{1,2,3\\}", "\\{1,2\\}")])
 def test_different_math_answers_are_wrong(pred, gold):
     assert score("math", f"\\boxed{{{pred}}}", gold) == 0.0
 
@@ -145,16 +154,21 @@ def test_math_needs_a_box_and_the_last_box_wins():
 def test_fast_path_decides_plain_numbers_without_sympy():
     assert reward.math_fast_path("0.5", "1/2") is True
     assert reward.math_fast_path("7", "8") is False
-    assert reward.math_fast_path("0.333333", "1/3") is None  # math-verify's tolerance decides that one
-    assert reward.math_fast_path("14/24", "7/12") is True and reward.math_fast_path("5/12", "7/12") is False
+    # math-verify's tolerance decides that one
+    assert reward.math_fast_path("0.333333", "1/3") is None
+    assert (reward.math_fast_path("14/24", "7/12") is True
+            and reward.math_fast_path("5/12", "7/12") is False)
     assert reward.math_fast_path("1/0", "1") is None
-    assert reward.normalize_math("-\\dfrac{14}{24}") == "-14/24" and reward.normalize_math("x^{2}") == "x^2"
+    assert (reward.normalize_math("-\\dfrac{14}{24}") == "-14/24"
+            and reward.normalize_math("x^{2}") == "x^2")
     assert reward.normalize_math("\\left( \\dfrac{1}{2} , 3 \\right) .") == "(\\frac{1}{2},3)"
-    assert reward.normalize_math("2 \\cdot x") == "2\\cdot x"  # a space that separates a macro survives
+    # a space that separates a macro survives
+    assert reward.normalize_math("2 \\cdot x") == "2\\cdot x"
 
 
 def group_of(answers_and_counts, gold):
-    return [("math", f"Reasoning... \\boxed{{{a}}}", gold) for a, count in answers_and_counts for _ in range(count)]
+    return [("math", f"Reasoning... \\boxed{{{a}}}", gold) for a, count in answers_and_counts
+            for _ in range(count)]
 
 
 def test_a_group_verifies_each_distinct_answer_once_and_workers_do_not_change_rewards():
@@ -180,26 +194,31 @@ PATHOLOGICAL = {
 
 @pytest.mark.parametrize("name", PATHOLOGICAL)
 def test_pathological_answers_score_zero_within_the_limit_and_the_pool_survives(name):
-    config = reward.VerifyConfig(timeout=1.0, max_answer_chars=50_000)  # let them reach the verifier
+    # let them reach the verifier
+    config = reward.VerifyConfig(timeout=1.0, max_answer_chars=50_000)
     stats = reward.VerifyStats()
     start = time.monotonic()
-    rewards = reward.score_batch([("math", f"\\boxed{{{PATHOLOGICAL[name]}}}", "1"), ("math", "\\boxed{2}", "2")],
+    rewards = reward.score_batch([("math", f"\\boxed{{{PATHOLOGICAL[name]}}}", "1"),
+                                  ("math", "\\boxed{2}", "2")],
                                  workers=1, config=config, stats=stats)
     assert rewards == [0.0, 1.0]
     assert time.monotonic() - start < 10  # 1 s limit + a worker restart, never sympy's hours
-    assert reward.score("math", "\\boxed{\\frac{2}{4}}", "0.5", config) == 1.0  # the replaced worker works
+    # the replaced worker works
+    assert reward.score("math", "\\boxed{\\frac{2}{4}}", "0.5", config) == 1.0
 
 
 def test_a_hung_answer_is_a_counted_timeout_even_from_a_thread():
     stats = reward.VerifyStats()
     config = reward.VerifyConfig(timeout=1.0)
     with ThreadPoolExecutor(1) as pool:  # math-verify's own SIGALRM timeouts would raise here
-        rewards = pool.submit(reward.score_batch, [("math", "\\boxed{9^{9^{9^{9}}}}", "1")], 1, config, stats).result()
+        rewards = pool.submit(reward.score_batch, [("math", "\\boxed{9^{9^{9^{9}}}}", "1")], 1,
+                              config, stats).result()
     assert rewards == [0.0] and stats.timeouts == 1
 
 
 def test_a_worker_that_dies_mid_check_is_replaced_and_that_answer_scores_zero():
-    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES, module="reward")
+    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES,
+                                module="reward")
     killed = []
 
     def kill_worker_once_busy():  # what the kernel's OOM killer would do
@@ -217,7 +236,7 @@ def test_a_worker_that_dies_mid_check_is_replaced_and_that_answer_scores_zero():
     assert results == [(0.0, "error"), (1.0, "ok")] and killed and replacement != killed[0]
 
 
-# ---- Reasoning Gym ------------------------------------------------------------------------------------
+# ---- Reasoning Gym -------------------------------------------------------------------------------
 
 RG_TEST = [row for row in load_tasks(ROOT / "data" / "rg_test.jsonl")]
 RG_BY_DATASET = {row["answer"]["dataset"]: row for row in RG_TEST}
@@ -230,18 +249,22 @@ def test_shipped_reasoning_gym_data_covers_the_documented_set():
 
 def test_gold_answers_score_one_on_every_reasoning_gym_task():
     entries = [row["answer"] for row in RG_TEST]
-    items = [("reasoning_gym", f"<answer>{entry['entry']['answer']}</answer>", entry) for entry in entries]
+    items = [("reasoning_gym", f"<answer>{entry['entry']['answer']}</answer>", entry)
+             for entry in entries]
     stats = reward.VerifyStats()
     assert reward.score_batch(items, workers=2, stats=stats) == [1.0] * len(items)
     assert stats.fast_path == len(items)  # an exact copy of the gold answer needs no scorer
-    jobs = [("reasoning_gym", [entry["entry"]["answer"], entry]) for entry in entries]  # the scorers themselves
+    # the scorers themselves
+    jobs = [("reasoning_gym", [entry["entry"]["answer"], entry]) for entry in entries]
     assert reward.verifier_pool(2, 2048).run(jobs, timeout=30) == [(1.0, "ok")] * len(jobs)
 
 
-@pytest.mark.parametrize("nonsense", ["", "banana", "-1", "<answer>", "None", "[[", "1e999", "\u2603" * 50])
+@pytest.mark.parametrize("nonsense", ["", "banana", "-1", "<answer>", "None", "[[", "1e999",
+                                      "\u2603" * 50])
 def test_nonsense_answers_score_zero_on_every_reasoning_gym_task(nonsense):
     stats = reward.VerifyStats()
-    items = [("reasoning_gym", f"thinking <answer>{nonsense}</answer>", row["answer"]) for row in RG_BY_DATASET.values()]
+    items = [("reasoning_gym", f"thinking <answer>{nonsense}</answer>", row["answer"])
+             for row in RG_BY_DATASET.values()]
     assert reward.score_batch(items, workers=2, stats=stats) == [0.0] * len(items)
 
 
@@ -250,13 +273,18 @@ def test_reasoning_gym_reward_is_binary_and_guarded():
     stats = reward.VerifyStats()
     gold = entry["entry"]["answer"]
     # the package gives partial credit to a spaced-out answer; the RL reward does not
-    assert reward.score_batch([("reasoning_gym", f"<answer> {gold} x</answer>", entry)], stats=stats) == [0.0]
-    halting = {"dataset": "game_of_life_halting", "entry": {"question": "?", "answer": "False", "metadata": {}}}
-    assert reward.score("reasoning_gym", "<answer>anything at all</answer>", halting) == 0.0  # the package says 1.0
+    assert reward.score_batch([("reasoning_gym", f"<answer> {gold} x</answer>", entry)],
+                              stats=stats) == [0.0]
+    halting = {"dataset": "game_of_life_halting",
+               "entry": {"question": "?", "answer": "False", "metadata": {}}}
+    # the package says 1.0
+    assert reward.score("reasoning_gym", "<answer>anything at all</answer>", halting) == 0.0
     assert reward.score("reasoning_gym", "<answer>false</answer>", halting) == 1.0
-    factor = {"dataset": "prime_factorization", "entry": {"question": "?", "answer": "2 × 3", "metadata": {"number": 6}}}
+    factor = {"dataset": "prime_factorization",
+              "entry": {"question": "?", "answer": "2 × 3", "metadata": {"number": 6}}}
     stats = reward.VerifyStats()
-    assert reward.score_batch([("reasoning_gym", "<answer>definitely wrong</answer>", factor)], stats=stats) == [0.0]
+    assert reward.score_batch([("reasoning_gym", "<answer>definitely wrong</answer>", factor)],
+                              stats=stats) == [0.0]
     assert stats.errors == 1  # the package's scorer raised ValueError: counted, scored 0
     assert reward.score("reasoning_gym", "no tags", RG_TEST[0]["answer"]) == 0.0
 

