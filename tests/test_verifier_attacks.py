@@ -262,12 +262,32 @@ def test_verifier_workers_run_inside_bubblewrap():
         pool.close()
 
 
+def test_a_verifier_worker_holds_no_capability_to_undo_its_read_only_binds():
+    """A root trainer's worker is uid 0 in its namespace: with any capability left it could remount
+    the module copy it imports (and the interpreter's directories) writable."""
+    if sandbox.sandbox().mode != "bwrap":
+        pytest.skip("bubblewrap cannot run here")
+    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES,
+                                module="reward")
+    ms_remount_bind = 0x20 | 0x1000
+    probe = ("import ctypes, os; "
+             "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0]); "
+             "libc = ctypes.CDLL(None, use_errno=True); "
+             f"print(libc.mount(b'none', b'{sandbox.WORKER_DIR}', None, {ms_remount_bind}, None)); "
+             f"print(os.access('{sandbox.WORKER_DIR}/reward.py', os.W_OK))")
+    try:
+        worker = pool.command(sandbox._worker_isolation())[:-1] + [probe]
+        lines = subprocess.run(worker, capture_output=True, text=True, timeout=60).stdout.split()
+    finally:
+        pool.close()
+    assert lines[:3] == ["0000000000000000", "-1", "False"]
+
 
 @pytest.mark.parametrize("isolated", [True, False])
 def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_path, monkeypatch,
                                                                           isolated):
-    """Workers used to get reward.py's whole text as one `python -c` argument, which Linux caps at
-    128 KiB (MAX_ARG_STRLEN): a file that grew past it would start no worker at all."""
+    """Linux caps one argument at 128 KiB (MAX_ARG_STRLEN): a worker given a module's text as an
+    argument would not start once the file grew past it, so workers start from files."""
     if isolated and sandbox.sandbox().mode != "bwrap":
         pytest.skip("bubblewrap cannot run here")
     monkeypatch.setattr(sandbox, "_WORKER_ISOLATION", None if isolated else False)
@@ -290,6 +310,7 @@ def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_pa
     finally:
         pool.close()
     assert len(sandbox.HARNESS) < 16 << 10 and len(sandbox.TESTER) < 16 << 10  # a program's script
+
 
 # ---- class 3: responses that used to raise out of score_batch ------------------------------------
 
