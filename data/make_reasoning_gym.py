@@ -39,19 +39,9 @@ import json
 import sys
 from pathlib import Path
 
-TASKS = {
-    "simple_equations": "algebra", "polynomial_multiplication": "algebra",
-    "word_sorting": "algorithmic", "spell_backward": "algorithmic",
-    "arc_1d": "arc",
-    "basic_arithmetic": "arithmetic", "gcd": "arithmetic",
-    "bf": "code",
-    "number_sequence": "cognition",
-    "countdown": "games", "mini_sudoku": "games",
-    "simple_geometry": "geometry",
-    "shortest_path": "graphs", "largest_island": "graphs",
-    "list_functions": "induction",
-    "knights_knaves": "logic", "syllogism": "logic",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import REASONING_GYM_TASKS as TASKS  # noqa: E402  the one list of tasks
+
 INSTRUCTION = ("\n\nThink step by step, then give only the final answer inside <answer></answer> "
                "tags, in the format the question asks for.")
 SPLIT_SEEDS = {"train": 1, "test": 2}

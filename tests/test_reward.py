@@ -6,12 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+import benchmarks
 import reward
 import sandbox
-from tasks import load_tasks
 from conftest import ROOT, run_script
-from data import make_reasoning_gym
 from reward import extract_answer, score
+from tasks import load_tasks
 
 
 @pytest.mark.parametrize("response, expected", [
@@ -243,8 +243,8 @@ RG_BY_DATASET = {row["answer"]["dataset"]: row for row in RG_TEST}
 
 
 def test_shipped_reasoning_gym_data_covers_the_documented_set():
-    assert set(RG_BY_DATASET) == set(make_reasoning_gym.TASKS)
-    assert {row["category"] for row in RG_TEST} == set(make_reasoning_gym.TASKS.values())
+    assert set(RG_BY_DATASET) == set(benchmarks.REASONING_GYM_TASKS)
+    assert {row["category"] for row in RG_TEST} == set(benchmarks.REASONING_GYM_TASKS.values())
 
 
 def test_gold_answers_score_one_on_every_reasoning_gym_task():
