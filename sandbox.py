@@ -305,7 +305,6 @@ def _as_sandbox_user(slot: int) -> dict:
     return {"user": sandbox_uid(slot), "group": sandbox_uid(slot), "extra_groups": []}
 
 
-
 @functools.cache
 def _interpreter_dirs(python: str, as_sandbox_user: bool = True) -> tuple[str, ...] | None:
     """What `python` needs besides SYSTEM_DIRS (its prefixes, standard library, site-packages), or

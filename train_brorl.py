@@ -416,7 +416,6 @@ def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> tor
     return torch.Generator().manual_seed(seed)
 
 
-
 def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> list[dict]:
     """Tasks `position .. position + count` of an endless stream of seeded per-epoch shuffles."""
     orders: dict[int, torch.Tensor] = {}
@@ -428,7 +427,6 @@ def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> lis
                                            generator=torch.Generator().manual_seed(seed + epoch))
         batch.append(tasks[int(orders[epoch][index])])
     return batch
-
 
 
 def score_rollouts(tasks: list[dict], rollouts: rollout.Rollouts, cfg: Config, verify_cfg,
@@ -443,12 +441,10 @@ def score_rollouts(tasks: list[dict], rollouts: rollout.Rollouts, cfg: Config, v
     return rewards
 
 
-
 def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
     """[G] bool: groups whose N rewards are not all equal (0 < #correct < N), the ones with a
     learning signal."""
     return rewards.max(dim=1).values > rewards.min(dim=1).values
-
 
 
 def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingParams,
@@ -497,7 +493,6 @@ def kept_group_quotas(counts: list[int], target: int) -> list[int]:
     return quotas
 
 
-
 def keep_target_groups(informative: torch.Tensor, target: int, rank: int, processes: int
                        ) -> torch.Tensor:
     """[G] bool: this process's share of exactly `target` informative groups over all processes, as
@@ -512,7 +507,6 @@ def keep_target_groups(informative: torch.Tensor, target: int, rank: int, proces
     return keep
 
 
-
 def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Tensor | None = None
                ) -> update.TrainBatch:
     """Some rows of the step's rollouts as the update's batch (advantages 0 when not given)."""
@@ -520,7 +514,6 @@ def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Te
     return update.TrainBatch(rollouts.prompt_ids[rows], rollouts.prompt_mask[rows],
                              rollouts.response_ids[rows], rollouts.response_mask[rows], advantages,
                              None, rollouts.logprobs[rows])
-
 
 
 def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateConfig,

@@ -62,7 +62,6 @@ def test_unknown_task_is_a_clear_error():
         score("chess", "\\boxed{1}", "1")
 
 
-
 # ---- exact: a task kind that is one entry of reward.TASK_KINDS -----------------------------------
 
 @pytest.mark.parametrize("response, reward_", [

@@ -352,7 +352,6 @@ def test_sampler_mismatch_kl_of_a_nearly_identical_fp32_engine_is_tiny_and_never
         assert kl == pytest.approx(float((delta**2 / 2).mean()), rel=1e-3)
 
 
-
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp2"])
 def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_model_dir, tmp_path,
                                                                      sharding):
