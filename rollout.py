@@ -172,6 +172,11 @@ def generate(policy, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     policy: a transformers causal LM (the hf engine) or a VLLMEngine."""
     if isinstance(policy, VLLMEngine):
         return policy.generate(tokenizer, prompt_ids, params, generator)
+    if generator is not None and generator.device != policy.device:
+        # sampling on a GPU needs a generator there: one draw of the caller's seeds it
+        # (reproducible, and no [batch, vocab] copies to the CPU per token)
+        seed = int(torch.randint(2**62, (), generator=generator))
+        generator = torch.Generator(policy.device).manual_seed(seed)
     pad_id = tokenizer.pad_token_id
     stop_ids = {tokenizer.eos_token_id}
     eos_config = getattr(policy.generation_config, "eos_token_id", None)

@@ -213,6 +213,20 @@ def setup(cfg) -> Run:
                optimizer, engine, step, data_position, metrics)
 
 
+def fully_shard_policy(policy: update.Policy, mesh=None) -> update.Policy:
+    """FSDP2 (torch's `fully_shard`), the same on CPU and GPU: each decoder layer is a unit, the
+    rest (embeddings, final norm, output layer, tied or not) is the root's. Compute in bf16 over
+    fp32 master weights, gradients reduced in fp32, and the output NOT cast: the log-probs stay
+    fp32 (PPO ratios, TIS weights and the monitors compare them to each other)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    precision = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in policy.model.base_model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=precision)
+    fully_shard(policy, mesh=mesh, mp_policy=precision)
+    return policy
+
+
 # ---- config.json: what a resumed run may change ------------------------------------------------
 
 

@@ -1,0 +1,251 @@
+"""One GPU, one command: what the paper-scale step costs on it, before renting eight.
+
+No download: a model of the paper's base model's shape (Qwen2 1.5B: 28 layers, hidden 1536,
+vocabulary 151,936, untied output layer) is built from its config with random weights, which is
+all speed and memory need. Each row of the table is one measurement:
+
+- update: the trainer's policy-gradient step (update.batch_logprobs for π_old, then
+  update.ppo_update) on fp32 master weights with bf16 autocast (accelerate's mixed precision, what
+  a one-GPU `accelerate launch --mixed_precision bf16` run takes) and activation checkpointing:
+  tokens/s, MFU (6·params + attention FLOPs per token, against the GPU's dense bf16 peak), peak
+  memory;
+- fsdp2: the same step with the policy sharded by run.fully_shard_policy (the trainer's FSDP2 path)
+  on a one-process NCCL group, and whether its log-probs stay fp32;
+- generate: the hf engine (rollout.generate) at N=16 and N=512 with equal samples, fp32 weights
+  (what the trainer samples with when vLLM is absent) and a bf16 copy;
+- checkpoint: run.save_checkpoint of the policy and AdamW state, and accelerate's load_state back.
+
+    python bench/gpu_check.py                  # about 5 minutes on one H100
+    python bench/gpu_check.py --only update generate --json /tmp/gpu.json
+
+It stops in one line on a machine without a usable CUDA GPU.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import rollout  # noqa: E402
+import update  # noqa: E402
+
+# DeepSeek-R1-Distill-Qwen-1.5B's config.json: the shape of the paper's ProRLv2 base model
+QWEN2_1P5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
+                  num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
+                  max_position_embeddings=131072, rope_theta=10000.0, rms_norm_eps=1e-6,
+                  tie_word_embeddings=False)
+# dense bf16 peak TFLOP/s by device name (vendor data sheets)
+PEAK_BF16_TFLOPS = {"H100 PCIe": 756, "H100 NVL": 835, "H100": 989, "H200": 989, "A100": 312,
+                    "L40S": 362, "B200": 2250}
+SECTIONS = ("update", "fsdp2", "generate", "checkpoint")
+
+
+def peak_tflops() -> float | None:
+    name = torch.cuda.get_device_name()
+    return next((v for key, v in PEAK_BF16_TFLOPS.items() if key in name), None)
+
+
+def build_model(layers: int):
+    import transformers
+
+    config = transformers.Qwen2Config(**{**QWEN2_1P5B, "num_hidden_layers": layers})
+    with torch.device("cuda"):
+        model = transformers.Qwen2ForCausalLM(config)
+    return model
+
+
+class IdTokenizer:
+    """What rollout.generate needs of a tokenizer, for a model without one."""
+
+    pad_token_id, eos_token_id = 0, 1
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [" ".join(map(str, row)) for row in rows]
+
+
+def random_batch(rows: int, prompt_len: int, response_len: int, vocab: int) -> update.TrainBatch:
+    g = torch.Generator().manual_seed(0)
+    return update.TrainBatch(
+        prompt_ids=torch.randint(2, vocab, (rows, prompt_len), generator=g),
+        prompt_mask=torch.ones(rows, prompt_len, dtype=torch.long),
+        response_ids=torch.randint(2, vocab, (rows, response_len), generator=g),
+        response_mask=torch.ones(rows, response_len, dtype=torch.long),
+        advantages=torch.randn(rows, generator=g))
+
+
+def flops_per_token(model, seq_len: int) -> float:
+    """Forward + backward: 6 per weight that multiplies (all but the input embedding) plus causal
+    attention (QKᵀ and AV over half the context on average, times 3)."""
+    config = model.config
+    weights = (sum(p.numel() for p in model.parameters())
+               - model.get_input_embeddings().weight.numel())
+    return 6 * weights + 6 * config.num_hidden_layers * seq_len * config.hidden_size
+
+
+def timed(fn, *args, **kwargs):
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    torch.cuda.synchronize()
+    return out, time.perf_counter() - start
+
+
+def update_rows(args, policy, optimizer, model, label: str) -> list[dict]:
+    cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=args.micro_batch_tokens,
+                              logprob_chunk_tokens=4096)
+    batch = random_batch(args.rows, args.prompt_len, args.response_len, model.config.vocab_size)
+    tokens = args.rows * (args.prompt_len + args.response_len)
+    update.ppo_update(policy, optimizer, batch, update.batch_logprobs(policy, batch, cfg), cfg)
+    torch.cuda.reset_peak_memory_stats()
+    old, logprob_s = timed(update.batch_logprobs, policy, batch, cfg)
+    stats, update_s = timed(update.ppo_update, policy, optimizer, batch, old, cfg)
+    peak = peak_tflops()
+    achieved = flops_per_token(model, args.prompt_len + args.response_len) * tokens / update_s
+    bf16_representable = bool((old == old.bfloat16().float()).all())
+    return [{"check": label, "tokens/s (fwd+bwd+AdamW)": round(tokens / update_s),
+             "MFU": f"{100 * achieved / peak / 1e12:.1f}%" if peak else "n/a",
+             "log-prob pass tokens/s": round(tokens / logprob_s),
+             "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1),
+             "log-probs": f"{old.dtype}, {'all' if bf16_representable else 'not all'} "
+                          "bf16-representable",
+             "finite loss": math.isfinite(stats["loss"])}]
+
+
+def check_update(args) -> list[dict]:
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = build_model(args.layers)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    policy = update.Policy(model)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+    rows = update_rows(args, policy, optimizer, model, "update (fp32 master, bf16 autocast)")
+    del policy, optimizer, model
+    accelerator.free_memory()
+    return rows
+
+
+def check_fsdp2(args) -> list[dict]:
+    import torch.distributed as dist
+
+    from run import fully_shard_policy
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        model = build_model(args.layers)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy = fully_shard_policy(update.Policy(model))
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+        rows = update_rows(args, policy, optimizer, model, "fsdp2, 1 process (bf16 params)")
+        del policy, optimizer, model
+    finally:
+        dist.destroy_process_group()
+    torch.cuda.empty_cache()
+    return rows
+
+
+def check_generate(args) -> list[dict]:
+    model = build_model(args.layers).eval()
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        model.to(dtype)
+        for n in (16, 512):
+            prompts = [[2 + (p * 7919 + t) % 5000 for t in range(args.gen_prompt_len)]
+                       for p in range(args.gen_samples // n)]
+            params = rollout.SamplingParams(n=n, max_new_tokens=args.gen_tokens,
+                                            max_batch_seqs=args.gen_samples)
+            generator = torch.Generator().manual_seed(0)
+            torch.cuda.reset_peak_memory_stats()
+            out, seconds = timed(rollout.generate, model, IdTokenizer(), prompts, params,
+                                 generator)
+            samples = len(out.texts)
+            rows.append({"check": f"generate hf, {str(dtype).split('.')[1]}, N={n} x "
+                                  f"{len(prompts)} prompts",
+                         "samples/s": round(samples / seconds, 1),
+                         "tokens/s": round(int(out.response_mask.sum()) / seconds),
+                         "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1)})
+    del model
+    torch.cuda.empty_cache()
+    return rows
+
+
+def check_checkpoint(args) -> list[dict]:
+    from accelerate import Accelerator
+
+    from run import save_checkpoint
+
+    accelerator = Accelerator(mixed_precision="bf16")
+    model = build_model(args.layers)
+    policy = update.Policy(model)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+    cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=4096)
+    batch = random_batch(2, 16, 16, model.config.vocab_size)
+    update.ppo_update(policy, optimizer, batch, update.batch_logprobs(policy, batch, cfg), cfg)
+    with tempfile.TemporaryDirectory(dir=args.scratch) as folder:
+        _, save_s = timed(save_checkpoint, Path(folder), 1, accelerator, policy,
+                          _SavableTokenizer(), {"step": 1}, keep=1)
+        checkpoint = Path(folder) / "checkpoints" / "step_000001"
+        size = sum(f.stat().st_size for f in checkpoint.rglob("*") if f.is_file())
+        _, load_s = timed(accelerator.load_state, checkpoint / "state")
+    del policy, optimizer, model
+    accelerator.free_memory()
+    return [{"check": "checkpoint (policy + AdamW, fp32)", "save s": round(save_s, 1),
+             "load s": round(load_s, 1), "size GB": round(size / 1e9, 1)}]
+
+
+class _SavableTokenizer(IdTokenizer):
+    def save_pretrained(self, folder):
+        Path(folder, "tokenizer_config.json").write_text("{}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
+                        help="run only these checks")
+    parser.add_argument("--layers", type=int, default=QWEN2_1P5B["num_hidden_layers"],
+                        help="decoder layers of the 1.5B-shaped model (fewer: a quicker look)")
+    parser.add_argument("--rows", type=int, default=32, help="rollouts in the update's batch")
+    parser.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
+    parser.add_argument("--response-len", type=int, default=1536, help="response tokens per row")
+    parser.add_argument("--micro-batch-tokens", type=int, default=32768,
+                        help="tokens per forward/backward pass (the paper preset's)")
+    parser.add_argument("--gen-samples", type=int, default=512,
+                        help="samples per generation check (N=16 and N=512 alike)")
+    parser.add_argument("--gen-prompt-len", type=int, default=256, help="prompt tokens")
+    parser.add_argument("--gen-tokens", type=int, default=256, help="tokens generated per sample")
+    parser.add_argument("--scratch", default=None, help="where the checkpoint check writes")
+    parser.add_argument("--json", default=None, help="also write the rows here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("error: no CUDA GPU usable by torch here (nvidia-smi, and a driver >= 580 for the "
+                 "pinned torch): gpu_check measures a GPU")
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, CUDA {torch.version.cuda}")
+    rows = []
+    for section in args.only:
+        start = time.time()
+        try:
+            new = globals()[f"check_{section}"](args)
+        except Exception as e:  # one failed check must not hide the others' numbers
+            new = [{"check": section, "error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}]
+        for row in new:
+            row["wall s"] = round(time.time() - start, 1)
+            print(json.dumps(row), flush=True)
+        rows += new
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
