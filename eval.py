@@ -27,6 +27,7 @@ at T=1 and at T=0.6 are different numbers for one model).
 import argparse
 import hashlib
 import json
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -208,7 +209,9 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
                                     max_batch_seqs=settings.max_batch_seqs)
     stats = reward.VerifyStats()
     todo = [r for r in records if (name, r["id"]) not in log.done]
-    per_batch = settings.problems_per_batch or max(1, settings.max_batch_seqs // settings.samples)
+    # batches of at most max_batch_seqs sequences, and at least one for every process
+    per_batch = settings.problems_per_batch or max(1, min(
+        settings.max_batch_seqs // settings.samples, math.ceil(len(todo) / shard.count)))
     starts, done_before = list(range(0, len(todo), per_batch)), len(log.done)
     for round_start in range(0, len(starts), shard.count):
         rows = []

@@ -56,6 +56,13 @@ class Run:
     step: int  # the last step done: 0, or the resumed checkpoint's
     data_position: int  # how many training prompts the run has drawn so far
     metrics: "MetricsLog | None"  # the main process's; None on the others
+    # FSDP2 with the hf engine: a whole (unsharded) copy of the model that samples, refreshed from
+    # the shards after every update (like a vLLM engine's weights); None otherwise
+    hf_sampler: torch.nn.Module | None = None
+
+    @property
+    def sharded(self) -> bool:
+        return is_sharded(self.policy)
 
     @property
     def main_process(self) -> bool:
@@ -77,7 +84,7 @@ class Run:
     @property
     def sampler(self):
         """What rollouts and evals generate with: the vLLM engine, or the policy's own model."""
-        return self.engine or self.accelerator.unwrap_model(self.policy).model
+        return self.engine or self.hf_sampler or self.accelerator.unwrap_model(self.policy).model
 
     def engine_sleep(self) -> None:
         """Hand the GPU memory of the vLLM engine to the update."""
@@ -88,7 +95,22 @@ class Run:
         """Load the updated weights into the vLLM engine: the next rollouts sample the new
         policy."""
         if self.engine is not None:
+            if self.sharded:
+                reshard(self.policy)
             self.engine.wake_up(self.accelerator.unwrap_model(self.policy).model)
+        if self.hf_sampler is not None:
+            copy_full_weights(self.policy, self.hf_sampler)
+
+    def reset_reference(self) -> None:
+        """π_ref <- π_θ (ProRL's reference reset), shard by shard under FSDP2."""
+        if self.sharded:
+            reshard(self.policy)
+            reshard(self.ref_policy)
+        with torch.no_grad():
+            for ref, param in zip(self.ref_policy.parameters(),
+                                  self.accelerator.unwrap_model(self.policy).parameters(),
+                                  strict=True):
+                ref.copy_(param)
 
     def mean_over_processes(self, scalars: dict, summed: tuple[str, ...]) -> dict:
         """Each scalar's mean over processes (equal shares of prompts), the `summed` ones' sum."""
@@ -104,8 +126,10 @@ class Run:
         """An atomic checkpoint of this step (every process calls this)."""
         trainer_state = {"step": step, "data_position": self.data_position,
                          "config": dataclasses.asdict(cfg)}
+        sharded = (sharded_state(self.policy, self.optimizer, self.ref_policy) if self.sharded
+                   else None)
         save_checkpoint(self.output_dir, step, self.accelerator, self.policy, self.tokenizer,
-                        trainer_state, cfg.keep_checkpoints)
+                        trainer_state, cfg.keep_checkpoints, sharded)
 
     def close(self) -> None:
         if self.metrics is not None:
@@ -134,6 +158,10 @@ def setup(cfg) -> Run:
     main_process = accelerator.is_main_process
     rank, processes = accelerator.process_index, accelerator.num_processes
     check_launch(accelerator.distributed_type, processes)
+    sharding = wants_fsdp()
+    if sharding and cfg.init_from:
+        raise InputError("--init-from is not supported under FSDP yet: start the run with one "
+                         "process or DDP (configs/ddp_cpu.yaml), or resume an FSDP run")
     output_dir = Path(cfg.output_dir)
     if main_process:
         check_output_dir(output_dir)
@@ -148,8 +176,6 @@ def setup(cfg) -> Run:
         raise InputError(f"prompts_per_step ({cfg.prompts_per_step}) must be divisible by the "
                          f"{processes} processes")
     engine_name = rollout.default_engine() if cfg.engine == "auto" else cfg.engine
-    if accelerator.distributed_type == DistributedType.FSDP and engine_name == "hf":
-        raise InputError("FSDP shards the model across processes: generate with --engine vllm")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     train_tasks, test_tasks = load_tasks(cfg.train_data), load_tasks(cfg.test_data)
@@ -174,14 +200,22 @@ def setup(cfg) -> Run:
         rollout.check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ref_policy = (update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0
-                  else None)
-    policy = update.Policy(model)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    policy, optimizer = accelerator.prepare(policy, optimizer)
-    if ref_policy is not None:
-        # sharded under FSDP, not DDP-wrapped
-        ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)
+    hf_sampler = None
+    if sharding:
+        policy, ref_policy, hf_sampler = fsdp2_models(accelerator, model, cfg.kl_coef > 0,
+                                                      engine_name == "hf")
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr,
+                                      weight_decay=cfg.weight_decay)
+    else:
+        ref_policy = (update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0
+                      else None)
+        policy = update.Policy(model)
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr,
+                                      weight_decay=cfg.weight_decay)
+        policy, optimizer = accelerator.prepare(policy, optimizer)
+        if ref_policy is not None:
+            # moved to the device, not DDP-wrapped
+            ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)
     engine = None
     if engine_name == "vllm":
         engine = rollout.VLLMEngine(model_path,
@@ -196,6 +230,8 @@ def setup(cfg) -> Run:
     if checkpoint:
         # policy, reference, optimizer, this process's RNG
         accelerator.load_state(checkpoint / "state")
+        if sharding:
+            load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer, ref_policy)
         state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
         step, data_position = state["step"], state["data_position"]
         if main_process:
@@ -209,22 +245,114 @@ def setup(cfg) -> Run:
         metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
         settings_text = "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items())
         metrics.writer.add_text("config", settings_text)
+    if hf_sampler is not None:
+        copy_full_weights(policy, hf_sampler)
     return Run(accelerator, output_dir, train_tasks, test_tasks, tokenizer, policy, ref_policy,
-               optimizer, engine, step, data_position, metrics)
+               optimizer, engine, step, data_position, metrics, hf_sampler)
 
 
-def fully_shard_policy(policy: update.Policy, mesh=None) -> update.Policy:
+# ---- FSDP2: the project shards with torch's fully_shard itself, on CPU (gloo) and GPU alike ------
+
+
+def wants_fsdp(environ=os.environ) -> bool:
+    """The accelerate config asks for FSDP (`distributed_type: FSDP`, which `accelerate launch`
+    passes on as ACCELERATE_USE_FSDP)."""
+    return environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
+
+
+def is_sharded(module: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(module, FSDPModule)
+
+
+def fully_shard_policy(policy: update.Policy, bf16: bool = True, mesh=None) -> update.Policy:
     """FSDP2 (torch's `fully_shard`), the same on CPU and GPU: each decoder layer is a unit, the
-    rest (embeddings, final norm, output layer, tied or not) is the root's. Compute in bf16 over
-    fp32 master weights, gradients reduced in fp32, and the output NOT cast: the log-probs stay
-    fp32 (PPO ratios, TIS weights and the monitors compare them to each other)."""
+    rest (embeddings, final norm, output layer, tied or not) is the root's. With `bf16`: compute in
+    bf16 over fp32 master weights; gradients are reduced in fp32 and the output is NOT cast, so the
+    log-probs stay fp32 (PPO ratios, TIS weights and the monitors compare them to each other)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    precision = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    precision = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None,
+                                     reduce_dtype=torch.float32)
     for layer in policy.model.base_model.layers:
         fully_shard(layer, mesh=mesh, mp_policy=precision)
     fully_shard(policy, mesh=mesh, mp_policy=precision)
     return policy
+
+
+def fsdp2_models(accelerator: Accelerator, model, with_reference: bool, hf_engine: bool):
+    """(policy, reference or None, hf sampler or None) under FSDP2, from the model every process
+    loaded. Rank 0's weights are broadcast first: with the configs' cpu_ram_efficient_loading,
+    transformers loads them on local rank 0 only and zeroes them elsewhere. The reference is
+    sharded like the policy (its KL forward runs where the policy's does)."""
+    if accelerator.mixed_precision not in ("no", "bf16"):
+        raise InputError(f"mixed_precision '{accelerator.mixed_precision}' under FSDP: use bf16 "
+                         "(or 'no')")
+    if os.environ.get("FSDP_VERSION", "1") != "2":
+        raise InputError("the accelerate config asks for FSDP version 1: set fsdp_version: 2 "
+                         "(the project shards with FSDP2)")
+    model.to(accelerator.device)
+    with torch.no_grad():
+        for tensor in model.state_dict().values():
+            torch.distributed.broadcast(tensor, src=0)
+    bf16 = accelerator.mixed_precision == "bf16"
+    hf_sampler = copy.deepcopy(model).requires_grad_(False) if hf_engine else None
+    reference = (fully_shard_policy(update.Policy(copy.deepcopy(model).requires_grad_(False)), bf16)
+                 if with_reference else None)
+    return fully_shard_policy(update.Policy(model), bf16), reference, hf_sampler
+
+
+def reshard(module: torch.nn.Module) -> None:
+    """Back to fp32 shards everywhere: FSDP2 leaves the root unit's parameters gathered (in the
+    compute dtype) after a forward, for the backward that usually follows."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for unit in module.modules():
+        if isinstance(unit, FSDPModule):
+            unit.reshard()
+
+
+def copy_full_weights(policy: update.Policy, plain: torch.nn.Module) -> None:
+    """`plain` <- the whole tensors of the FSDP2-sharded policy's model (every process gathers the
+    same tensors in the same order)."""
+    reshard(policy)
+    with torch.no_grad():
+        for (name, shard), (plain_name, param) in zip(policy.model.named_parameters(),
+                                                       plain.named_parameters(), strict=True):
+            assert name == plain_name, (name, plain_name)
+            param.copy_(shard.full_tensor())
+
+
+# the checkpoint's state/ subfolder of FSDP2 shards (torch.distributed.checkpoint)
+SHARDED = "sharded"
+
+
+def sharded_state(policy, optimizer, ref_policy) -> dict:
+    """The FSDP2 state of a run, as torch.distributed.checkpoint saves and loads it: every process
+    writes and reads its own shards."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    reshard(policy)
+    if ref_policy is not None:
+        reshard(ref_policy)
+    policy_state, optimizer_state = get_state_dict(policy, optimizer)
+    state = {"policy": policy_state, "optimizer": optimizer_state}
+    if ref_policy is not None:
+        state["reference"] = get_model_state_dict(ref_policy)
+    return state
+
+
+def load_sharded_state(folder: Path, policy, optimizer, ref_policy) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+
+    state = sharded_state(policy, optimizer, ref_policy)
+    dcp.load(state, checkpoint_id=folder)
+    set_state_dict(policy, optimizer, model_state_dict=state["policy"],
+                   optim_state_dict=state["optimizer"])
+    if ref_policy is not None:
+        set_model_state_dict(ref_policy, state["reference"])
 
 
 # ---- config.json: what a resumed run may change ------------------------------------------------
@@ -338,23 +466,37 @@ def check_output_dir(output_dir: Path) -> None:
 
 
 def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer,
-                    state: dict, keep: int) -> Path:
+                    state: dict, keep: int, sharded: dict | None = None) -> Path:
     """`model/`: the policy as save_pretrained (what eval.py and from_pretrained load); `state/`:
-    accelerate's save_state (policy, reference policy, optimizer, every process's RNG; sharded under
-    FSDP); `trainer_state.pt`: step and data position, written last. Every process calls this."""
+    accelerate's save_state (policy, reference policy, optimizer, every process's RNG) and, under
+    FSDP2, `sharded` (the `sharded_state`: every process's shards); `trainer_state.pt`: step and
+    data position, written last. Every process calls this."""
     root = output_dir / "checkpoints"
     final, tmp = root / f"step_{step:06d}", root / f".step_{step:06d}.tmp"
     if accelerator.is_main_process:
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "state").mkdir(parents=True)  # before any process writes its RNG state there
     accelerator.wait_for_everyone()
-    weights = accelerator.get_state_dict(policy)  # gathered on the main process under FSDP
+    if sharded is None:
+        weights = accelerator.get_state_dict(policy)
+    else:  # gathered on the main process
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        weights = get_model_state_dict(policy, options=StateDictOptions(full_state_dict=True,
+                                                                        cpu_offload=True))
+        # a tied weight once, under the name its module registered first (as without sharding)
+        names = {name for name, _ in [*policy.named_parameters(), *policy.named_buffers()]}
+        weights = {name: tensor for name, tensor in weights.items() if name in names}
     if accelerator.is_main_process:
         accelerator.unwrap_model(policy).model.save_pretrained(
             tmp / "model",
             state_dict={name.removeprefix("model."): tensor for name, tensor in weights.items()})
         tokenizer.save_pretrained(tmp / "model")
     accelerator.save_state(tmp / "state")
+    if sharded is not None:
+        import torch.distributed.checkpoint as dcp
+
+        dcp.save(sharded, checkpoint_id=tmp / "state" / SHARDED)
     accelerator.wait_for_everyone()
     # the size of every file, so a damaged checkpoint is recognised on resume
     if accelerator.is_main_process:
@@ -446,17 +588,8 @@ def check_gpus_usable() -> None:
 
 
 def check_launch(distributed_type: DistributedType, processes: int, environ=os.environ) -> None:
-    """Refuse a launch that would silently run something other than its accelerate config. On a
-    machine without GPUs accelerate runs an FSDP config as plain data parallelism
-    (`Accelerator(cpu=True)`: unsharded state, no FSDP code path) or, with `cpu=False`, as
-    independent single processes (`DistributedType.NO`) that all write the same output folder. FSDP
-    on CPU is not available through accelerate (its FSDP setup covers accelerator devices only), so
-    both are refused."""
-    wants_fsdp = environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
-    if wants_fsdp and distributed_type != DistributedType.FSDP:
-        raise InputError(f"the accelerate config asks for FSDP, which needs GPUs; here it would "
-                         f"run as {distributed_type.value} instead: use configs/ddp_cpu.yaml on a "
-                         "machine without GPUs")
+    """Refuse a launch that would silently run something other than its accelerate config: several
+    processes that each run alone (`DistributedType.NO`) and all write the same output folder."""
     launched = int(environ.get("WORLD_SIZE", "1"))
     if launched != processes:
         raise InputError(f"launched as {launched} processes, but each would run alone "

@@ -637,7 +637,7 @@ def train(cfg: Config) -> Path:
         update_stats = policy_update(run, batch, update_cfg, step_generator(cfg, step, 1, run.rank))
         if run.ref_policy is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
             # ProRL's reference reset; the optimizer state is kept
-            run.ref_policy.load_state_dict(run.accelerator.unwrap_model(run.policy).state_dict())
+            run.reset_reference()
         shrink = watch.after(run.policy)
         run.engine_wake()  # vLLM loads the updated weights: the next rollouts sample them
 

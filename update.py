@@ -509,7 +509,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
                 token_mean = loss_tok.sum() * processes / n_tokens  # over the whole mini-batch
                 token_mean.backward()
                 if ref is not None:
-                    stats["kl"] += float(kl.sum())
+                    stats["kl"] += float(kl.detach().sum())
             stats["loss"] += float(loss_tok.detach().sum())
             stats["clip_frac"] += float((was_clipped * mask).sum())
             stats["entropy"] += float((entropy * mask).sum())

@@ -151,6 +151,25 @@ def test_two_shards_each_score_half_the_batches_and_get_one_process_numbers(untr
     assert rows_sent == [3 * 2 * 2, 2 * 2 * 2]
 
 
+def test_every_process_gets_problems_when_all_fit_in_one_batch(untrained_policy):
+    """The trainer's in-training eval at paper settings: 64 problems x 4 samples fit one batch of
+    1,024 sequences, which must not all go to process 0 while the others wait."""
+    model, tokenizer = untrained_policy
+    records = [{**t, "id": str(i)} for i,
+               t in enumerate(load_tasks(ROOT / "data" / "arith_test.jsonl")[:6])]
+    settings = EvalSettings(samples=2, max_new_tokens=4, max_batch_seqs=1024)
+    gather = ThreadedGather(2)
+    threads = [threading.Thread(target=run_benchmark, args=(model, tokenizer, "arith", records,
+                                                             settings, None, gather.shard(index)))
+               for index in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    rows_sent = [sum(len(item) for item in sent if isinstance(item, list)) for sent in gather.sent]
+    assert rows_sent == [3 * 2, 3 * 2]
+
+
 def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refuses_and_keeps_the_samples(  # noqa: E501 (test name)
         untrained_model_dir, tmp_path):
     out = tmp_path / "run.json"
