@@ -457,9 +457,10 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
 
 def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_path):
     # --total-steps 0: only the step-0 eval, which is then the final one and writes eval.json and
-    # its samples; 16-sequence batches deal 4 batches of the 32 test problems (and of rg/gcd's) out
-    # to the 2 processes
-    args = ["train_brorl.py", "--preset", "smoke", "--total-steps", "0", "--gen-batch-seqs", "16",
+    # its samples; 8-sequence batches deal 8 batches of the 32 test problems and 3 of rg/gcd's 10
+    # out to the 2 processes (batches of 4 problems, for one process as for two: each process gets
+    # at least one batch only when there are fewer problems than that)
+    args = ["train_brorl.py", "--preset", "smoke", "--total-steps", "0", "--gen-batch-seqs", "8",
             "--threads", "1", "--eval-benchmarks", "rg/gcd", "--process-group-timeout-min", "5"]
     run_script(*args, "--output-dir", str(tmp_path / "one"))
     accelerate_launch(*args, "--output-dir", str(tmp_path / "two"))
