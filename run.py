@@ -204,14 +204,13 @@ def setup(cfg) -> Run:
     if sharding:
         policy, ref_policy, hf_sampler = fsdp2_models(accelerator, model, cfg.kl_coef > 0,
                                                       engine_name == "hf")
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr,
-                                      weight_decay=cfg.weight_decay)
     else:
         ref_policy = (update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0
                       else None)
         policy = update.Policy(model)
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr,
-                                      weight_decay=cfg.weight_decay)
+    # over the shards under FSDP2 (fully_shard replaced the parameters)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if not sharding:
         policy, optimizer = accelerator.prepare(policy, optimizer)
         if ref_policy is not None:
             # moved to the device, not DDP-wrapped
