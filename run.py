@@ -154,7 +154,8 @@ def setup(cfg) -> Run:
     process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
     # (else no process group on CPU)
     accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),
-                              kwargs_handlers=[process_group])
+                              mixed_precision=None if cfg.mixed_precision == "auto"
+                              else cfg.mixed_precision, kwargs_handlers=[process_group])
     main_process = accelerator.is_main_process
     rank, processes = accelerator.process_index, accelerator.num_processes
     check_launch(accelerator.distributed_type, processes)
@@ -192,7 +193,8 @@ def setup(cfg) -> Run:
                       else str(Path(cfg.init_from) / "model") if cfg.init_from
                       else str(ensure_tiny_model()) if cfg.model == "tiny" else cfg.model)
     revision = None if checkpoint or cfg.init_from else cfg.model_revision
-    model, tokenizer = rollout.load_policy(model_path, cfg.dtype, "cpu", revision)
+    # fp32 master weights; bf16 compute, when asked for, is accelerate's autocast or FSDP2's policy
+    model, tokenizer = rollout.load_policy(model_path, "float32", "cpu", revision)
     context = min(getattr(model.config, "max_position_embeddings", math.inf),
                   cfg.vllm_max_model_len or math.inf)
     prompt_limit = context - cfg.max_new_tokens
@@ -217,9 +219,10 @@ def setup(cfg) -> Run:
             ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)
     engine = None
     if engine_name == "vllm":
+        compute_dtype = "bfloat16" if accelerator.mixed_precision == "bf16" else "float32"
         engine = rollout.VLLMEngine(model_path,
-                                    dtype=cfg.dtype if cfg.vllm_dtype == "auto" else cfg.vllm_dtype,
-                                    revision=revision, seed=cfg.seed + rank,
+                                    dtype=compute_dtype if cfg.vllm_dtype == "auto"
+                                    else cfg.vllm_dtype, revision=revision, seed=cfg.seed + rank,
                                     request_seeds=cfg.vllm_request_seeds,
                                     max_model_len=cfg.vllm_max_model_len or None,
                                     max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
@@ -365,12 +368,12 @@ RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoint
 
 
 def upgrade_saved_config(saved: dict) -> dict:
-    """A config.json written before `normalize_std` became an advantage of its own: grpo with
-    normalize_std false was Dr. GRPO's mean-only baseline, which is now `--advantage dr_grpo`."""
-    if "normalize_std" not in saved:
-        return saved
-    upgraded = {key: value for key, value in saved.items() if key != "normalize_std"}
-    if saved["normalize_std"] is False and saved.get("advantage") == "grpo":
+    """A config.json of an earlier version of the trainer, in today's terms: `normalize_std` false
+    with grpo was Dr. GRPO's mean-only baseline (now `--advantage dr_grpo`); `dtype` float32 was
+    the fp32 master weights every run now has (a half-precision one stays unknown: refused)."""
+    upgraded = {key: value for key, value in saved.items()
+                if key != "normalize_std" and (key, value) != ("dtype", "float32")}
+    if saved.get("normalize_std") is False and saved.get("advantage") == "grpo":
         upgraded["advantage"] = "dr_grpo"
     return upgraded
 

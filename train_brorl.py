@@ -73,7 +73,8 @@ class Config:
 
     # ---- run ----
     preset: str = "cpu-demo"
-    """named overrides applied before the other flags: cpu-demo, smoke, brorl-paper, prorl-paper"""
+    """named overrides applied before the other flags: cpu-demo, smoke, brorl-paper, prorl-paper,
+    brorl-1gpu"""
     output_dir: str | None = None
     """where logs and checkpoints go (default: runs/<preset>__<seed>__<unix time>)"""
     resume: bool = False
@@ -86,6 +87,8 @@ class Config:
     """auto: the GPU accelerate assigns this process when there is one; cpu: never use a GPU"""
     threads: int = 0
     """torch CPU threads (0: torch's default)"""
+    mixed_precision: Literal["auto", "no", "bf16"] = "auto"
+    """bf16: compute in bf16 over fp32 master weights (always fp32); auto: the launch config's"""
     process_group_timeout_min: float = 60.0
     """minutes a process waits for the others at a collective (a 1.5B save takes long)"""
     # ---- model and data ----
@@ -93,8 +96,6 @@ class Config:
     """policy: a save_pretrained directory, a hub name, or 'tiny' (the warmed-up toy model)"""
     model_revision: str | None = None
     """hub revision (branch, tag or commit) when --model is a hub name"""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """parameter dtype of the policy"""
     train_data: str = str(DATA_DIR / "arith_train.jsonl")
     """training tasks (jsonl with prompt, answer, task)"""
     test_data: str = str(DATA_DIR / "arith_test.jsonl")
@@ -119,7 +120,7 @@ class Config:
     engine: Literal["auto", "hf", "vllm"] = "auto"
     """rollouts: hf (transformers), vllm (colocated); auto: vllm when installed with a GPU"""
     vllm_dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """vLLM weight dtype (auto: --dtype; bf16 sampling beside fp32 training: see tis_cap)"""
+    """vLLM weight dtype (auto: bfloat16 under bf16 mixed precision, else float32; see tis_cap)"""
     gpu_memory_utilization: float = 0.5
     """vLLM: share of GPU memory for its weights and KV cache (the trainer needs the rest)"""
     vllm_max_model_len: int = 0
@@ -213,8 +214,8 @@ LR_PRORL = 2e-6  # open for BroRL (η_0): ProRL v1's constant learning rate
 PAPER_RECIPE = dict(
     model="nvidia/Nemotron-Research-Reasoning-Qwen-1.5B",
     model_revision=None,  # must be given: the ProRLv2 commit of the repository (see validate())
-    # fp32 master weights; the accelerate config adds bf16 autocast (FSDP mixed precision)
-    dtype="float32",
+    # fp32 master weights (the trainer's only kind: pure-bf16 AdamW steps of lr 2e-6 round away)
+    mixed_precision="bf16",
     vllm_dtype="bfloat16",
     train_data=str(DATA_DIR / "paper_mix_train.jsonl"),  # python data/make_paper_mix.py
     test_data=str(DATA_DIR / "paper_mix_val.jsonl"),
@@ -258,6 +259,14 @@ PRESETS["brorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step
 # Table 1: +191 BroRL steps vs +535 ProRL steps
 PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step=PROMPTS_PRORL,
                               total_steps=535, lr=LR_PRORL)
+# One 80 GB GPU, `python train_brorl.py --preset brorl-1gpu --model-revision REV`: the recipe with
+# BroRL's N=512 over 16 prompts, ProRL's batch B_0 (8,192 samples), so η = η_0 by the square-root
+# rule (open: the paper ran 8+ GPUs). Memory at 1.78B: fp32 weights and AdamW's moments stay on the
+# GPU while vLLM samples (16 bytes per parameter, gradients freed: 21 GB of 80); vLLM takes 60% (48
+# GB: bf16 weights 3.6, the rest KV cache, ~1.4M tokens); the update is bf16 autocast with
+# activation checkpointing.
+PRESETS["brorl-1gpu"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=16, lr=LR_PRORL,
+                             total_steps=200, gpu_memory_utilization=0.6, verify_workers=8)
 
 
 def validate(cfg: Config) -> None:
@@ -331,7 +340,12 @@ def parse_config(argv: list[str] | None = None) -> Config:
     pre.add_argument("--preset", default=Config.preset)
     pre.add_argument("--output-dir", "--output_dir")
     pre.add_argument("--resume", action="store_true")
+    pre.add_argument("--dtype")
     known = pre.parse_known_args(argv)[0]
+    if known.dtype:
+        raise InputError("--dtype: the trainer keeps fp32 master weights (AdamW's small steps "
+                         "round away in bf16); compute in bf16 with --mixed-precision bf16, "
+                         "sample in bf16 with --vllm-dtype bfloat16")
     saved = (saved_config(Path(known.output_dir), Config) if known.resume and known.output_dir
              else None)
     if saved is None and known.preset not in PRESETS:

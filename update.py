@@ -519,6 +519,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         stats["grad_norm"] += float(grad_norm) / cfg.minibatches
         optimizer.step()
         tokens_seen += float(local_tokens)
+    optimizer.zero_grad(set_to_none=True)  # the gradients' memory goes to the sampler, not idle
     policy.eval()
     for key in ("loss", "clip_frac", "kl", "entropy"):
         stats[key] /= max(tokens_seen, 1)

@@ -49,7 +49,7 @@ def brorl_step_times(args, workdir: Path) -> list[float]:
         "--total-steps", str(args.steps),
         "--max-new-tokens", str(args.max_new_tokens), "--minibatches", "1",
         "--eval-every", "100000",
-        "--dtype", "float32", "--temperature", "1.0", "--top-p", "1.0", "--eps-low", "0.2",
+        "--mixed-precision", "no", "--temperature", "1.0", "--top-p", "1.0", "--eps-low", "0.2",
         "--eps-high", "0.28", "--kl-coef", "0", "--lr", "1e-4", "--no-gradient-checkpointing",
         "--eval-max-problems", "1", "--eval-samples", "1", "--output-dir", str(workdir / "brorl"),
     ])

@@ -98,6 +98,34 @@ def test_paper_preset_demands_a_pinned_revision():
         train_brorl.parse_config(["--preset", "brorl-paper"])
 
 
+def test_the_one_gpu_preset_is_the_recipe_in_bf16_and_runs_at_tiny_size(tmp_path):
+    preset = {**dataclasses.asdict(train_brorl.Config()), **train_brorl.PRESETS["brorl-1gpu"]}
+    recipe = {key: value for key, value in train_brorl.PAPER_RECIPE.items()
+              if key not in ("gpu_memory_utilization", "verify_workers")}
+    assert recipe.items() <= preset.items()
+    assert (preset["n_rollouts"], preset["prompts_per_step"], preset["lr"]) == (512, 16, 2e-6)
+    assert (preset["mixed_precision"], preset["vllm_dtype"], preset["gradient_checkpointing"]
+            ) == ("bf16", "bfloat16", True)
+    # everything else of the preset as it is: bf16 autocast, checkpointing, KL, TIS, refills
+    tiny = ["--model", "tiny", "--train-data", str(ROOT / "data/arith_train.jsonl"),
+            "--test-data", str(ROOT / "data/arith_test.jsonl"), "--engine", "hf",
+            "--n-rollouts", "8", "--prompts-per-step", "2", "--max-new-tokens", "8",
+            "--total-steps", "2", "--eval-max-problems", "8", "--eval-benchmarks",
+            "--verify-workers", "1"]
+    out = tmp_path / "one-gpu"
+    run_script("train_brorl.py", "--preset", "brorl-1gpu", *tiny, "--output-dir", str(out))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [row for row in rows if "reward_mean" in row]
+    assert [row["step"] for row in train_rows] == [1, 2]
+    # the hf engine samples in fp32; the trainer's bf16 log-probs are measurably apart from them
+    assert all(row["mismatch_abs_mean"] > 1e-3 for row in train_rows)
+
+
+def test_a_half_precision_master_dtype_is_refused_in_one_line():
+    with pytest.raises(tasks.InputError, match="the trainer keeps fp32 master weights"):
+        train_brorl.parse_config(["--dtype", "bfloat16"])
+
+
 def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answer(tmp_path):
     # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: with sums of two or more digits,
     # every correct response is cut (one that ends in 4 tokens holds a single digit)
@@ -143,6 +171,15 @@ def test_a_config_json_saved_with_normalize_std_resumes_as_its_advantage(tmp_pat
     assert run.saved_config(tmp_path, train_brorl.Config).advantage == "dr_grpo"
     (tmp_path / "config.json").write_text(json.dumps({**saved, "normalize_std": True}))
     assert run.saved_config(tmp_path, train_brorl.Config).advantage == "grpo"
+
+
+def test_a_config_json_with_fp32_master_weights_resumes_and_a_bf16_one_is_refused(tmp_path):
+    saved = {**dataclasses.asdict(train_brorl.Config()), "dtype": "float32"}
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    assert run.saved_config(tmp_path, train_brorl.Config) == train_brorl.Config()
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "dtype": "bfloat16"}))
+    with pytest.raises(tasks.InputError, match=r"unknown keys: \['dtype'\]"):
+        run.saved_config(tmp_path, train_brorl.Config)
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path):

@@ -302,6 +302,8 @@ def test_update_raises_the_probability_of_positive_advantage_responses(untrained
     best, worst = int(batch.advantages.argmax()), int(batch.advantages.argmin())
     assert after[best] > before[best] and after[worst] < before[worst]
     assert stats["grad_norm"] > 0 and 0 <= stats["clip_frac"] <= 1
+    # freed: on a GPU their memory goes to the waking sampler
+    assert all(p.grad is None for p in updated.parameters())
 
 
 def test_shrinkage_monitor_on_a_constructed_case():
