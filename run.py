@@ -152,6 +152,9 @@ def setup(cfg) -> Run:
     if cfg.device == "auto":
         check_gpus_usable()
     process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
+    # the trainer builds the FSDP2 mesh of a parallelism_config itself (fsdp_mesh): accelerate's own
+    # refuses CPU processes
+    os.environ.pop("ACCELERATE_USE_PARALLELISM_CONFIG", None)
     # (else no process group on CPU)
     accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),
                               mixed_precision=None if cfg.mixed_precision == "auto"
@@ -298,11 +301,34 @@ def fsdp2_models(accelerator: Accelerator, model, with_reference: bool, hf_engin
     with torch.no_grad():
         for tensor in model.state_dict().values():
             torch.distributed.broadcast(tensor, src=0)
-    bf16 = accelerator.mixed_precision == "bf16"
+    bf16, mesh = accelerator.mixed_precision == "bf16", fsdp_mesh(accelerator)
     hf_sampler = copy.deepcopy(model).requires_grad_(False) if hf_engine else None
-    reference = (fully_shard_policy(update.Policy(copy.deepcopy(model).requires_grad_(False)), bf16)
-                 if with_reference else None)
-    return fully_shard_policy(update.Policy(model), bf16), reference, hf_sampler
+    reference = (fully_shard_policy(update.Policy(copy.deepcopy(model).requires_grad_(False)), bf16,
+                                    mesh) if with_reference else None)
+    return fully_shard_policy(update.Policy(model), bf16, mesh), reference, hf_sampler
+
+
+def fsdp_mesh(accelerator: Accelerator, environ=os.environ):
+    """The processes FSDP2 shards over: all of them (None), or, when the accelerate config has a
+    `parallelism_config` with dp_replicate_size R and dp_shard_size S, hybrid sharding (HSDP): each
+    weight sharded over S processes (a node's GPUs) and replicated R times (over nodes), so the
+    per-layer all-gathers stay inside a node and only the gradients cross the network."""
+    if environ.get("PARALLELISM_CONFIG_DP_REPLICATE_SIZE") is None:
+        return None
+    sizes = {name: int(environ.get(f"PARALLELISM_CONFIG_{name.upper()}_SIZE", "1"))
+             for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp")}
+    if sizes["tp"] * sizes["cp"] * sizes["sp"] != 1:
+        raise InputError("the accelerate config's parallelism_config asks for tensor, context or "
+                         "sequence parallelism: only dp_replicate_size and dp_shard_size are "
+                         "supported")
+    if sizes["dp_replicate"] * sizes["dp_shard"] != accelerator.num_processes:
+        raise InputError(f"parallelism_config: dp_replicate_size {sizes['dp_replicate']} x "
+                         f"dp_shard_size {sizes['dp_shard']} must equal the "
+                         f"{accelerator.num_processes} processes")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(accelerator.device.type, (sizes["dp_replicate"], sizes["dp_shard"]),
+                            mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
 def reshard(module: torch.nn.Module) -> None:

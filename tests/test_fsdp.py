@@ -19,6 +19,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
+from torch.distributed.checkpoint import FileSystemReader
 
 import rollout
 from conftest import ROOT, accelerate_launch
@@ -114,6 +115,43 @@ def test_fsdp2_in_bf16_follows_the_fp32_run_within_bf16_error(tmp_path):
     moved = sum(float((fp32[k] - start[k]).norm() ** 2) for k in fp32) ** 0.5
     apart = sum(float((fp32[k] - mixed[k]).norm() ** 2) for k in fp32) ** 0.5
     assert apart < 0.5 * moved, (apart, moved)  # measured 0.2x after 3 steps
+
+
+def four_process_config(tmp_path, hybrid: bool) -> str:
+    """configs/fsdp_cpu.yaml on 4 processes; `hybrid`: 2 replicas x 2 shards, as
+    configs/fsdp_multinode.yaml asks of 2 nodes x 8 GPUs."""
+    text = (ROOT / FSDP_CPU).read_text().replace("num_processes: 2", "num_processes: 4")
+    if hybrid:
+        text += ("parallelism_config:\n  parallelism_config_dp_replicate_size: 2\n"
+                 "  parallelism_config_dp_shard_size: 2\n")
+    path = tmp_path / f"{'hsdp' if hybrid else 'fsdp'}_4.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_hybrid_sharding_trains_what_full_sharding_trains_with_each_weight_in_half_as_many_shards(
+        tmp_path):
+    """HSDP (each weight sharded within a node and replicated across nodes: the multi-node
+    config) on 4 CPU processes as 2 "nodes" x 2: the same logged numbers and weights as FSDP2 over
+    all 4 in fp32, with every weight saved in 2 shards, not 4."""
+    args = [*RUN, "--prompts-per-step", "4", "--threads", "1", "--mixed-precision", "no"]
+    for hybrid in (False, True):
+        accelerate_launch(*args, "--output-dir", str(tmp_path / f"hybrid_{hybrid}"),
+                          config=four_process_config(tmp_path, hybrid))
+    full, hybrid = tmp_path / "hybrid_False", tmp_path / "hybrid_True"
+    for a, b in zip(rows(full), rows(hybrid), strict=True):
+        for key in LOGGED:
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), (a["step"], key)
+    full_weights, hybrid_weights = final_weights(full), final_weights(hybrid)
+    for name in full_weights:
+        assert torch.allclose(full_weights[name], hybrid_weights[name], atol=1e-6), name
+
+    def shards(run_dir) -> int:
+        sharded = rollout.latest_checkpoint(run_dir) / "state" / "sharded"
+        metadata = FileSystemReader(str(sharded)).read_metadata().state_dict_metadata
+        return len(metadata["policy.model.model.embed_tokens.weight"].chunks)
+    assert (shards(full), shards(hybrid)) == (4, 2)
 
 
 def test_fsdp2_killed_with_sigkill_resumes_bit_identically(tmp_path):
