@@ -729,8 +729,8 @@ def require_sandbox(tasks=None, unsafe_no_sandbox: bool = False) -> sandbox.Sand
                       RuntimeWarning, stacklevel=2)
         return box
     raise sandbox.SandboxUnavailable(
-        f"code tasks run untrusted programs, and {box.note}: install bubblewrap (apt-get install "
-        "bubblewrap), or pass --unsafe-no-sandbox to run them without isolation")
+        f"code tasks run untrusted programs, and {box.note}: {box.fix}, or pass "
+        "--unsafe-no-sandbox to run them without isolation")
 
 
 # ---- scoring -------------------------------------------------------------------------------------

@@ -257,6 +257,7 @@ class Sandbox:
     python: str  # interpreter the sandbox uid can run
     note: str = ""
     mounts: tuple[str, ...] = ()  # host directories it sees, read-only, besides SYSTEM_DIRS
+    fix: str = ""  # what makes bubblewrap usable here, when it is not
 
 
 @dataclass(frozen=True)
@@ -386,9 +387,13 @@ def sandbox() -> Sandbox:
     if not runnable:
         return Sandbox("none", "", "no Python interpreter the sandbox uid can run "
                                    f"(tried {', '.join(candidates)})")
-    note = ("bubblewrap is not installed" if not shutil.which("bwrap")
-            else "bwrap cannot create its namespaces here")
-    return Sandbox("rlimits", runnable[0], note)
+    if not shutil.which("bwrap"):
+        return Sandbox("rlimits", runnable[0], "bubblewrap is not installed",
+                       fix="install bubblewrap (apt-get install bubblewrap)")
+    # usual on cluster nodes and in containers: user namespaces off for unprivileged users
+    return Sandbox("rlimits", runnable[0], "bwrap cannot create its namespaces here",
+                   fix="allow unprivileged user namespaces (docs/scaling.md, code rewards on "
+                       "cluster nodes)")
 
 
 def describe() -> str:

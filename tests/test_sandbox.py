@@ -459,6 +459,18 @@ def no_bubblewrap(monkeypatch):
     sandbox.sandbox.cache_clear()
 
 
+def test_bubblewrap_without_user_namespaces_is_refused_naming_the_prerequisite(monkeypatch):
+    # what bwrap does where unprivileged user namespaces are off: exits before running anything
+    monkeypatch.setattr(sandbox, "_bwrap_command", lambda *args: ["/bin/sh", "-c", "exit 1", ""])
+    sandbox.sandbox.cache_clear()
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable, match=r"bwrap cannot create its namespaces "
+                           r"here: allow unprivileged user namespaces \(docs/scaling.md"):
+            reward.score_batch([("code", fenced("print(3)"), ADD)])
+    finally:
+        sandbox.sandbox.cache_clear()
+
+
 def test_without_bubblewrap_code_is_refused_with_the_fix_unless_unsafe_is_asked_for(
         no_bubblewrap):
     assert (sandbox.sandbox().mode == "rlimits"
