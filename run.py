@@ -59,6 +59,7 @@ class Run:
     # FSDP2 with the hf engine: a whole (unsharded) copy of the model that samples, refreshed from
     # the shards after every update (like a vLLM engine's weights); None otherwise
     hf_sampler: torch.nn.Module | None = None
+    reference_step: int = 0  # π_ref is the policy of this step (its last reset; 0: the start)
 
     @property
     def sharded(self) -> bool:
@@ -101,8 +102,9 @@ class Run:
         if self.hf_sampler is not None:
             copy_full_weights(self.policy, self.hf_sampler)
 
-    def reset_reference(self) -> None:
-        """π_ref <- π_θ (ProRL's reference reset), shard by shard under FSDP2."""
+    def reset_reference(self, step: int) -> None:
+        """π_ref <- π_θ (ProRL's reference reset), shard by shard under FSDP2, kept on disk once
+        (reference/step_N) for the checkpoints that follow."""
         if self.sharded:
             reshard(self.policy)
             reshard(self.ref_policy)
@@ -111,6 +113,8 @@ class Run:
                                   self.accelerator.unwrap_model(self.policy).parameters(),
                                   strict=True):
                 ref.copy_(param)
+        save_reference(self.output_dir, step, self.ref_policy, self.accelerator)
+        self.reference_step = step
 
     def mean_over_processes(self, scalars: dict, summed: tuple[str, ...]) -> dict:
         """Each scalar's mean over processes (equal shares of prompts), the `summed` ones' sum."""
@@ -125,11 +129,12 @@ class Run:
     def save(self, step: int, cfg) -> None:
         """An atomic checkpoint of this step (every process calls this)."""
         trainer_state = {"step": step, "data_position": self.data_position,
-                         "config": dataclasses.asdict(cfg)}
-        sharded = (sharded_state(self.policy, self.optimizer, self.ref_policy) if self.sharded
-                   else None)
+                         "config": dataclasses.asdict(cfg), "reference_step": self.reference_step}
+        sharded = sharded_state(self.policy, self.optimizer) if self.sharded else None
         save_checkpoint(self.output_dir, step, self.accelerator, self.policy, self.tokenizer,
                         trainer_state, cfg.keep_checkpoints, sharded)
+        if self.main_process and self.ref_policy is not None:
+            prune_references(self.output_dir)
 
     def close(self) -> None:
         if self.metrics is not None:
@@ -218,8 +223,11 @@ def setup(cfg) -> Run:
     if not sharding:
         policy, optimizer = accelerator.prepare(policy, optimizer)
         if ref_policy is not None:
-            # moved to the device, not DDP-wrapped
+            # moved to the device (and autocast like the policy), not DDP-wrapped; kept out of
+            # accelerate's checkpoints (reference/ holds it once per reset)
             ref_policy = accelerator.prepare_model(ref_policy, evaluation_mode=True)
+            accelerator.register_save_state_pre_hook(lambda models, weights, folder: weights.pop())
+            accelerator.register_load_state_pre_hook(lambda models, folder: models.pop())
     engine = None
     if engine_name == "vllm":
         compute_dtype = "bfloat16" if accelerator.mixed_precision == "bf16" else "float32"
@@ -230,20 +238,28 @@ def setup(cfg) -> Run:
                                     max_model_len=cfg.vllm_max_model_len or None,
                                     max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
                                     gpu_memory_utilization=cfg.gpu_memory_utilization)
-    step, data_position = 0, 0
+    step, data_position, reference_step = 0, 0, 0
     seed_everything(cfg.seed)
     if checkpoint:
-        # policy, reference, optimizer, this process's RNG
+        # policy, optimizer, this process's RNG
         accelerator.load_state(checkpoint / "state")
         if sharding:
-            load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer, ref_policy)
+            load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
         state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
         step, data_position = state["step"], state["data_position"]
+        if ref_policy is not None:
+            if "reference_step" not in state:
+                raise InputError(f"{checkpoint} holds its reference policy in state/ (written by "
+                                 "an earlier version of the trainer): resume it with that version")
+            reference_step = state["reference_step"]
+            load_reference(output_dir, reference_step, ref_policy)
         if main_process:
             print(f"resumed from {checkpoint} at step {step}")
     elif cfg.init_from:
         start_from_checkpoint(accelerator, optimizer, Path(cfg.init_from), cfg.lr, cfg.kl_coef,
-                              cfg.seed)
+                              cfg.seed, ref_policy)
+    if ref_policy is not None and not checkpoint:  # π_ref of a new run: its start
+        save_reference(output_dir, 0, ref_policy, accelerator)
     metrics = None
     if main_process:
         write_config(output_dir, cfg)
@@ -253,7 +269,7 @@ def setup(cfg) -> Run:
     if hf_sampler is not None:
         copy_full_weights(policy, hf_sampler)
     return Run(accelerator, output_dir, train_tasks, test_tasks, tokenizer, policy, ref_policy,
-               optimizer, engine, step, data_position, metrics, hf_sampler)
+               optimizer, engine, step, data_position, metrics, hf_sampler, reference_step)
 
 
 # ---- FSDP2: the project shards with torch's fully_shard itself, on CPU (gloo) and GPU alike ------
@@ -356,31 +372,77 @@ def copy_full_weights(policy: update.Policy, plain: torch.nn.Module) -> None:
 SHARDED = "sharded"
 
 
-def sharded_state(policy, optimizer, ref_policy) -> dict:
+def sharded_state(policy, optimizer) -> dict:
     """The FSDP2 state of a run, as torch.distributed.checkpoint saves and loads it: every process
     writes and reads its own shards."""
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     reshard(policy)
-    if ref_policy is not None:
-        reshard(ref_policy)
     policy_state, optimizer_state = get_state_dict(policy, optimizer)
-    state = {"policy": policy_state, "optimizer": optimizer_state}
-    if ref_policy is not None:
-        state["reference"] = get_model_state_dict(ref_policy)
-    return state
+    return {"policy": policy_state, "optimizer": optimizer_state}
 
 
-def load_sharded_state(folder: Path, policy, optimizer, ref_policy) -> None:
+def load_sharded_state(folder: Path, policy, optimizer) -> None:
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    state = sharded_state(policy, optimizer, ref_policy)
+    state = sharded_state(policy, optimizer)
     dcp.load(state, checkpoint_id=folder)
     set_state_dict(policy, optimizer, model_state_dict=state["policy"],
                    optim_state_dict=state["optimizer"])
-    if ref_policy is not None:
-        set_model_state_dict(ref_policy, state["reference"])
+
+
+# ---- the reference policy: on disk once per version, not in every checkpoint --------------------
+
+
+# the run folder's reference/step_N: π_ref as reset at step N (step_000000: the run's start)
+REFERENCE = "reference"
+
+
+def save_reference(output_dir: Path, step: int, ref_policy, accelerator: Accelerator) -> None:
+    """π_ref written once when it changes (the run's start, each reset) rather than into every
+    checkpoint (7 GB of each at 1.5B); atomic like a checkpoint. Every process calls this and
+    writes its own shards under FSDP2 (torch.distributed.checkpoint)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    final = output_dir / REFERENCE / f"step_{step:06d}"
+    tmp = final.with_name(f".{final.name}.tmp")
+    if accelerator.is_main_process:
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    if is_sharded(ref_policy):
+        reshard(ref_policy)
+    dcp.save(get_model_state_dict(ref_policy), checkpoint_id=tmp)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        fsync_tree(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        fsync_dir(final.parent)
+    accelerator.wait_for_everyone()
+
+
+def load_reference(run_dir: Path, step: int, ref_policy) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    folder = run_dir / REFERENCE / f"step_{step:06d}"
+    if not (folder / ".metadata").is_file():
+        raise InputError(f"the reference policy of {run_dir} at step {step} is missing: {folder}")
+    state = get_model_state_dict(ref_policy)
+    dcp.load(state, checkpoint_id=folder)
+    set_model_state_dict(ref_policy, state)
+
+
+def prune_references(output_dir: Path) -> None:
+    """Remove the reference/ versions that no kept checkpoint uses."""
+    checkpoints = [p for p in (output_dir / "checkpoints").iterdir() if CHECKPOINT.match(p.name)]
+    used = {f"step_{torch.load(p / 'trainer_state.pt', weights_only=False)['reference_step']:06d}"
+            for p in checkpoints}
+    for folder in (output_dir / REFERENCE).iterdir():
+        if CHECKPOINT.match(folder.name) and folder.name not in used:
+            shutil.rmtree(folder)
 
 
 # ---- config.json: what a resumed run may change ------------------------------------------------
@@ -470,11 +532,12 @@ def fsync_tree(path: Path) -> None:
 
 
 def remove_leftovers(output_dir: Path) -> None:
-    """`.step_N.tmp` (a save that died) and `.step_N.deleting` (a pruning that died) are never read
-    again, and each is a whole checkpoint (about 20 GB at paper scale): removed when a run starts or
-    resumes."""
-    root = output_dir / "checkpoints"
-    for leftover in sorted(root.glob(".step_*")) if root.is_dir() else []:
+    """`.step_N.tmp` (a save that died) and `.step_N.deleting` (a pruning that died), of checkpoints
+    and of references, are never read again, and each is as large as a model or a whole checkpoint
+    (27 GB at paper scale): removed when a run starts or resumes."""
+    leftovers = [*(output_dir / "checkpoints").glob(".step_*"),
+                 *(output_dir / REFERENCE).glob(".step_*")]
+    for leftover in sorted(leftovers):
         print(f"removing {leftover}, left by an interrupted save or pruning")
         shutil.rmtree(leftover, ignore_errors=True)
 
@@ -496,7 +559,7 @@ def check_output_dir(output_dir: Path) -> None:
 def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, policy, tokenizer,
                     state: dict, keep: int, sharded: dict | None = None) -> Path:
     """`model/`: the policy as save_pretrained (what eval.py and from_pretrained load); `state/`:
-    accelerate's save_state (policy, reference policy, optimizer, every process's RNG) and, under
+    accelerate's save_state (policy, optimizer, every process's RNG) and, under
     FSDP2, `sharded` (the `sharded_state`: every process's shards); `trainer_state.pt`: step and
     data position, written last. Every process calls this."""
     root = output_dir / "checkpoints"
@@ -626,7 +689,7 @@ def check_launch(distributed_type: DistributedType, processes: int, environ=os.e
 
 
 def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path, lr: float,
-                          kl_coef: float, seed: int) -> None:
+                          kl_coef: float, seed: int, ref_policy) -> None:
     """--init-from: load another run's policy and optimizer state (AdamW's moments and step count
     carry over: restarting them cost a large-N branch 15-25 points in its first step, see
     experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since this
@@ -637,6 +700,8 @@ def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path,
         raise InputError(f"--init-from {checkpoint}: its run {had} reference policy (kl_coef > 0), "
                          "and this run must match it")
     accelerator.load_state(checkpoint / "state")
+    if ref_policy is not None:
+        load_reference(checkpoint.parent.parent, source["reference_step"], ref_policy)
     for group in optimizer.param_groups:
         group["lr"] = lr
     seed_everything(seed)

@@ -249,7 +249,7 @@ PAPER_RECIPE = dict(
     eval_every=20, eval_samples=4, eval_temperature=0.6, eval_top_p=0.95, eval_max_problems=64,
     eval_benchmarks=("aime2024", "aime2025", "amc2023", "math500", "minerva", "olympiadbench",
                      "humaneval"),
-    save_every=10,  # a 1.5B checkpoint with optimizer state is ~20 GB: not every step
+    save_every=10,  # a 1.5B checkpoint with optimizer state is ~27 GB: not every step
     shrink_monitor_samples=256,
     verify_workers=16,
 )
@@ -651,7 +651,7 @@ def train(cfg: Config) -> Path:
         update_stats = policy_update(run, batch, update_cfg, step_generator(cfg, step, 1, run.rank))
         if run.ref_policy is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
             # ProRL's reference reset; the optimizer state is kept
-            run.reset_reference()
+            run.reset_reference(step)
         shrink = watch.after(run.policy)
         run.engine_wake()  # vLLM loads the updated weights: the next rollouts sample them
 

@@ -60,7 +60,7 @@ def main() -> None:
     update.ppo_update(run.policy, run.optimizer, batch, logprobs, cfg_update)
     moved = update.batch_logprobs(run.policy, batch, cfg_update)
     result["kl_after_update"] = float((moved - ref_logprobs).abs().max())
-    run.reset_reference()
+    run.reset_reference(step=1)
     after_reset = update.batch_logprobs(run.ref_policy, batch, cfg_update)
     result["kl_after_reset"] = float((moved - after_reset).abs().max())
     (out_dir / f"rank_{run.rank}.json").write_text(json.dumps(result))

@@ -175,6 +175,13 @@ def test_fsdp2_killed_with_sigkill_resumes_bit_identically(tmp_path):
     last = rollout.latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000004", "the kill came too late to test anything"
     accelerate_launch(*args, "--output-dir", str(crashed), "--resume", config=FSDP_CPU)
+    # the reference is kept once per reset (steps 2 and 4, what checkpoints 3 and 4 use), each
+    # process its shards, not in the checkpoints
+    sharded = rollout.latest_checkpoint(crashed) / "state" / "sharded"
+    assert not [key for key in FileSystemReader(str(sharded)).read_metadata().state_dict_metadata
+                if "reference" in key]
+    assert sorted(p.name for p in (crashed / "reference").iterdir()) == ["step_000002",
+                                                                         "step_000004"]
 
     straight, resumed = final_weights(tmp_path / "straight"), final_weights(crashed)
     assert straight.keys() == resumed.keys()

@@ -12,16 +12,19 @@ import time
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 from accelerate.utils import DistributedType
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import monitor
+import update
 import rollout
 import run
 import tasks
 import train_brorl
 from conftest import ROOT, accelerate_launch, run_script
+from tiny_model import ensure_tiny_model
 
 SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst",
               "verify/seconds", "verify/timeouts", "verify/cache_hit_rate"}
@@ -331,6 +334,11 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
     last = rollout.latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000006", "the kill came too late to test anything"
     run_script("train_brorl.py", *args, "--output-dir", str(crashed), "--resume")
+    # the reference is not in the checkpoints: once per reset, for the checkpoints that use it
+    assert [p.name for p in (crashed / "checkpoints" / "step_000006" / "state").iterdir()
+            if p.name.startswith("model")] == ["model.safetensors"]
+    assert sorted(p.name for p in (crashed / "reference").iterdir()) == ["step_000004",
+                                                                         "step_000006"]
 
     straight, resumed = final_weights(tmp_path / "straight"), final_weights(crashed)
     assert straight.keys() == resumed.keys()
@@ -562,13 +570,19 @@ def test_probe_report_counts_changes_beyond_the_noise_floor_and_splits_sampled_p
 
 def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_and_probes(tmp_path):
     source, branch = tmp_path / "source", tmp_path / "branch"
+    kl = ["--kl-coef", "0.01", "--ref-reset-every", "2"]
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(source),
-               "--probe-prompts", "8")
+               "--probe-prompts", "8", *kl)
     checkpoint = source / "checkpoints" / "step_000002"
     ran = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(branch),
                      "--init-from", str(checkpoint), "--n-rollouts", "32", "--total-steps", "1",
-                     "--lr", "3e-4", "--probe-prompts", "8")
+                     "--lr", "3e-4", "--probe-prompts", "8", *kl)
     assert f"initialised from {checkpoint}" in ran.stdout
+    # the source's reference (reset at step 2: its policy then) is the branch's from its start
+    source_policy = load_file(str(checkpoint / "model" / "model.safetensors"))
+    branch_reference = reference_weights(branch / "reference" / "step_000000")
+    assert all(torch.equal(source_policy[name], branch_reference[f"model.{name}"])
+               for name in source_policy)
     source_probes, branch_probes = (torch.load(source / "probes.pt"),
                                     torch.load(branch / "probes.pt"))
     assert source_probes["prompts"] and branch_probes["prompts"] == source_probes["prompts"]
@@ -587,6 +601,13 @@ def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_an
     assert [r["step"] for r in probe_rows] == [0, 1] and probe_rows[0]["probe_mean_change"] != 0
     assert all({"gen_tokens_per_s", "correct_frac/0", "correct_frac/1"} <= set(r)
                for r in rows if "reward_mean" in r)
+
+
+def reference_weights(folder) -> dict:
+    """A reference/step_N folder's weights, keyed like update.Policy's state_dict."""
+    state = update.Policy(rollout.load_policy(str(ensure_tiny_model()))[0]).state_dict()
+    dcp.load(state, checkpoint_id=folder)
+    return state
 
 
 def test_init_from_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path):
