@@ -49,6 +49,7 @@ from typing import Literal
 
 import torch
 import tyro
+from accelerate import PartialState
 from tqdm import tqdm
 
 import benchmarks
@@ -690,8 +691,9 @@ def main() -> None:
             # the half-written checkpoint: free its space now
             remove_leftovers(Path(cfg.output_dir))
         sys.exit(f"error: {failure}; {where_to_resume(cfg and cfg.output_dir)}")
-    print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "
-          f"curves: tensorboard --logdir {output_dir}")
+    if PartialState().is_main_process:
+        print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "
+              f"curves: tensorboard --logdir {output_dir}")
 
 
 if __name__ == "__main__":

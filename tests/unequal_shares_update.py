@@ -10,10 +10,10 @@ Under FSDP every forward and backward gathers each layer's shards from all proce
 that runs fewer passes leaves the others waiting in a collective. Process 0 holds 8 rows with long
 responses (several micro-batches per mini-batch), process 1 holds 1 short row (one micro-batch in
 one mini-batch, none in the other), no correct response for the shrinkage monitor, and in a second
-update no kept group at all. `fsdp2` shards the policy with torch's `fully_shard` over gloo (it runs
-on CPU); `ddp` lets accelerate wrap it in DDP. Each process writes its forward-pass counts per phase
-to OUT_DIR/passes_RANK.json; a process that waits in a collective for a pass another never runs
-fails after a 60 s process-group timeout.
+update no kept group at all. `fsdp2` shards the policy as the trainer does (run.fully_shard_policy:
+torch's `fully_shard`, over gloo on CPU); `ddp` lets accelerate wrap it in DDP. Each process writes
+its forward-pass counts per phase to OUT_DIR/passes_RANK.json; a process that waits in a collective
+for a pass another never runs fails after a 60 s process-group timeout.
 """
 
 import json
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import rollout  # noqa: E402
 import update  # noqa: E402
 from rollout import load_policy  # noqa: E402
+from run import fully_shard_policy  # noqa: E402
 
 
 def share(rank: int, pad_id: int) -> update.TrainBatch:
@@ -59,14 +60,8 @@ def main() -> None:
         phase["passes"][phase["name"]] = phase["passes"].get(phase["name"], 0) + 1
 
     policy.register_forward_pre_hook(count_pass)
-    if mode == "fsdp2":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
-
-        mesh = init_device_mesh("cpu", (accelerator.num_processes,))
-        for layer in model.model.layers:
-            fully_shard(layer, mesh=mesh)
-        fully_shard(policy, mesh=mesh)
+    if mode == "fsdp2":  # the trainer's own sharding (in fp32 here)
+        policy = fully_shard_policy(policy, bf16=False)
         optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
     else:
         policy, optimizer = accelerator.prepare(policy,
