@@ -168,9 +168,6 @@ def setup(cfg) -> Run:
     rank, processes = accelerator.process_index, accelerator.num_processes
     check_launch(accelerator.distributed_type, processes)
     sharding = wants_fsdp()
-    if sharding and cfg.init_from:
-        raise InputError("--init-from is not supported under FSDP yet: start the run with one "
-                         "process or DDP (configs/ddp_cpu.yaml), or resume an FSDP run")
     output_dir = Path(cfg.output_dir)
     if main_process:
         check_output_dir(output_dir)
@@ -256,8 +253,7 @@ def setup(cfg) -> Run:
         if main_process:
             print(f"resumed from {checkpoint} at step {step}")
     elif cfg.init_from:
-        start_from_checkpoint(accelerator, optimizer, Path(cfg.init_from), cfg.lr, cfg.kl_coef,
-                              cfg.seed, ref_policy)
+        start_from_checkpoint(accelerator, policy, optimizer, ref_policy, Path(cfg.init_from), cfg)
     if ref_policy is not None and not checkpoint:  # π_ref of a new run: its start
         save_reference(output_dir, 0, ref_policy, accelerator)
     metrics = None
@@ -688,26 +684,36 @@ def check_launch(distributed_type: DistributedType, processes: int, environ=os.e
                          "check the accelerate config")
 
 
-def start_from_checkpoint(accelerator: Accelerator, optimizer, checkpoint: Path, lr: float,
-                          kl_coef: float, seed: int, ref_policy) -> None:
-    """--init-from: load another run's policy and optimizer state (AdamW's moments and step count
-    carry over: restarting them cost a large-N branch 15-25 points in its first step, see
-    experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since this
-    is a new run with its own seed."""
+def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_policy, checkpoint: Path,
+                          cfg) -> None:
+    """--init-from: load another run's policy, optimizer state and reference (AdamW's moments and
+    step count carry over: restarting them cost a large-N branch 15-25 points in its first step,
+    see experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since
+    this is a new run with its own seed. Under FSDP2 from an FSDP2 run's shards, else from
+    accelerate's state."""
     source = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-    if (source["config"]["kl_coef"] > 0) != (kl_coef > 0):
+    if (source["config"]["kl_coef"] > 0) != (cfg.kl_coef > 0):
         had = "had" if source["config"]["kl_coef"] > 0 else "had no"
-        raise InputError(f"--init-from {checkpoint}: its run {had} reference policy (kl_coef > 0), "
-                         "and this run must match it")
-    accelerator.load_state(checkpoint / "state")
+        raise InputError(f"--init-from {checkpoint}: its run {had} reference policy "
+                         "(kl_coef > 0), and this run must match it")
+    sharded = is_sharded(policy)
+    if (checkpoint / "state" / SHARDED).is_dir() != sharded:
+        kinds = ("an FSDP2 run", "a run without FSDP") if sharded else ("a run without FSDP",
+                                                                        "an FSDP2 run")
+        raise InputError(f"--init-from {checkpoint}: {kinds[0]} starts only from {kinds[0]}'s "
+                         f"checkpoint, and this is {kinds[1]}'s")
+    if sharded:
+        load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
+    else:
+        accelerator.load_state(checkpoint / "state")
     if ref_policy is not None:
         load_reference(checkpoint.parent.parent, source["reference_step"], ref_policy)
     for group in optimizer.param_groups:
-        group["lr"] = lr
-    seed_everything(seed)
+        group["lr"] = cfg.lr
+    seed_everything(cfg.seed)
     if accelerator.is_main_process:
         print(f"initialised from {checkpoint} (step {source['step']}: weights and optimizer "
-              f"state), lr {lr:g}")
+              f"state), lr {cfg.lr:g}")
 
 
 def where_to_resume(output_dir: str | None) -> str:

@@ -19,10 +19,12 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
+import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 
 import rollout
-from conftest import ROOT, accelerate_launch
+import update
+from conftest import ROOT, accelerate_launch, run_script
 from tasks import load_tasks
 from tiny_model import DEFAULT_TRAIN_DATA, TinySpec, ensure_tiny_model, warm_up
 
@@ -152,6 +154,38 @@ def test_hybrid_sharding_trains_what_full_sharding_trains_with_each_weight_in_ha
         metadata = FileSystemReader(str(sharded)).read_metadata().state_dict_metadata
         return len(metadata["policy.model.model.embed_tokens.weight"].chunks)
     assert (shards(full), shards(hybrid)) == (4, 2)
+
+
+def test_an_fsdp2_run_starts_from_another_fsdp2_runs_checkpoint_and_not_from_an_unsharded_one(
+        tmp_path):
+    source, branch = tmp_path / "source", tmp_path / "branch"
+    kl = ["--kl-coef", "0.01", "--ref-reset-every", "2"]
+    accelerate_launch("train_brorl.py", "--preset", "smoke", *kl, "--output-dir", str(source),
+                      config=FSDP_CPU)
+    checkpoint = source / "checkpoints" / "step_000002"
+    ran = accelerate_launch("train_brorl.py", "--preset", "smoke", *kl, "--total-steps", "1",
+                            "--init-from", str(checkpoint), "--lr", "3e-4",
+                            "--output-dir", str(branch), config=FSDP_CPU)
+    assert f"initialised from {checkpoint}" in ran.stdout
+    # the source's reference, reset at its step 2, is the branch's at its start
+    source_reference = whole_reference(source / "reference" / "step_000002")
+    branch_reference = whole_reference(branch / "reference" / "step_000000")
+    assert all(torch.equal(source_reference[k], branch_reference[k]) for k in source_reference)
+    unsharded = tmp_path / "unsharded"
+    run_script("train_brorl.py", "--preset", "smoke", *kl, "--output-dir", str(unsharded))
+    refused = accelerate_launch("train_brorl.py", "--preset", "smoke", *kl, "--init-from",
+                                str(unsharded / "checkpoints" / "step_000002"),
+                                "--output-dir", str(tmp_path / "refused"), config=FSDP_CPU,
+                                check=False)
+    assert refused.returncode != 0 and ("error: --init-from " in refused.stderr
+                                        and "an FSDP2 run starts only from" in refused.stderr)
+
+
+def whole_reference(folder) -> dict:
+    """A reference/step_N folder's shards, read whole into the tiny model's policy."""
+    state = update.Policy(rollout.load_policy(str(ensure_tiny_model()))[0]).state_dict()
+    dcp.load(state, checkpoint_id=folder)
+    return state
 
 
 def test_fsdp2_killed_with_sigkill_resumes_bit_identically(tmp_path):
