@@ -24,11 +24,14 @@ model, or a hub name), with the checks that fail in one line before any work sta
 
 import argparse
 import importlib.util
+import itertools
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 
@@ -87,9 +90,20 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
-def right_pad(rows: list[list], pad, dtype=None) -> torch.Tensor:
-    width = max(1, max(map(len, rows)))
-    return torch.tensor([list(r) + [pad] * (width - len(r)) for r in rows], dtype=dtype)
+def right_pad(rows: list[list], pad, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """[len(rows), longest row]: each row's values, then `pad`. The values go in as one flat array
+    (a nested Python list took seconds at 1,024 rows of 16K tokens)."""
+    lengths = torch.tensor([len(r) for r in rows])
+    values = torch.full((len(rows), max(1, int(lengths.max()))), pad, dtype=dtype)
+    flat = np.fromiter(itertools.chain.from_iterable(rows), count=int(lengths.sum()),
+                       dtype=values.numpy().dtype)
+    values[length_mask(lengths, values.shape[1])] = torch.from_numpy(flat)
+    return values
+
+
+def length_mask(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """[len(lengths), width] bool: True on the first lengths[i] positions of row i."""
+    return torch.arange(width) < lengths[:, None]
 
 
 def sample_tokens(logprobs: torch.Tensor, top_p: float,
@@ -204,16 +218,18 @@ def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int],
                   truncated: list[bool]) -> Rollouts:
     """Per-sample token lists (sample s answers prompt group[s]) as padded tensors."""
     pad_id = tokenizer.pad_token_id
-    prompt_tensor, prompt_mask = left_pad([prompt_ids[g] for g in group], pad_id)
+    group_index = torch.tensor(group)
+    prompt_tensor, prompt_mask = left_pad(prompt_ids, pad_id)  # every prompt has samples
     response_ids = right_pad(responses, pad_id)
+    lengths = torch.tensor([len(r) for r in responses])
     return Rollouts(
-        prompt_ids=prompt_tensor,
-        prompt_mask=prompt_mask,
+        prompt_ids=prompt_tensor[group_index],
+        prompt_mask=prompt_mask[group_index],
         response_ids=response_ids,
-        response_mask=right_pad([[1] * len(r) for r in responses], 0),
-        logprobs=right_pad(logprobs, 0.0, dtype=torch.float32),
+        response_mask=length_mask(lengths, response_ids.shape[1]).long(),
+        logprobs=right_pad(logprobs, 0.0, torch.float32),
         truncated=torch.tensor(truncated),
-        group=torch.tensor(group),
+        group=group_index,
         texts=tokenizer.batch_decode(responses, skip_special_tokens=True),
     )
 
@@ -271,6 +287,15 @@ def default_engine() -> str:
     return "vllm" if torch.cuda.is_available() and vllm_installed else "hf"
 
 
+def kv_cache_bytes_per_token(config, dtype: torch.dtype) -> int:
+    """KV-cache bytes one token takes in a decoder with standard attention (a transformers config):
+    a key and a value vector per layer and KV head, 2 x layers x kv_heads x head_dim x dtype bytes
+    (the 1.5B Qwen2 in bf16: 2 x 28 x 2 x 128 x 2 = 28 KiB)."""
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * dtype.itemsize
+
+
 class VLLMEngine:
     """vLLM colocated with the trainer: each training process owns one engine, in-process.
 
@@ -281,6 +306,20 @@ class VLLMEngine:
     Between generation and the update the engine sleeps (weights and KV cache off the GPU) so the
     trainer has the memory; sleep and wake are no-ops on vLLM's CPU backend.
 
+    KV cache: vLLM runs up to `max_num_seqs` sequences at once; when the running ones grow past its
+    KV cache it preempts some and recomputes them later (with `count_preemptions`, `preemptions`
+    says how many in the latest `generate`: vLLM counts them only with its statistics on, which
+    cost a few µs of CPU per generated token, about as much as the rest of its output handling). A
+    sequence of max_model_len tokens takes max_model_len x `kv_cache_bytes_per_token` (20,480
+    tokens of the 1.5B Qwen2 in bf16: 560 MiB), so max_num_seqs full-length sequences rarely fit
+    (1,024 of those: 560 GiB). The rule: give the cache all the GPU memory the trainer leaves while
+    the engine is awake (it sleeps during the update, so only the trainer's resident parameters,
+    gradients and optimizer state count, not its activations): `gpu_memory_utilization`, or
+    `kv_cache_memory_bytes` to set the cache size itself; then max_num_seqs at most the cache's
+    tokens over the tokens a sequence is expected to reach (prompt + mean response), lowered when
+    preemptions show. The engine prints its cache at startup (tokens, how many max_model_len
+    sequences that is, max_num_seqs) and warns when max_num_seqs full-length sequences do not fit.
+
     Seeds: the engine is seeded once (`seed`) and samples from its own generator. With
     `request_seeds`, every request instead gets a seed drawn from the caller's generator, so the
     same generator gives the same samples request by request (needed for a resumed run to draw what
@@ -290,17 +329,23 @@ class VLLMEngine:
 
     def __init__(self, model_path: str, *, dtype: str = "bfloat16",
                  max_model_len: int | None = None, max_num_seqs: int = 1024,
-                 gpu_memory_utilization: float = 0.5, seed: int = 0, revision: str | None = None,
-                 request_seeds: bool = False):
+                 gpu_memory_utilization: float = 0.5, kv_cache_memory_bytes: int | None = None,
+                 seed: int = 0, revision: str | None = None, request_seeds: bool = False,
+                 count_preemptions: bool = False):
         if importlib.util.find_spec("vllm") is None:
             raise EngineError("--engine vllm needs vLLM: pip install -r requirements-vllm.txt "
                               "(GPU; on a CPU-only machine: requirements-vllm-cpu.txt)")
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        # GiB; vLLM's CPU default is a large share of RAM
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        # The tests run vLLM's V1 model runner (its CPU backend has no Triton, so never V2); on CUDA
+        # vLLM 0.32 defaults to Model Runner V2 (another sampler, untested here): pinned to V1 until
+        # a GPU test covers V2.
+        os.environ.setdefault("VLLM_USE_V2_MODEL_RUNNER", "0")
         import vllm
 
         self.on_gpu = torch.cuda.is_available()
+        if kv_cache_memory_bytes is None and not self.on_gpu:
+            # vLLM's CPU default is a large share of RAM (VLLM_CPU_KVCACHE_SPACE, when set, wins)
+            kv_cache_memory_bytes = 2**30
         distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
         try:
             self.llm = vllm.LLM(
@@ -312,35 +357,69 @@ class VLLMEngine:
                 # on CPU, a prompt prefilled in chunks crashes seeded sampling (vLLM 0.32: "CPU
                 # Generator does not use offset"); whole-prompt prefill avoids it
                 enable_chunked_prefill=self.on_gpu,
-                gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=self.on_gpu,
+                gpu_memory_utilization=gpu_memory_utilization,
+                kv_cache_memory_bytes=kv_cache_memory_bytes, enable_sleep_mode=self.on_gpu,
                 enforce_eager=not self.on_gpu,
+                disable_log_stats=not count_preemptions,
                 distributed_executor_backend="external_launcher" if distributed else None)
         except (ValueError, RuntimeError) as e:
             raise EngineError(f"vLLM could not start on {model_path}: "
                               f"{startup_failure(e)}") from None
-        self.config = self.llm.llm_engine.model_config.hf_config
+        model_config = self.llm.llm_engine.model_config
+        self.config = model_config.hf_config
         self.sleeping, self.request_seeds = False, request_seeds
+        self.count_preemptions = count_preemptions
+        self.preemptions: int | None = None  # vLLM's preemptions in the latest generate, if counted
+        # vLLM's own count (blocks x block size, group-aware for hybrid models)
+        self.cache_tokens = self.llm.llm_engine.vllm_config.cache_config.kv_cache_size_tokens
+        self.max_model_len, self.max_num_seqs = model_config.max_model_len, max_num_seqs
+        print(f"vLLM KV cache: {self.cache_tokens:,} tokens = "
+              f"{self.cache_tokens / self.max_model_len:,.1f} sequences of max_model_len "
+              f"{self.max_model_len:,}; max_num_seqs {max_num_seqs:,}")
+        if self.cache_tokens < max_num_seqs * self.max_model_len:
+            needed = (max_num_seqs * self.max_model_len
+                      * kv_cache_bytes_per_token(self.config, model_config.dtype))
+            warnings.warn(f"vLLM's KV cache holds fewer than max_num_seqs ({max_num_seqs:,}) "
+                          f"sequences of max_model_len tokens (that needs {needed / 2**30:,.1f} "
+                          "GiB): sequences that outgrow it are preempted and recomputed "
+                          "(sizing and counting them: the VLLMEngine docstring)",
+                          stacklevel=2)
 
-    def generate(self, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-                 generator: torch.Generator | None = None) -> Rollouts:
+    def preempted_so_far(self) -> int:
+        """Requests vLLM has preempted since the engine started (its vllm:num_preemptions counter,
+        kept with count_preemptions)."""
+        return sum(metric.value for metric in self.llm.get_metrics()
+                   if metric.name == "vllm:num_preemptions")
+
+    def request_params(self, prompt_count: int, params: SamplingParams,
+                       generator: torch.Generator | None = None) -> list:
+        """vllm.SamplingParams for each prompt (seeds drawn from `generator` with
+        request_seeds): token ids and the sampled tokens' log-probs as plain lists, no text, no
+        Logprob object per token (pack_rollouts decodes the texts)."""
         import vllm
 
         seeded = self.request_seeds and generator is not None
         base = int(torch.randint(0, 2**30, (1,), generator=generator)) if seeded else None
+        return [vllm.SamplingParams(n=params.n, temperature=params.temperature, top_p=params.top_p,
+                                    max_tokens=params.max_new_tokens, logprobs=0,
+                                    flat_logprobs=True, detokenize=False,
+                                    # sample j: seed + j
+                                    seed=None if base is None else base + p * params.n)
+                for p in range(prompt_count)]
+
+    def generate(self, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
+                 generator: torch.Generator | None = None) -> Rollouts:
         requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
-        sampling = [vllm.SamplingParams(n=params.n, temperature=params.temperature,
-                                        top_p=params.top_p, max_tokens=params.max_new_tokens,
-                                        logprobs=0,
-                                        # sample j: seed + j
-                                        seed=None if base is None else base + p * params.n)
-                    for p in range(len(prompt_ids))]
+        sampling = self.request_params(len(prompt_ids), params, generator)
+        preempted_before = self.preempted_so_far() if self.count_preemptions else None
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        if self.count_preemptions:
+            self.preemptions = self.preempted_so_far() - preempted_before
         responses, logprobs, group, truncated = [], [], [], []
         for p, output in enumerate(outputs):
             for sample in output.outputs:
-                responses.append(list(sample.token_ids))
-                logprobs.append([step[token].logprob for step, token in zip(sample.logprobs,
-                                                                            sample.token_ids)])
+                responses.append(sample.token_ids)
+                logprobs.append(sample.logprobs.logprobs)  # one per token: logprobs=0
                 truncated.append(sample.finish_reason == "length")
                 group.append(p)
         return pack_rollouts(tokenizer, prompt_ids, group, responses, logprobs, truncated)

@@ -79,6 +79,28 @@ def test_vllm_returns_n_grouped_samples_with_the_trainers_logprobs(engine, model
     assert gap < 1e-4  # fp32 on both sides
 
 
+def test_token_ids_and_logprobs_are_those_of_vllms_full_output(engine, untrained_policy):
+    """The engine asks vLLM for token ids and flat log-probs only; vLLM's full output (its own
+    detokenized text, a Logprob object per token) holds the same samples, under the same seeds."""
+    _, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, ["12+7=", "3+45=", "8="], chat_template=False)
+    params = rollout.SamplingParams(n=4, max_new_tokens=16)
+    out = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(7))
+    full_output = engine.request_params(len(prompts), params, torch.Generator().manual_seed(7))
+    for request in full_output:
+        request.detokenize, request.flat_logprobs = True, False
+    outputs = engine.llm.generate([{"prompt_token_ids": ids} for ids in prompts], full_output,
+                                  use_tqdm=False)
+    samples = [sample for output in outputs for sample in output.outputs]
+    lengths = out.response_mask.sum(-1).tolist()
+    assert [list(s.token_ids) for s in samples] == [
+        out.response_ids[row, :length].tolist() for row, length in enumerate(lengths)]
+    assert [[step[token].logprob for step, token in zip(s.logprobs, s.token_ids)]
+            for s in samples] == [out.logprobs[row, :length].tolist()
+                                  for row, length in enumerate(lengths)]
+    assert [s.text for s in samples] == out.texts
+
+
 def test_weight_sync_changes_samples_and_realigns_logprobs_across_sleep_and_wake(engine, model_dir):
     """With tied embeddings too: vLLM's reload must refresh the shared output layer."""
     model, tokenizer = load_policy(str(model_dir))
