@@ -13,6 +13,7 @@ skipped with the reason, never scored.
     python eval.py --model PATH --data data/arith_test.jsonl                # any task file
     python eval.py --model PATH --suite math --engine vllm                  # vLLM (GPU default)
     python eval.py --compare runs/eval/prorl.json runs/eval/brorl.json
+    accelerate launch --config_file configs/ddp_cpu.yaml eval.py --model PATH --out runs/eval/x.json
 
 Defaults follow the paper's protocol (arXiv 2510.01180, Table 1): k=16 samples, temperature 0.6,
 top-p 0.95, 32K-token responses (never more than the model's context). Every sample goes to
@@ -22,6 +23,12 @@ redoing finished problems (the redone ones draw new samples: same distribution, 
 tokens), and refuses when the model, the sampling settings or a benchmark's data differ from the run
 that wrote it. Every score is printed and stored with the sampling settings that produced it (pass@1
 at T=1 and at T=0.6 are different numbers for one model).
+
+Under `accelerate launch` (any config: configs/ddp_cpu.yaml, configs/fsdp_8gpu.yaml) each process
+loads the whole model on its own device and generates its share of the batches of problems; the
+main process alone prints the table and writes --out and the samples file. With the hf engine and a
+given --problems-per-batch the numbers equal one process's (a batch's seed depends only on its
+position).
 """
 
 import argparse
@@ -31,11 +38,14 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
+from accelerate import PartialState
+from accelerate.utils import gather_object
 
 import benchmarks
 import reward
@@ -180,17 +190,18 @@ class SampleLog:
 
 @dataclass
 class Shard:
-    """This process's part of an evaluation run by several processes (the trainer under `accelerate
-    launch`): batches of problems are dealt out round-robin, `gather(item)` returns every process's
-    item in rank order (collective: every process calls it equally often), and only process 0 writes
-    the sample log."""
+    """This process's part of an evaluation run by several processes (the trainer or eval.py under
+    `accelerate launch`): batches of problems are dealt out round-robin, `gather(item)` returns
+    every process's item in rank order (collective: every process calls it equally often), and only
+    process 0 writes the sample log."""
     index: int = 0
     count: int = 1
     gather: Callable[[object], list] = lambda item: [item]
+    generated: int = 0  # problems this process has generated so far
 
 
 def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: EvalSettings,
-                  log: SampleLog | None = None, shard: Shard = Shard()) -> dict:
+                  log: SampleLog | None = None, shard: Shard | None = None) -> dict:
     """Sample `settings.samples` responses per problem (all k of a problem in one request), score
     them with reward.py, and return the benchmark's metrics; problems already in `log` are not
     redone.
@@ -202,6 +213,7 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
 
     policy: a transformers model (the hf engine) or a rollout.VLLMEngine."""
     log = log or SampleLog(None, settings.samples)
+    shard = shard or Shard()
     context = getattr(policy.config, "max_position_embeddings", settings.max_new_tokens)
     params = rollout.SamplingParams(n=settings.samples, temperature=settings.temperature,
                                     top_p=settings.top_p,
@@ -218,6 +230,7 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
         if round_start + shard.index < len(starts):
             start = starts[round_start + shard.index]
             batch = todo[start:start + per_batch]
+            shard.generated += len(batch)
             prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in batch],
                                                 settings.chat_template)
             generator = torch.Generator().manual_seed(settings.seed * 1_000_003 + done_before
@@ -250,12 +263,13 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
                    samples_path: Path | None = None,
                    extra: dict[str, list[dict]] | None = None, progress=print,
                    model: dict | None = None,
-                   shard: Shard = Shard()) -> dict:
+                   shard: Shard | None = None) -> dict:
     """Every benchmark that has data, in the JSON layout eval.py writes; `extra` adds named task
     lists; `model` identifies the policy in the samples file's header
     (rollout.model_fingerprint). Under a `shard`, every process calls this and gets the same
     result."""
     start = time.time()
+    shard = shard or Shard()
     result = {"settings": asdict(settings), "benchmarks": {}, "skipped": {}}
     loaded = [(name, records, {"suite": "", "source": "given", "note": "", "category": ""})
               for name, records in (extra or {}).items()]
@@ -266,11 +280,18 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
             continue
         loaded.append((bench.name, records, {"suite": bench.suite, "source": origin,
                                              "note": bench.note, "category": bench.category}))
-    # only process 0 writes the samples
+    # only process 0 writes the samples; the others stop with it when it refuses the file
     path = samples_path if shard.index == 0 else None
-    log = SampleLog(path, settings.samples,
-                    samples_header(settings, model, loaded) if path else None)
-    log.done = shard.gather(log.done)[0]  # the finished problems process 0 read back
+    log, refusal = SampleLog(None, settings.samples), None
+    try:
+        log = SampleLog(path, settings.samples,
+                        samples_header(settings, model, loaded) if path else None)
+    except InputError as e:
+        refusal = str(e)
+    done, refusal = shard.gather((log.done, refusal))[0]  # what process 0 read back
+    if refusal:
+        raise InputError(refusal)
+    log.done = done
     problems = 0
     for name, records, about in loaded:
         records = records[:max_problems] if max_problems else records
@@ -432,11 +453,17 @@ def main() -> None:
                              "(0: as many as --max-batch-seqs allows)")
     parser.add_argument("--max-batch-seqs", type=int, default=d.max_batch_seqs,
                         help="sequences decoded together")
-    parser.add_argument("--engine", choices=["hf", "vllm"], default=rollout.default_engine(),
+    parser.add_argument("--engine", choices=["hf", "vllm"],
                         help="hf: transformers; vllm: vLLM in-process "
-                             "(default: vllm when installed with a GPU)")
+                             "(default: vllm when installed with a GPU, unless --device cpu)")
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9,
                         help="vLLM: share of GPU memory it may use")
+    parser.add_argument("--device", choices=["auto", "cpu"], default="auto",
+                        help="auto: the GPU accelerate assigns this process when there is one; "
+                             "cpu: never use a GPU")
+    parser.add_argument("--process-group-timeout-min", type=float, default=60.0,
+                        help="under accelerate launch: minutes a process waits for the others' "
+                             "batches at a gather")
     parser.add_argument("--no-chat-template", action="store_true",
                         help="feed prompts raw even if the tokenizer has a chat template")
     parser.add_argument("--seed", type=int, default=d.seed, help="sampling seed")
@@ -456,7 +483,10 @@ def main() -> None:
     args = parser.parse_args()
     try:
         if args.compare:
-            return print(compare(*args.compare))
+            # under accelerate launch, one table (from the main process)
+            if PartialState(cpu=True).is_main_process:
+                print(compare(*args.compare))
+            return
         if not args.model:
             raise InputError("--model is required (or --compare A.json B.json)")
         if (args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1
@@ -464,9 +494,10 @@ def main() -> None:
             raise InputError("need --samples >= 1, --temperature > 0, 0 < --top-p <= 1 and "
                              "--max-new-tokens >= 1")
         if (args.verify_workers < 1 or args.verify_timeout <= 0 or args.problems_per_batch < 0
-                or args.max_batch_seqs < 1):
+                or args.max_batch_seqs < 1 or args.process_group_timeout_min <= 0):
             raise InputError("need --verify-workers >= 1, --verify-timeout > 0, "
-                             "--problems-per-batch >= 0 and --max-batch-seqs >= 1")
+                             "--problems-per-batch >= 0, --max-batch-seqs >= 1 and "
+                             "--process-group-timeout-min > 0")
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
         model = resolve_model_dir(args.model)
@@ -478,15 +509,30 @@ def main() -> None:
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
         task_kinds = {b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts}
         reward.require_sandbox(task_kinds, args.unsafe_no_sandbox)
+        if args.device == "auto":
+            rollout.check_gpus_usable()
+        engine = args.engine or ("hf" if args.device == "cpu" else rollout.default_engine())
+        if engine == "vllm" and args.device == "cpu" and torch.cuda.is_available():
+            raise InputError("--engine vllm runs on the GPU here: pass --engine hf with "
+                             "--device cpu")
+        if engine == "hf":
+            # before any process group: under the FSDP configs (cpu_ram_efficient_loading)
+            # transformers would load the weights on rank 0 only and zeros elsewhere
+            policy, tokenizer = load_policy(model)
+        # a process group only under accelerate launch; each process on its own device
+        state = PartialState(cpu=args.device == "cpu" or not torch.cuda.is_available(),
+                             timeout=timedelta(minutes=args.process_group_timeout_min))
+        shard = Shard(state.process_index, state.num_processes,
+                      lambda item: gather_object([item]))
         # the checkpoint's own dtype; every k samples of a problem in one request
-        if args.engine == "vllm":
+        if engine == "vllm":
             tokenizer = load_tokenizer(model)
             policy = rollout.VLLMEngine(model, dtype="auto",
                                         max_num_seqs=max(args.max_batch_seqs, args.samples),
                                         gpu_memory_utilization=args.gpu_memory_utilization,
-                                        seed=args.seed)
+                                        seed=args.seed + state.process_index)
         else:
-            policy, tokenizer = load_policy(model)
+            policy.to(state.device)
         verify_config = reward.VerifyConfig(timeout=args.verify_timeout,
                                             unsafe_no_sandbox=args.unsafe_no_sandbox)
         settings = EvalSettings(samples=args.samples, temperature=args.temperature,
@@ -499,7 +545,13 @@ def main() -> None:
         samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
         result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir,
                                 args.max_problems, samples_path, extra,
-                                model=model_fingerprint(model))
+                                progress=print if state.is_main_process else lambda message: None,
+                                model=model_fingerprint(model), shard=shard)
+        if state.num_processes > 1:
+            print(f"process {state.process_index} of {state.num_processes} generated "
+                  f"{shard.generated} problems")
+        if not state.is_main_process:
+            return
         result["model"] = model
         print(format_table(result))
         print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")

@@ -27,6 +27,8 @@ import importlib.util
 import itertools
 import os
 import re
+import shutil
+import subprocess
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -471,6 +473,30 @@ class VLLMEngine:
 
 
 # ---- loading models -----------------------------------------------------------------------------
+
+
+def check_gpus_usable() -> None:
+    """Refuse to fall back to the CPU when the machine has GPUs that torch cannot use: the usual
+    cause is a driver older than torch's CUDA build needs (PyPI's torch 2.13 is built for CUDA 13,
+    which needs an NVIDIA driver >= 580), and training or an eval silently on the CPU would take
+    days. The trainer and eval.py call it when they pick the device; --device cpu asks for the CPU
+    explicitly."""
+    if torch.cuda.is_available() or not shutil.which("nvidia-smi"):
+        return
+    try:
+        listed = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                                 "--format=csv,noheader"], capture_output=True, text=True,
+                                timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return
+    if not listed:
+        return
+    name, _, driver = listed[0].rpartition(", ")
+    why = ("it is a CPU build: install PyPI's CUDA build" if torch.version.cuda is None else
+           f"its CUDA {torch.version.cuda} build needs a newer driver (CUDA 13: >= 580): update "
+           "the driver or install a torch built for it")
+    raise InputError(f"nvidia-smi sees {len(listed)} GPU(s) ({name}, driver {driver}) but torch "
+                     f"{torch.__version__} cannot use them: {why}, or pass --device cpu")
 
 
 def check_model_path(name_or_path: str) -> None:

@@ -19,7 +19,6 @@ import math
 import os
 import random
 import shutil
-import subprocess
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -155,7 +154,7 @@ def setup(cfg) -> Run:
     """Everything before the first step, for a train_brorl.Config: refuses a bad launch, folder,
     data file or model in one line before loading anything large."""
     if cfg.device == "auto":
-        check_gpus_usable()
+        rollout.check_gpus_usable()
     process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
     # the trainer builds the FSDP2 mesh of a parallelism_config itself (fsdp_mesh): accelerate's own
     # refuses CPU processes
@@ -649,29 +648,6 @@ class MetricsLog:
 
 
 # ---- launch checks and one-line failures -------------------------------------------------------
-
-
-def check_gpus_usable() -> None:
-    """Refuse to fall back to the CPU when the machine has GPUs that torch cannot use: the usual
-    cause is a driver older than torch's CUDA build needs (PyPI's torch 2.13 is built for CUDA 13,
-    which needs an NVIDIA driver >= 580), and a run that silently trained on the CPU would take days
-    per step. --device cpu asks for the CPU explicitly."""
-    if torch.cuda.is_available() or not shutil.which("nvidia-smi"):
-        return
-    try:
-        listed = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                                 "--format=csv,noheader"], capture_output=True, text=True,
-                                timeout=30).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return
-    if not listed:
-        return
-    name, _, driver = listed[0].rpartition(", ")
-    why = ("it is a CPU build: install PyPI's CUDA build" if torch.version.cuda is None else
-           f"its CUDA {torch.version.cuda} build needs a newer driver (CUDA 13: >= 580): update "
-           "the driver or install a torch built for it")
-    raise InputError(f"nvidia-smi sees {len(listed)} GPU(s) ({name}, driver {driver}) but torch "
-                     f"{torch.__version__} cannot use them: {why}, or pass --device cpu")
 
 
 def check_launch(distributed_type: DistributedType, processes: int, environ=os.environ) -> None:

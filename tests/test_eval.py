@@ -3,6 +3,7 @@
 import itertools
 import json
 import math
+import re
 import shutil
 import threading
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import rollout
-from conftest import ROOT, run_script
+from conftest import ROOT, accelerate_launch, run_script
 from eval import EvalSettings, Shard, bootstrap_ci, k_values, metrics, pass_at_k, run_benchmark
 from tasks import load_tasks
 
@@ -53,9 +54,28 @@ def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_problems():
     assert metrics([2, 0, 1], 2)["pass1"] == pytest.approx(0.5)
 
 
+def eval_args(model_dir, out, *extra) -> list[str]:
+    return ["eval.py", "--model", str(model_dir), "--samples", "2", "--max-new-tokens", "12",
+            "--problems-per-batch", "2", "--out", str(out), *extra]
+
+
 def eval_cli(model_dir, out, *extra, check=True):
-    return run_script("eval.py", "--model", str(model_dir), "--samples", "2", "--max-new-tokens",
-                      "12", "--problems-per-batch", "2", "--out", str(out), *extra, check=check)
+    return run_script(*eval_args(model_dir, out, *extra), check=check)
+
+
+def launched_eval_cli(model_dir, out, *extra, config="configs/ddp_cpu.yaml", check=True):
+    """eval_cli under `accelerate launch --config_file CONFIG`: 2 processes."""
+    return accelerate_launch(*eval_args(model_dir, out, *extra), config=config, check=check)
+
+
+def generated_per_process(stdout: str) -> dict[int, int]:
+    """Process index -> how many problems it says it generated."""
+    return {int(index): int(count) for index, count
+            in re.findall(r"^process (\d+) of 2 generated (\d+) problems$", stdout, re.M)}
+
+
+def sample_rows(out) -> list[dict]:
+    return [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
 
 
 def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrained_model_dir,
@@ -105,6 +125,60 @@ def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained
     # finished problems kept as they were, nothing twice
     assert after[:5] == lines[:5] and len(after) == 13
     assert json.loads(out.read_text())["benchmarks"]["arith_test"]["problems"] == 6
+
+
+# the FSDP configs load a model's weights on rank 0 only unless eval.py loads before the launch's
+# process group exists
+@pytest.mark.parametrize("config", ["configs/ddp_cpu.yaml", "configs/fsdp_cpu.yaml"])
+def test_under_accelerate_launch_two_processes_split_the_problems_and_write_what_one_would(
+        config, untrained_model_dir, tmp_path):
+    args = ("--data", "data/arith_test.jsonl", "--max-problems", "8")
+    alone_out, launched_out = (tmp_path / run / "result.json" for run in ("alone", "launched"))
+    eval_cli(untrained_model_dir, alone_out, *args)
+    launched = launched_eval_cli(untrained_model_dir, launched_out, *args, config=config)
+    generated = generated_per_process(launched.stdout)
+    assert set(generated) == {0, 1} and all(generated.values()), launched.stdout
+    assert sum(generated.values()) == 8
+    # one table and one set of files, from the main process
+    assert launched.stdout.count("pass@1 (95% CI)") == 1
+    assert sorted(path.name for path in launched_out.parent.iterdir()) == ["result.json",
+                                                                            "result.samples.jsonl"]
+    alone, sharded = (json.loads(out.read_text()) for out in (alone_out, launched_out))
+    timing = ("seconds", "problems_per_s")
+    assert ({key: value for key, value in sharded.items() if key not in timing}
+            == {key: value for key, value in alone.items() if key not in timing})
+    # every problem once, with the samples one process draws
+    assert sample_rows(launched_out) == sample_rows(alone_out)
+    assert len(sample_rows(launched_out)) == 1 + 8 * 2
+
+
+def test_a_launched_eval_resumes_without_redoing_finished_problems_and_refuses_other_settings(
+        untrained_model_dir, tmp_path):
+    out = tmp_path / "run.json"
+    args = ("--data", "data/arith_test.jsonl", "--max-problems", "6")
+    eval_cli(untrained_model_dir, out, *args)
+    samples = out.with_suffix(".samples.jsonl")
+    lines = samples.read_text().splitlines()
+    # the header, problems 0 and 1 finished, problem 2 half written, then a torn line
+    samples.write_text("\n".join(lines[:6]) + '\n{"benchmark": "arith_te')
+    resumed = launched_eval_cli(untrained_model_dir, out, *args)
+    generated = generated_per_process(resumed.stdout)
+    # problems 2 to 5, shared by both processes
+    assert set(generated) == {0, 1} and all(generated.values()), resumed.stdout
+    assert sum(generated.values()) == 4
+    after = samples.read_text().splitlines()
+    assert after[:5] == lines[:5]
+    assert (sorted((row["id"], row["sample"]) for row in sample_rows(out)[1:])
+            == [(str(problem), sample) for problem in range(6) for sample in range(2)])
+    assert json.loads(out.read_text())["benchmarks"]["arith_test"]["problems"] == 6
+    # other sampling settings: process 0 refuses the file, and the other process stops with it
+    kept = samples.read_text()
+    refused = launched_eval_cli(untrained_model_dir, out, *args, "--temperature", "1.0",
+                                check=False)
+    refusal = (f"error: {samples} holds samples from another model or protocol (differs in: "
+               "temperature)")
+    assert refused.returncode != 0 and refused.stderr.count(refusal) == 2, refused.stderr
+    assert "[rank1]: Traceback" not in refused.stderr and samples.read_text() == kept
 
 
 class ThreadedGather:

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT, run_script
 
 
@@ -26,18 +28,41 @@ def test_the_gpu_requirements_resolve_together_with_the_pinned_torch(tmp_path):
     assert chosen["vllm"] == pins["vllm"]
 
 
-def test_gpus_that_torch_cannot_use_stop_the_run_in_one_line_instead_of_training_on_the_cpu(
-        tmp_path):
-    fake = tmp_path / "bin" / "nvidia-smi"  # a machine with a GPU and an old driver
+@pytest.fixture
+def old_driver_path(tmp_path) -> str:
+    """A PATH on which nvidia-smi lists a GPU whose driver is too old for torch's CUDA build."""
+    fake = tmp_path / "bin" / "nvidia-smi"
     fake.parent.mkdir()
     fake.write_text('#!/bin/sh\necho "NVIDIA H100 80GB HBM3, 550.54.15"\n')
     fake.chmod(0o755)
-    path = f"{fake.parent}{os.pathsep}{os.environ['PATH']}"
+    return f"{fake.parent}{os.pathsep}{os.environ['PATH']}"
+
+
+def refused_for_the_old_driver(result) -> bool:
+    return (result.returncode == 1 and "Traceback" not in result.stderr
+            and result.stderr.startswith("error: nvidia-smi sees 1 GPU(s) (NVIDIA H100 80GB HBM3, "
+                                         "driver 550.54.15) but torch")
+            and "--device cpu" in result.stderr)
+
+
+def test_gpus_that_torch_cannot_use_stop_the_run_in_one_line_instead_of_training_on_the_cpu(
+        old_driver_path, tmp_path):
     args = ["train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "run")]
-    refused = run_script(*args, check=False, env={"PATH": path})
-    assert refused.returncode == 1 and "Traceback" not in refused.stderr
-    assert refused.stderr.startswith("error: nvidia-smi sees 1 GPU(s) (NVIDIA H100 80GB HBM3, "
-                                     "driver 550.54.15) but torch")
-    assert "--device cpu" in refused.stderr and not (tmp_path / "run").exists()
-    chosen = run_script(*args, "--device", "cpu", "--total-steps", "0", env={"PATH": path})
+    refused = run_script(*args, check=False, env={"PATH": old_driver_path})
+    assert refused_for_the_old_driver(refused), refused.stderr
+    assert not (tmp_path / "run").exists()
+    chosen = run_script(*args, "--device", "cpu", "--total-steps", "0",
+                        env={"PATH": old_driver_path})
     assert "step 0: eval_pass1" in chosen.stdout
+
+
+def test_gpus_that_torch_cannot_use_stop_an_eval_in_one_line_too(old_driver_path,
+                                                                 untrained_model_dir, tmp_path):
+    out = tmp_path / "eval.json"
+    args = ["eval.py", "--model", str(untrained_model_dir), "--data", "data/arith_test.jsonl",
+            "--max-problems", "1", "--samples", "1", "--max-new-tokens", "4", "--out", str(out)]
+    refused = run_script(*args, check=False, env={"PATH": old_driver_path})
+    assert refused_for_the_old_driver(refused), refused.stderr
+    assert not out.parent.joinpath("eval.samples.jsonl").exists()
+    run_script(*args, "--device", "cpu", env={"PATH": old_driver_path})
+    assert json.loads(out.read_text())["benchmarks"]["arith_test"]["problems"] == 1
