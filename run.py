@@ -233,7 +233,8 @@ def setup(cfg) -> Run:
                                     request_seeds=cfg.vllm_request_seeds,
                                     max_model_len=cfg.vllm_max_model_len or None,
                                     max_num_seqs=max(cfg.gen_batch_seqs, cfg.n_rollouts),
-                                    gpu_memory_utilization=cfg.gpu_memory_utilization)
+                                    gpu_memory_utilization=cfg.gpu_memory_utilization,
+                                    count_preemptions=cfg.vllm_count_preemptions)
     step, data_position, reference_step = 0, 0, 0
     seed_everything(cfg.seed)
     if checkpoint:

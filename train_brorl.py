@@ -128,6 +128,8 @@ class Config:
     """vLLM: longest prompt + response it must hold (0: the model's context length)"""
     vllm_request_seeds: bool = False
     """vLLM: seed every request (bit-exact resume and sharded eval; slow at large N)"""
+    vllm_count_preemptions: bool = False
+    """vLLM: log gen_preemptions, to size gen_batch_seqs (its statistics cost CPU per token)"""
     tis_cap: float = update.UpdateConfig.tis_cap
     """truncated importance sampling: token losses times min(π_old/π_sampler, C) (0: off)"""
     # ---- advantages and update ----
@@ -239,8 +241,10 @@ PAPER_RECIPE = dict(
     # open: ProRL v1's 64-prompt mini-batches at the baseline's 512 prompts; BroRL keeps the count
     minibatches=8,
     tis_cap=2.0,  # truncated importance sampling; C=2 as recommended by Yao et al. (2025)
-    # 16K response + up to 4K prompt
-    engine="vllm", gpu_memory_utilization=0.5, vllm_max_model_len=20480,
+    # 16K response + up to 4K prompt. The engine sleeps during the update: while it samples, the
+    # trainer keeps only its shards of weights, AdamW and reference (~4 GB per GPU on 8), so vLLM
+    # takes 80% (docs/scaling.md: sizing the KV cache)
+    engine="vllm", gpu_memory_utilization=0.8, vllm_max_model_len=20480,
     gen_batch_seqs=1024,
     micro_batch_tokens=32768, logprob_chunk_tokens=4096, gradient_checkpointing=True,
     # In-training eval: a cheap proxy (64 problems per benchmark x 4 samples at the 16K training
@@ -420,6 +424,7 @@ class Groups:
     rounds: int  # generation rounds (1 + refills)
     gen_time: float  # seconds spent generating
     prompts: set[str]  # every prompt the step drew, on all processes (the probe monitor's split)
+    preemptions: int  # vLLM's preemptions over the step's rounds (counted with the option)
     verify_stats: reward.VerifyStats
 
 
@@ -469,7 +474,7 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
     once). With dynamic sampling and refill_rounds, more rounds of prompts are drawn until
     `prompts_per_step` informative groups were found over all processes (DAPO)."""
     verify_stats, prompts, tasks = reward.VerifyStats(), set(), []
-    parts, part_rewards, gen_time, found_so_far = [], [], 0.0, 0.0
+    parts, part_rewards, gen_time, found_so_far, preemptions = [], [], 0.0, 0.0, 0
     for refill in range(1 + cfg.refill_rounds):
         round_start = time.time()
         round_prompts = next_prompts(run.train_tasks, run.data_position, cfg.prompts_per_step,
@@ -482,6 +487,8 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
                                             cfg.chat_template)
         generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, run.rank)
         parts.append(rollout.generate(run.sampler, run.tokenizer, prompt_ids, sampling, generator))
+        if run.engine is not None and run.engine.preemptions is not None:
+            preemptions += run.engine.preemptions
         gen_time += time.time() - round_start
         round_rewards = score_rollouts(round_tasks, parts[-1], cfg, verify_cfg, verify_stats)
         part_rewards.append(round_rewards.view(len(round_tasks), -1))
@@ -491,7 +498,7 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
     rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id) if len(parts) > 1
                 else parts[0])
     return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), gen_time, prompts,
-                  verify_stats)
+                  preemptions, verify_stats)
 
 
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:
@@ -548,7 +555,8 @@ def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateC
 
 
 # summed over processes in the logs, every other scalar is averaged
-THROUGHPUTS = ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_groups")
+THROUGHPUTS = ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_groups",
+               "gen_preemptions")
 
 
 def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
@@ -572,6 +580,7 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
         **shrink,
         "distinct_frac": len(batch.advantages) / max(kept_rows, 1),
         "gen_rounds": groups.rounds,
+        "gen_preemptions": groups.preemptions,
         "kept_groups": float(kept.sum()),
         "step_time": step_time,
         **update_stats,
