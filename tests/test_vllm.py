@@ -148,11 +148,14 @@ def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(
 
 def test_training_smoke_run_with_the_vllm_engine(tmp_path):
     out = tmp_path / "vllm"
-    run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--tis-cap", "2",
-               "--output-dir", str(out))
+    ran = run_script("train_brorl.py", "--preset", "smoke", "--engine", "vllm", "--tis-cap", "2",
+                     "--vllm-count-preemptions", "--output-dir", str(out))
+    assert "vLLM KV cache: " in ran.stdout + ran.stderr
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "reward_mean" in r]
     assert [r["step"] for r in train_rows] == [1, 2]
+    # the cache holds every 16-sample group at full length: counted, and none
+    assert all(r["gen_preemptions"] == 0 for r in train_rows)
     # fp32 engine, synced weights: log-probs agree to rounding, and the k3 KL estimate is >= 0 up to
     # rounding
     assert all(r["mismatch_abs_max"] < 1e-3 and r["mismatch_kl"] > -1e-6 for r in train_rows)
