@@ -13,7 +13,11 @@ all speed and memory need. Each row of the table is one measurement:
   on a one-process NCCL group, and whether its log-probs stay fp32;
 - generate: the hf engine (rollout.generate) at N=16 and N=512 with equal samples, fp32 weights
   (what the trainer samples with when vLLM is absent) and a bf16 copy;
-- checkpoint: run.save_checkpoint of the policy and AdamW state, and accelerate's load_state back.
+- checkpoint: run.save_checkpoint of the policy and AdamW state, and accelerate's load_state back;
+- vllm (when vLLM is installed): rollout.VLLMEngine in bf16 beside the fp32 trainer model, N=16 vs
+  N=512 with equal samples, then what the trainer does after each update: sleep, wake with the
+  changed weights streamed in, generate, and the gap between the engine's log-probs and the
+  trainer's (bf16 autocast) on what it sampled.
 
     python bench/gpu_check.py                  # about 5 minutes on one H100
     python bench/gpu_check.py --only update generate --json /tmp/gpu.json
@@ -22,6 +26,7 @@ It stops in one line on a machine without a usable CUDA GPU.
 """
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -45,7 +50,7 @@ QWEN2_1P5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
 # dense bf16 peak TFLOP/s by device name (vendor data sheets)
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756, "H100 NVL": 835, "H100": 989, "H200": 989, "A100": 312,
                     "L40S": 362, "B200": 2250}
-SECTIONS = ("update", "fsdp2", "generate", "checkpoint")
+SECTIONS = ("update", "fsdp2", "generate", "checkpoint", "vllm")
 
 
 def peak_tflops() -> float | None:
@@ -205,6 +210,54 @@ def check_checkpoint(args) -> list[dict]:
              "load s": round(load_s, 1), "size GB": round(size / 1e9, 1)}]
 
 
+def check_vllm(args) -> list[dict]:
+    if importlib.util.find_spec("vllm") is None:
+        return [{"check": "vllm",
+                 "skipped": "not installed (pip install -r requirements-vllm.txt)"}]
+    import tiny_model
+
+    model = build_model(args.layers)
+    # vLLM loads a tokenizer and checks prompt ids against it; ids are all this check uses
+    tokenizer = tiny_model.build_tokenizer()
+    prompts = [[2 + (p * 7919 + t) % (len(tokenizer) - 2) for t in range(args.gen_prompt_len)]
+               for p in range(args.gen_samples // 16)]
+    rows = []
+    with tempfile.TemporaryDirectory(dir=args.scratch) as folder:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        engine = rollout.VLLMEngine(folder, dtype="bfloat16",
+                                    max_model_len=args.gen_prompt_len + args.gen_tokens,
+                                    max_num_seqs=args.gen_samples,
+                                    gpu_memory_utilization=args.vllm_memory)
+        for n in (16, 512):
+            params = rollout.SamplingParams(n=n, max_new_tokens=args.gen_tokens)
+            out, seconds = timed(engine.generate, IdTokenizer(), prompts[:args.gen_samples // n],
+                                 params)
+            rows.append({"check": f"generate vllm, bf16, N={n} x {args.gen_samples // n} prompts",
+                         "samples/s": round(len(out.texts) / seconds, 1),
+                         "tokens/s": round(int(out.response_mask.sum()) / seconds)})
+        with torch.no_grad():  # an update's worth of change, so a reload that did nothing shows
+            for param in model.parameters():
+                param.add_(torch.randn_like(param), alpha=1e-3)
+        _, sleep_s = timed(engine.sleep)
+        _, wake_s = timed(engine.wake_up, model)
+        params = rollout.SamplingParams(n=16, max_new_tokens=args.gen_tokens)
+        out = engine.generate(IdTokenizer(), prompts[:4], params)
+        cfg = update.UpdateConfig(micro_batch_tokens=args.micro_batch_tokens)
+        batch = update.TrainBatch(out.prompt_ids, out.prompt_mask, out.response_ids,
+                                  out.response_mask, torch.zeros(len(out.texts)))
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            trainer = update.batch_logprobs(update.Policy(model), batch, cfg)
+        gap = update.sampler_mismatch(trainer, out.logprobs, out.response_mask)
+        rows.append({"check": "vllm sleep -> reload -> wake -> generate",
+                     "sleep s": round(sleep_s, 1), "wake + reload s": round(wake_s, 1),
+                     **{key: float(f"{value:.3g}") for key, value in gap.items()}})
+        engine.close()
+    del model
+    torch.cuda.empty_cache()
+    return rows
+
+
 class _SavableTokenizer(IdTokenizer):
     def save_pretrained(self, folder):
         Path(folder, "tokenizer_config.json").write_text("{}")
@@ -225,7 +278,10 @@ def main() -> None:
                         help="samples per generation check (N=16 and N=512 alike)")
     parser.add_argument("--gen-prompt-len", type=int, default=256, help="prompt tokens")
     parser.add_argument("--gen-tokens", type=int, default=256, help="tokens generated per sample")
-    parser.add_argument("--scratch", default=None, help="where the checkpoint check writes")
+    parser.add_argument("--vllm-memory", type=float, default=0.5,
+                        help="vLLM's gpu_memory_utilization in the vllm check")
+    parser.add_argument("--scratch", default=None,
+                        help="where the checkpoint and vllm checks write")
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
     if not torch.cuda.is_available():
