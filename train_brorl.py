@@ -234,7 +234,10 @@ PAPER_RECIPE = dict(
     advantage="reinforce_pp_baseline",  # ProRLv2/BroRL
     dynamic_sampling=True,
     refill_rounds=4,  # open: DAPO refills until the batch is full; 4 extra rounds bound the cost
-    eps_low=0.2, eps_high=0.28,  # ProRLv2 post
+    # ProRLv2's runnable configs by BroRL's first author: NeMo-RL docs/guides/prorlv2.md
+    # (ratio_clip_max 0.27), OpenRLHF examples/scripts/train_prorlv2_math_hybrid_engine.sh
+    # (eps_clip_low_high 0.2 0.27); the ProRLv2 post's prose says 0.28 (DAPO's): the code wins
+    eps_low=0.2, eps_high=0.27,
     kl_coef=1e-4,  # open: BroRL gives no β; a small value in the ProRL family's range
     kl_estimator="k2",  # ProRLv2: ½(log ratio)², clamped to [-10, 10]
     ref_reset_every=200,  # ProRLv2: every 200-500 steps

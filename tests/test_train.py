@@ -70,7 +70,7 @@ PAPER_PRESET_TABLE = {
     "lr": (2e-6 * 8 ** 0.5, 2e-6),  # η = η_0·sqrt(B_new/B_0), B = 65,536 vs 8,192 samples
     "advantage": ("reinforce_pp_baseline",) * 2,
     "eps_low": (0.2, 0.2),
-    "eps_high": (0.28, 0.28),
+    "eps_high": (0.27, 0.27),
     "kl_estimator": ("k2", "k2"),
     "ref_reset_every": (200, 200),
     "dynamic_sampling": (True, True),
