@@ -131,9 +131,9 @@ def test_the_network_is_unreachable_even_on_loopback():
 @needs_bwrap
 def test_the_sandbox_sees_no_environment_and_no_parent():
     program = "import os\nprint(sorted(os.environ), os.getppid(), os.getuid() == 0)"
-    # LC_CTYPE: Python's own UTF-8 coercion
+    # LC_CTYPE: Python's own UTF-8 coercion; parent 0: its sandbox's PID 1, it has none inside
     expected = ("['HOME', 'LC_CTYPE', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', "
-                "'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] 1 False")
+                "'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] 0 False")
     os.environ["BRORL_SECRET"] = "hunter2"
     try:
         assert reward.run_program(program, {"inputs": [""], "outputs": [expected]},
