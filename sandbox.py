@@ -527,15 +527,17 @@ def _end(proc: subprocess.Popen, in_bwrap: bool, wait: float = 5.0) -> None:
     init; where that init does not reap (the trainer as PID 1 of its container, some hosts), it
     stays a zombie of the slot's uid, counted against its RLIMIT_NPROC until no program of the slot
     can start. Without bubblewrap, its session is killed."""
-    deadline = time.monotonic() + wait
-    while in_bwrap and proc.poll() is None and time.monotonic() < deadline:
-        for pid in _children(proc.pid):  # none while bwrap sets up: looked for again
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(0.01)
+    deadline, killed = time.monotonic() + wait, False
+    while in_bwrap and proc.returncode is None and time.monotonic() < deadline:
+        # exited, not reaped: its pid (and session id) stays its own until proc.wait() below
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            break
+        if not killed:  # bwrap starts one child: none yet while it sets up, so looked for again
+            for pid in _children(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed = True
+        time.sleep(0.001)
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session
     except ProcessLookupError:
@@ -703,8 +705,8 @@ class SandboxedProcess:
         self.proc.stdin.close()
         self.proc.stdout.close()
         peak = _remove_cgroup(self.cgroup) if self.cgroup else None
-        # not in bubblewrap, where it would kill the slot's other sandbox (a test's program) bwrap
-        # first
+        # without bubblewrap only: in it nothing is left by now, and this would kill the slot's
+        # other sandbox (a HumanEval test's program) bwrap first, orphaning its PID 1
         if self.uid is not None and not self.in_bwrap:
             _kill_uid(self.uid)
         if self.workdir:
