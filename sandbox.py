@@ -979,8 +979,8 @@ class VerifierPool:
         proc = subprocess.Popen(self.command(isolation), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
                                 env={**os.environ, **WORKER_ENV}, start_new_session=True)
-        self.procs[slot], self.in_bwrap[slot] = proc, bool(isolation)
         status = _read_line(proc, time.monotonic() + 120)
+        self.procs[slot], self.in_bwrap[slot] = proc, bool(isolation)
         if status != b"ready\n":
             self._kill(slot)
             why = status.decode(errors="replace").strip() or "it died"
