@@ -21,7 +21,8 @@ test, compares outputs outside, and treats a malformed, oversized or extra reply
 program. HumanEval-style tests run in a second sandbox (TESTER) and call the program through the
 caller, so the program never sees the test or can report a pass itself: only arguments and plain
 values (encode_value) cross, and a pass is the test sandbox's verdict after `check()` returned.
-Timed-out or finished sandboxes are killed with their PID namespace, cgroup and uid. Without a
+Timed-out or finished sandboxes are killed with their PID namespace and cgroup, each process reaped
+by its own parent (_end: none is left for the machine's init, which may never reap it). Without a
 working bwrap, sandbox() says "rlimits": reward.require_sandbox then refuses code tasks unless the
 user accepts rlimits + a non-root uid + a killed session alone. `python reward.py --sandbox-info`
 says which mode this machine gets (describe).
@@ -329,8 +330,11 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
     PID, network, IPC, UTS and mount namespaces; read-only SYSTEM_DIRS and the interpreter's
     directories, and nothing else of the host; /dev read-only with null, zero, full, random and
     urandom only; a private size-limited tmpfs as /tmp (also /dev/shm), the working directory and
-    the only writable place."""
-    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+    the only writable place. The script is its PID namespace's PID 1 (--as-pid-1): bwrap's own
+    init would report the script's exit to bwrap, which then exits without reaping the init, an
+    orphan for the machine's init to reap; the script, bwrap's own child, is reaped by bwrap."""
+    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
+               "--clearenv",
                "--setenv", "PATH", CLEAN_PATH, "--setenv", "HOME", "/tmp", "--proc", "/proc",
                "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]  # first: an interpreter under
     for variable in SANDBOX_THREADS:  # /tmp is bound on top of it
@@ -502,6 +506,45 @@ def _remove_cgroup(path: str, wait: float = 5.0) -> float | None:
     return peak
 
 
+def _children(pid: int) -> list[int]:
+    """The pids of `pid`'s child processes."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
+
+
+def _end(proc: subprocess.Popen, in_bwrap: bool, wait: float = 5.0) -> None:
+    """Kill `proc` (bubblewrap, or the script itself without it) and what it started, and reap it.
+    In bubblewrap the sandbox's PID 1 dies first, the kernel then ends its PID namespace, and bwrap,
+    still alive, reaps it and exits: each process is reaped by its own parent. Killed the other way
+    round (bwrap first, or with it as one session) the sandbox's PID 1 is orphaned to the machine's
+    init; where that init does not reap (the trainer as PID 1 of its container, some hosts), it
+    stays a zombie of the slot's uid, counted against its RLIMIT_NPROC until no program of the slot
+    can start. Without bubblewrap, its session is killed."""
+    deadline, killed = time.monotonic() + wait, False
+    while in_bwrap and proc.returncode is None and time.monotonic() < deadline:
+        # exited, not reaped: its pid (and session id) stays its own until proc.wait() below
+        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+            break
+        if not killed:  # bwrap starts one child: none yet while it sets up, so looked for again
+            for pid in _children(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed = True
+        time.sleep(0.001)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
 def _processes_of_uid(uid: int) -> list[tuple[int, str]]:
     """(pid, state letter) of every process of `uid`, zombies included (they still count for
     RLIMIT_NPROC)."""
@@ -527,10 +570,9 @@ def _tasks_of_uid(uid: int) -> int:
 
 
 def _kill_uid(uid: int, wait: float = 5.0) -> None:
-    """As root: kill every process of the sandbox uid and wait until they are gone. The fallback
-    needs it (daemons leave the session); with bwrap it makes the PID namespace's teardown, which
-    the kernel does asynchronously (a fork bomb's 64 processes take a moment), finish before the
-    next program starts."""
+    """As root: kill every process of the sandbox uid and wait until they are gone: daemons leave
+    the session of a program without bubblewrap. (In bubblewrap nothing outlives its PID namespace,
+    whose teardown ends before bwrap can reap its PID 1.)"""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         pids = [pid for pid, state in _processes_of_uid(uid) if state not in "ZX"]
@@ -557,6 +599,7 @@ class SandboxedProcess:
     def __init__(self, box: Sandbox, script: str, limits: Limits, slot: int):
         uid = sandbox_uid(slot) if os.geteuid() == 0 else None
         self.uid, self.workdir, self.pending = uid, None, b""
+        self.in_bwrap = box.mode == "bwrap"
         self.cgroup = _new_cgroup(limits.memory_mb << 20)
         # RLIMIT_NPROC counts every task of the uid: without a uid of its own, this one's too
         base_tasks = 0 if uid is not None else _tasks_of_uid(os.getuid())
@@ -655,17 +698,16 @@ class SandboxedProcess:
         return reply, failure
 
     def close(self) -> float | None:
-        """Kill the sandbox (its PID namespace dies with bwrap; the cgroup and, as root, the uid are
-        emptied too) and return its peak memory in MiB where a cgroup measured it."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait()
+        """Kill the sandbox (its PID namespace, or without bubblewrap its session and, as root, its
+        uid; the cgroup is emptied too) and return its peak memory in MiB where a cgroup measured
+        it."""
+        _end(self.proc, self.in_bwrap)
         self.proc.stdin.close()
         self.proc.stdout.close()
         peak = _remove_cgroup(self.cgroup) if self.cgroup else None
-        if self.uid is not None:
+        # without bubblewrap only: in it nothing is left by now, and this would kill the slot's
+        # other sandbox (a HumanEval test's program) bwrap first, orphaning its PID 1
+        if self.uid is not None and not self.in_bwrap:
             _kill_uid(self.uid)
         if self.workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
@@ -838,11 +880,11 @@ def _drop_privileges() -> None:
 
 
 def _kill_other_processes() -> None:
-    """In a worker alone in its PID namespace (bubblewrap's init is pid 1): kill anything a scorer
-    child left behind, until nothing is left, so no process outlives the check it came from."""
+    """In a worker alone in its PID namespace (its PID 1): kill anything a scorer child left behind,
+    until nothing is left, so no process outlives the check it came from."""
     for _ in range(100):
         others = [int(pid) for pid in os.listdir("/proc")
-                  if pid.isdigit() and int(pid) not in (1, os.getpid())]
+                  if pid.isdigit() and int(pid) != os.getpid()]
         if not others:
             return
         for pid in others:
@@ -901,9 +943,6 @@ def serve_requests(check: Callable[[str, list], float], memory_mb: int, isolated
         replies.flush()
 
 
-_WORKER_ISOLATION: bool | None = None  # whether workers start inside bubblewrap; None: not tried
-
-
 class VerifierPool:
     """`workers` verifier processes, each started lazily and replaced when it overruns, dies, or
     writes anything but the one reply line to the request it was given. A worker imports `module`
@@ -916,6 +955,7 @@ class VerifierPool:
         self.memory_mb, self.files, self.module = memory_mb, tuple(files), module
         self.directory: str | None = None  # the copy of `files`, made when the first worker starts
         self.procs: list[subprocess.Popen | None] = [None] * workers
+        self.in_bwrap = [False] * workers
         self.lock = threading.Lock()  # one run at a time: concurrent callers share this pool
 
     def command(self, isolation: list[str]) -> list[str]:
@@ -935,36 +975,23 @@ class VerifierPool:
         return [*options, sys.executable, "-I", "-B", "-c", start]
 
     def _start(self, slot: int) -> subprocess.Popen:
-        global _WORKER_ISOLATION
-        isolation = _worker_isolation() if _WORKER_ISOLATION is not False else []
+        isolation = _worker_isolation()
         proc = subprocess.Popen(self.command(isolation), stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
                                 env={**os.environ, **WORKER_ENV}, start_new_session=True)
         status = _read_line(proc, time.monotonic() + 120)
+        self.procs[slot], self.in_bwrap[slot] = proc, bool(isolation)
         if status != b"ready\n":
-            self.procs[slot] = proc
             self._kill(slot)
-            if isolation and _WORKER_ISOLATION is None:  # bwrap runs, this interpreter does not
-                _WORKER_ISOLATION = False
-                warnings.warn("sandbox.py: verifier workers could not start inside bubblewrap; "
-                              "they run without it (answers are still only parsed, never run)",
-                              RuntimeWarning, stacklevel=2)
-                return self._start(slot)
             why = status.decode(errors="replace").strip() or "it died"
             raise RuntimeError(f"sandbox.py: a verifier worker ({self.module}.serve under "
                                f"{sys.executable}) failed to start: {why}")
-        _WORKER_ISOLATION = bool(isolation) or _WORKER_ISOLATION
-        self.procs[slot] = proc
         return proc
 
     def _kill(self, slot: int) -> None:
         proc, self.procs[slot] = self.procs[slot], None
         if proc is not None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # its session: bwrap and its PID namespace
-            except ProcessLookupError:
-                pass
-            proc.wait()
+            _end(proc, self.in_bwrap[slot])
             proc.stdin.close()
             proc.stdout.close()
 
@@ -1074,16 +1101,29 @@ def _read_line(proc: subprocess.Popen, deadline: float) -> bytes:
 def _worker_isolation() -> list[str]:
     """The bubblewrap options a verifier worker runs under, like a program (no network, read-only
     file system, its own PID namespace, dies with the trainer, no capabilities), or [] where bwrap
-    is not installed. It runs as this uid: a root trainer's worker keeps uid 0 in its namespace,
-    and without --cap-drop also every capability, enough to remount its read-only binds (the
-    module copy, the interpreter's directories) writable."""
+    is not installed or cannot run this interpreter (with a warning). It runs as this uid: a root
+    trainer's worker keeps uid 0 in its namespace, and without --cap-drop also every capability,
+    enough to remount its read-only binds (the module copy, the interpreter's directories)
+    writable. A probe decides, once: a worker that fails to start for its own reasons (its warm-up
+    over the memory limit, a machine too loaded to start it in time) is no reason to run every
+    later worker without bubblewrap."""
     if not shutil.which("bwrap"):
         return []
     command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False)  # as this uid
     options = command[:command.index("--")] + ["--cap-drop", "ALL"]
     for name, value in WORKER_ENV.items():
         options += ["--setenv", name, value]
-    return options
+    try:
+        done = subprocess.run([*options, "--", sys.executable, "-I", "-c", "print('ok')"],
+                              capture_output=True, text=True, timeout=20)
+        if done.stdout == "ok\n":
+            return options
+    except (OSError, subprocess.SubprocessError):
+        pass
+    warnings.warn(f"sandbox.py: bubblewrap cannot run {sys.executable}; verifier workers run "
+                  "without it (answers are still only parsed, never run)", RuntimeWarning,
+                  stacklevel=2)
+    return []
 
 
 _POOLS: dict[tuple, VerifierPool] = {}

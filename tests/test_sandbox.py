@@ -131,9 +131,9 @@ def test_the_network_is_unreachable_even_on_loopback():
 @needs_bwrap
 def test_the_sandbox_sees_no_environment_and_no_parent():
     program = "import os\nprint(sorted(os.environ), os.getppid(), os.getuid() == 0)"
-    # LC_CTYPE: Python's own UTF-8 coercion
+    # LC_CTYPE: Python's own UTF-8 coercion; parent 0: its sandbox's PID 1, it has none inside
     expected = ("['HOME', 'LC_CTYPE', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', "
-                "'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] 1 False")
+                "'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] 0 False")
     os.environ["BRORL_SECRET"] = "hunter2"
     try:
         assert reward.run_program(program, {"inputs": [""], "outputs": [expected]},
@@ -520,3 +520,58 @@ def test_an_interpreter_under_tmp_runs_in_the_sandbox(tmp_path):
     command[-1] = "import sys; print(sys.prefix)"
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == str(venv), done.stderr
+
+
+# ---- teardown: every process a sandbox had is reaped, whoever the machine's init is -------------
+
+def zombies_of_sandbox_slot(slot: int) -> list[int]:
+    """Zombies of the slot's uid (this process's own, when not root) left for this process or PID 1
+    to reap: where PID 1 does not reap (a container whose PID 1 is the trainer, some hosts), each
+    counts against the slot's process limit for good."""
+    uid = sandbox.sandbox_uid(slot) if os.geteuid() == 0 else os.getuid()
+    found = []
+    for pid, state in sandbox._processes_of_uid(uid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if state == "Z" and parent in (1, os.getpid()):
+            found.append(pid)
+    return found
+
+
+def check_add_in_a_row(programs: int, slot: int) -> list[str]:
+    """The statuses of `programs` HumanEval-style checks of a correct `add`, one after another on
+    one slot (each starts two sandboxes: the program's and its test's)."""
+    return [reward.run_program(f"# variant {i}\ndef add(x, y):\n    return x + y", ADDER,
+                               slot=slot).status for i in range(programs)]
+
+
+@needs_bwrap
+def test_a_slot_runs_check_after_check_and_leaves_no_zombie():
+    statuses = check_add_in_a_row(60, slot=0)
+    assert statuses == ["ok"] * 60
+    assert zombies_of_sandbox_slot(0) == []
+
+
+@needs_bwrap
+@pytest.mark.slow
+def test_a_slot_runs_hundreds_of_checks_and_leaves_no_zombie():
+    statuses = check_add_in_a_row(400, slot=0)
+    assert statuses == ["ok"] * 400
+    assert zombies_of_sandbox_slot(0) == []
+
+
+@needs_bwrap
+def test_a_verifier_that_is_pid_1_of_its_namespace_passes_every_correct_program():
+    """The trainer as PID 1 of a container: orphans are its own to reap, and nobody else will."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare (util-linux) for a PID namespace of its own")
+    script = ("import os, sys\nsys.path.insert(0, 'tests')\nimport test_sandbox as t\n"
+              "assert os.getpid() == 1\nstatuses = t.check_add_in_a_row(60, slot=0)\n"
+              "print(statuses.count('ok'), len(t.zombies_of_sandbox_slot(0)))")
+    done = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c",
+                           script], cwd=Path(reward.__file__).parent, capture_output=True,
+                          text=True, timeout=300)
+    assert done.stdout.split() == ["60", "0"], done.stderr

@@ -262,6 +262,30 @@ def test_verifier_workers_run_inside_bubblewrap():
         pool.close()
 
 
+def test_a_worker_that_fails_to_start_leaves_later_workers_in_bubblewrap(tmp_path):
+    """A failed start is that worker's own (here it complains instead of reporting ready), not a
+    sign that bubblewrap cannot run it: it raises, and the next worker starts in bubblewrap."""
+    if sandbox.sandbox().mode != "bwrap":
+        pytest.skip("bubblewrap cannot run here")
+    (tmp_path / "complains.py").write_text("def serve(memory_mb, isolated):\n"
+                                           "    print('not warmed up', flush=True)\n")
+    failing = sandbox.VerifierPool(1, 2048, files=[str(tmp_path / "complains.py")],
+                                   module="complains")
+    try:
+        with pytest.raises(RuntimeError, match="failed to start: not warmed up"):
+            failing.run([("math", ["1", "1"])], timeout=60)
+    finally:
+        failing.close()
+    pool = sandbox.VerifierPool(workers=1, memory_mb=2048, files=reward.WORKER_FILES,
+                                module="reward")
+    try:
+        assert pool.run([("math", ["1/2", "0.5"])], timeout=60) == [(1.0, "ok")]
+        with open(f"/proc/{pool.procs[0].pid}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[0].endswith(b"bwrap")
+    finally:
+        pool.close()
+
+
 def test_a_verifier_worker_holds_no_capability_to_undo_its_read_only_binds():
     """A root trainer's worker is uid 0 in its namespace: with any capability left it could remount
     the module copy it imports (and the interpreter's directories) writable."""
@@ -290,7 +314,8 @@ def test_verifier_workers_start_from_files_whatever_the_size_of_reward_py(tmp_pa
     argument would not start once the file grew past it, so workers start from files."""
     if isolated and sandbox.sandbox().mode != "bwrap":
         pytest.skip("bubblewrap cannot run here")
-    monkeypatch.setattr(sandbox, "_WORKER_ISOLATION", None if isolated else False)
+    if not isolated:
+        monkeypatch.setattr(sandbox, "_worker_isolation", lambda: [])
     padded = Path(reward.__file__).read_text() + "\n# padding\n" * (12 << 10)
     assert len(padded.encode()) > 128 << 10
     pool = pool_importing(padded, tmp_path)
