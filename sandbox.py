@@ -519,6 +519,13 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _exited(proc: subprocess.Popen) -> bool:
+    """Whether `proc` has exited, without reaping it: until _end's wait its pid (and session id)
+    stays its own, so killing its session can never hit a process that was given the pid since."""
+    return (proc.returncode is not None
+            or os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None)
+
+
 def _end(proc: subprocess.Popen, in_bwrap: bool, wait: float = 5.0) -> None:
     """Kill `proc` (bubblewrap, or the script itself without it) and what it started, and reap it.
     In bubblewrap the sandbox's PID 1 dies first, the kernel then ends its PID namespace, and bwrap,
@@ -528,9 +535,8 @@ def _end(proc: subprocess.Popen, in_bwrap: bool, wait: float = 5.0) -> None:
     stays a zombie of the slot's uid, counted against its RLIMIT_NPROC until no program of the slot
     can start. Without bubblewrap, its session is killed."""
     deadline, killed = time.monotonic() + wait, False
-    while in_bwrap and proc.returncode is None and time.monotonic() < deadline:
-        # exited, not reaped: its pid (and session id) stays its own until proc.wait() below
-        if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+    while in_bwrap and time.monotonic() < deadline:
+        if _exited(proc):
             break
         if not killed:  # bwrap starts one child: none yet while it sets up, so looked for again
             for pid in _children(proc.pid):
@@ -538,10 +544,9 @@ def _end(proc: subprocess.Popen, in_bwrap: bool, wait: float = 5.0) -> None:
                     os.kill(pid, signal.SIGKILL)
                 killed = True
         time.sleep(0.001)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session
-    except ProcessLookupError:
-        pass
+    if proc.returncode is None:  # not reaped yet: the pid is still its own
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its session
     proc.wait()
 
 
@@ -999,7 +1004,7 @@ class VerifierPool:
         line = (json.dumps(request) + "\n").encode()
         for _ in range(2):
             proc = self.procs[slot]
-            if proc is None or proc.poll() is not None:  # never started, or died while idle
+            if proc is None or _exited(proc):  # never started, or died while idle
                 self._kill(slot)
                 proc = self._start(slot)
             try:

@@ -459,6 +459,17 @@ def no_bubblewrap(monkeypatch):
     sandbox.sandbox.cache_clear()
 
 
+def test_a_dead_sandbox_process_is_seen_without_reaping_it_until_it_is_ended():
+    """Its pid stays its own until _end reaps it, so killing its session never hits a process that
+    was given the same pid since."""
+    proc = subprocess.Popen(["true"], start_new_session=True)
+    while not sandbox._exited(proc):
+        time.sleep(0.01)
+    assert proc.returncode is None and Path(f"/proc/{proc.pid}/stat").read_text().split()[2] == "Z"
+    sandbox._end(proc, in_bwrap=False)
+    assert proc.returncode == 0 and not Path(f"/proc/{proc.pid}").exists()
+
+
 def test_bubblewrap_without_user_namespaces_is_refused_naming_the_prerequisite(monkeypatch):
     # what bwrap does where unprivileged user namespaces are off: exits before running anything
     monkeypatch.setattr(sandbox, "_bwrap_command", lambda *args: ["/bin/sh", "-c", "exit 1", ""])
