@@ -69,9 +69,10 @@ def launched_eval_cli(model_dir, out, *extra, config="configs/ddp_cpu.yaml", che
 
 
 def generated_per_process(stdout: str) -> dict[int, int]:
-    """Process index -> how many problems it says it generated."""
+    """Process index -> how many problems it says it generated (two processes share stdout, so
+    one's line may land in the middle of the other's)."""
     return {int(index): int(count) for index, count
-            in re.findall(r"^process (\d+) of 2 generated (\d+) problems$", stdout, re.M)}
+            in re.findall(r"process (\d+) of 2 generated (\d+) problems", stdout)}
 
 
 def sample_rows(out) -> list[dict]:
