@@ -199,6 +199,11 @@ class Shard:
     gather: Callable[[object], list] = lambda item: [item]
     generated: int = 0  # problems this process has generated so far
 
+    @classmethod
+    def of_processes(cls, state) -> "Shard":
+        """The share of this process of an accelerate launch (an Accelerator or a PartialState)."""
+        return cls(state.process_index, state.num_processes, lambda item: gather_object([item]))
+
 
 def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: EvalSettings,
                   log: SampleLog | None = None, shard: Shard | None = None) -> dict:
@@ -522,8 +527,7 @@ def main() -> None:
         # a process group only under accelerate launch; each process on its own device
         state = PartialState(cpu=args.device == "cpu" or not torch.cuda.is_available(),
                              timeout=timedelta(minutes=args.process_group_timeout_min))
-        shard = Shard(state.process_index, state.num_processes,
-                      lambda item: gather_object([item]))
+        shard = Shard.of_processes(state)
         # the checkpoint's own dtype; every k samples of a problem in one request
         if engine == "vllm":
             tokenizer = load_tokenizer(model)

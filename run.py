@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, InitProcessGroupKwargs, gather_object
+from accelerate.utils import DistributedType, InitProcessGroupKwargs
 from torch.utils.tensorboard import SummaryWriter
 
 import benchmarks
@@ -79,7 +79,7 @@ class Run:
     @property
     def eval_shard(self) -> evaluation.Shard:
         """This process's share of every evaluation."""
-        return evaluation.Shard(self.rank, self.processes, lambda item: gather_object([item]))
+        return evaluation.Shard.of_processes(self.accelerator)
 
     @property
     def sampler(self):
