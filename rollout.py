@@ -540,15 +540,26 @@ def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu",
 CHECKPOINT = re.compile(r"^step_(\d{6})$")  # the trainer's checkpoints/step_NNNNNN folders
 
 
+def read_plain_data(path: Path):
+    """A .pt file the trainer wrote (trainer_state.pt, probes.pt), loaded as plain data only:
+    tensors, numbers, strings, lists and dicts. A run folder may come from someone else, and a
+    pickle allowed to build any object runs whatever code it names."""
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # a damaged or hostile pickle raises any of several types
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        raise InputError(f"{path} does not load as plain data ({type(e).__name__}: "
+                         f"{first_line[:200]})") from None
+
+
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
     not load, or a file it lists (name and size, taken when the checkpoint was written) is missing
     or changed size."""
     try:
-        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-        files = state.get("files", {})
-    except Exception as e:  # a damaged pickle raises any of several types
-        return f"trainer_state.pt does not load: {type(e).__name__}"
+        files = read_plain_data(checkpoint / "trainer_state.pt").get("files", {})
+    except InputError as e:
+        return str(e)
     for name, size in files.items():
         if not (checkpoint / name).is_file():
             return f"{name} is missing"

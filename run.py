@@ -242,7 +242,7 @@ def setup(cfg) -> Run:
         accelerator.load_state(checkpoint / "state")
         if sharding:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
-        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        state = rollout.read_plain_data(checkpoint / "trainer_state.pt")
         step, data_position = state["step"], state["data_position"]
         if ref_policy is not None:
             if "reference_step" not in state:
@@ -434,7 +434,7 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
 def prune_references(output_dir: Path) -> None:
     """Remove the reference/ versions that no kept checkpoint uses."""
     checkpoints = [p for p in (output_dir / "checkpoints").iterdir() if CHECKPOINT.match(p.name)]
-    used = {f"step_{torch.load(p / 'trainer_state.pt', weights_only=False)['reference_step']:06d}"
+    used = {f"step_{rollout.read_plain_data(p / 'trainer_state.pt')['reference_step']:06d}"
             for p in checkpoints}
     for folder in (output_dir / REFERENCE).iterdir():
         if CHECKPOINT.match(folder.name) and folder.name not in used:
@@ -668,7 +668,7 @@ def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_polic
     see experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since
     this is a new run with its own seed. Under FSDP2 from an FSDP2 run's shards, else from
     accelerate's state."""
-    source = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+    source = rollout.read_plain_data(checkpoint / "trainer_state.pt")
     if (source["config"]["kl_coef"] > 0) != (cfg.kl_coef > 0):
         had = "had" if source["config"]["kl_coef"] > 0 else "had no"
         raise InputError(f"--init-from {checkpoint}: its run {had} reference policy "

@@ -616,3 +616,36 @@ def test_init_from_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path):
     assert (result.returncode != 0
             and "--init-from needs a complete checkpoint folder" in result.stderr)
     assert "Traceback" not in result.stderr
+
+
+class CreatesFileWhenUnpickled:
+    """What a hostile pickle holds: an object whose unpickling calls a function of its choice."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def test_a_shared_run_folder_whose_pickles_would_run_code_is_refused_without_running_it(tmp_path):
+    out, ran_code = tmp_path / "shared", tmp_path / "ran_code"
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
+               "--eval-every", "100", "--probe-prompts", "4", env=NO_BWRAP)
+    checkpoints = out / "checkpoints"
+    hostile = {"step": 2, "data_position": 0, "payload": CreatesFileWhenUnpickled(ran_code)}
+    torch.save(hostile, checkpoints / "step_000002" / "trainer_state.pt")
+    branch = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "b"),
+                        "--init-from", str(checkpoints / "step_000002"), check=False, env=NO_BWRAP)
+    assert branch.returncode != 0 and "does not load as plain data" in branch.stderr
+    assert "Traceback" not in branch.stderr
+    resumed = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
+                         "--total-steps", "3", env=NO_BWRAP)
+    assert "skipping the damaged checkpoint" in resumed.stdout
+    assert "resumed from" in resumed.stdout and "step_000001 at step 1" in resumed.stdout
+    torch.save({"prompts": CreatesFileWhenUnpickled(ran_code)}, out / "probes.pt")
+    again = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
+                       "--total-steps", "4", check=False, env=NO_BWRAP)
+    assert again.returncode != 0 and "probes.pt does not load as plain data" in again.stderr
+    assert "Traceback" not in again.stderr
+    assert not ran_code.exists()
