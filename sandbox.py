@@ -1182,8 +1182,9 @@ class VerifierPool:
             deadline: float = math.inf) -> list[tuple[float, str]]:
         """[(value, status)] per job (kind, args), status "ok", "timeout", "error" or "over budget";
         value 0.0 unless ok. `timeout` bounds each job, `deadline` (time.monotonic()) the whole run:
-        jobs not finished by then are "over budget". Calls from several threads take turns (each
-        worker holds one request at a time)."""
+        jobs not finished by then are "over budget", and so is a job that overran its fair share of
+        it (fair_share_deadline), so slow jobs cannot leave later ones no time. Calls from several
+        threads take turns (each worker holds one request at a time)."""
         with self.lock:
             return self._run(jobs, timeout, deadline)
 
@@ -1191,21 +1192,25 @@ class VerifierPool:
              deadline: float) -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
-        busy: dict[int, tuple[int, str, float]] = {}  # slot -> (job index, request id, deadline)
+        # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget")
+        busy: dict[int, tuple[int, str, float, str]] = {}
         received: dict[int, bytes] = {}
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
                 if pending and slot not in busy and time.monotonic() < deadline:
+                    share = fair_share_deadline(deadline, len(self.procs), len(pending))
                     job = pending.pop()
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
-                    job_deadline = min(time.monotonic() + timeout, deadline)
-                    busy[slot], received[slot] = (job, request_id, job_deadline), b""
-            first_deadline = min(job_deadline for _, _, job_deadline in busy.values())
+                    own_time = time.monotonic() + timeout
+                    late = "timeout" if own_time <= share else "over budget"
+                    busy[slot] = (job, request_id, min(own_time, share), late)
+                    received[slot] = b""
+            first_deadline = min(job_deadline for _, _, job_deadline, _ in busy.values())
             wait = max(0.0, first_deadline - time.monotonic())
             ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
             for slot in list(busy):
-                job, request_id, job_deadline = busy[slot]
+                job, request_id, job_deadline, late = busy[slot]
                 proc = self.procs[slot]
                 chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1) if proc.stdout in ready \
                     else None
@@ -1215,7 +1220,7 @@ class VerifierPool:
                     if not keep:
                         self._kill(slot)
                 elif time.monotonic() >= job_deadline:
-                    results[job] = (0.0, "timeout" if job_deadline < deadline else "over budget")
+                    results[job] = (0.0, late)
                     self._kill(slot)
                 else:
                     continue
@@ -1228,6 +1233,15 @@ class VerifierPool:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
+
+
+def fair_share_deadline(deadline: float, workers: int, items_left: int) -> float:
+    """The deadline of the next of `items_left` items not yet started, run `workers` at a time,
+    that share what is left of a budget ending at `deadline` (time.monotonic()) equally: an item
+    that uses all its share leaves each later one as much, so slow items first cannot make correct
+    ones after them score 0; items that finish early leave more to the rest."""
+    now = time.monotonic()
+    return min(deadline, now + (deadline - now) * workers / max(items_left, 1))
 
 
 def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
