@@ -97,16 +97,17 @@ BUSY_LOOPS = ("import os, time\nif not os.path.exists('started'):\n"
               "    open('started', 'w').close()\n    for _ in range(40):\n"
               "        if os.fork() == 0:\n            os.setsid()\n"
               "            while True:\n                pass\ntime.sleep(0.9)\nprint(input())")
-# ~0.1 s of CPU per test on an idle core: past the second a test has, on a core shared with 40
+# ~0.2 s of CPU per test on an idle core: well past the second a test has on a core shared with 40
+# busy loops
 SQUARES = "n = int(input())\nprint(sum(i * i for i in range(n)))"
 
 
 @needs_bwrap
 @needs_cpu_cgroup
 def test_busy_loops_of_one_program_do_not_time_out_the_correct_programs_beside_it():
-    n = 300_000
-    squares = {"inputs": [f"{n + k}\n" for k in range(3)],
-               "outputs": [str(sum(i * i for i in range(n + k))) for k in range(3)]}
+    sizes = [5_000_000 + k for k in range(3)]
+    squares = {"inputs": [f"{n}\n" for n in sizes],
+               "outputs": [str((n - 1) * n * (2 * n - 1) // 6) for n in sizes]}
     echo = {"inputs": [f"{k}\n" for k in range(5)], "outputs": [str(k) for k in range(5)]}
     neighbours = [("code", fenced(SQUARES + f"\n# neighbour {k}"), squares) for k in range(6)]
     stats = reward.VerifyStats()
