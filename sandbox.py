@@ -1202,10 +1202,11 @@ class VerifierPool:
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
                 if pending and slot not in busy and time.monotonic() < deadline:
-                    share = fair_share_deadline(deadline, len(self.procs), len(pending))
                     job = pending.pop()
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
+                    # after _send: a worker it had to start first took none of the job's share
+                    share = fair_share_deadline(deadline, len(self.procs), len(pending) + 1)
                     own_time = time.monotonic() + timeout
                     late = "timeout" if own_time <= share else "over budget"
                     busy[slot] = (job, request_id, min(own_time, share), late)
