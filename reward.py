@@ -405,13 +405,21 @@ COUNTDOWN_OPERATORS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__,
 COUNTDOWN_CHARACTERS = frozenset("0123456789+-*/() \t\n")
 
 
+def _in_countdown_grammar(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp):  # a negative literal only
+        return isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
+    return isinstance(node, (ast.BinOp, ast.Constant, ast.USub)) or \
+        type(node) in COUNTDOWN_OPERATORS
+
+
 def countdown_score(answer: str | None, entry: dict) -> float:
     """1.0 if `answer` is written in the Countdown task's grammar and reaches the target: the four
     binary operators + - * /, brackets, and integer literals that are the given numbers, all of
-    them, each once (as the prompts say and the package's scorer counts). Read on Python's syntax
-    tree, computed exactly in fractions; anything else (a unary sign, `**`, `//`, a float, a name,
-    a call) scores 0: unary operators write a number without a digit (`-~x` is x + 1), so the sum
-    of the numbers moved to any target was an answer."""
+    them, each once (as the prompts say and the package's scorer counts), a literal perhaps negated
+    (`-1 + 72*(89 - 77)/1`: the package's own answers write one so). Read on Python's syntax tree,
+    computed exactly in fractions; anything else (any other unary operator, `**`, `//`, a float, a
+    name, a call) scores 0: unary operators write a number without a digit (`-~x` is x + 1), so
+    the sum of the numbers moved to any target was an answer."""
     if not answer or not set(answer) <= COUNTDOWN_CHARACTERS:  # no names, floats, comments
         return 0.0
     try:
@@ -419,15 +427,18 @@ def countdown_score(answer: str | None, entry: dict) -> float:
             tree = ast.parse(" ".join(answer.split()), mode="eval").body  # lines joined
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return 0.0
-    literals = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)]
-    if any(not isinstance(node, (ast.BinOp, ast.Constant)) and type(node) not in COUNTDOWN_OPERATORS
-           for node in ast.walk(tree)) or any(type(value) is not int for value in literals) \
-            or sorted(literals) != sorted(entry["metadata"]["numbers"]):
+    nodes = list(ast.walk(tree))
+    literals = [node.value for node in nodes if isinstance(node, ast.Constant)]
+    if not all(map(_in_countdown_grammar, nodes)) or \
+            any(type(value) is not int for value in literals) or \
+            sorted(literals) != sorted(entry["metadata"]["numbers"]):
         return 0.0  # a tree of binary operators over the given numbers only: its depth is small
 
     def value(node) -> Fraction:
         if isinstance(node, ast.Constant):
             return Fraction(node.value)
+        if isinstance(node, ast.UnaryOp):
+            return -value(node.operand)
         return COUNTDOWN_OPERATORS[type(node.op)](value(node.left), value(node.right))
 
     try:
