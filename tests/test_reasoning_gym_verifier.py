@@ -101,7 +101,7 @@ INTENTIONAL_DIFFERENCES = [
     Difference("any spacing between the tokens of a line", frozenset({
         "arc_1d", "shortest_path", "mini_sudoku"}), frozenset({"double spaces"}), 1.0),
     Difference("a list of integers spaced any way", frozenset({"list_functions"}),
-               frozenset({"tight commas"}), 1.0),
+               frozenset({"tight commas", "double spaces"}), 1.0),
     Difference("knights and knaves: any punctuation between a name and its role",
                frozenset({"knights_knaves"}), frozenset({"name: role", "name - role"}), 1.0),
     Difference("word_sorting: the package's partial credit is 1.0 for the list plus more words",
@@ -140,7 +140,8 @@ def official_reward(dataset: str, response: str, entry: dict) -> float:
 
 
 def compare_with_reasoning_gym(entries_per_dataset: int, seed: int) -> dict[str, Counter]:
-    """Per dataset: how many responses agree, disagree on purpose (by Difference name) or not."""
+    """Per dataset: how many responses agree, disagree on purpose (by Difference name) or not (by
+    format, with the last such response)."""
     cases = []
     for dataset in benchmarks.REASONING_GYM_TASKS:
         for entry in rg_entries(dataset, entries_per_dataset, seed):
@@ -154,9 +155,8 @@ def compare_with_reasoning_gym(entries_per_dataset: int, seed: int) -> dict[str,
     for (dataset, form, response, entry), our_reward in zip(cases, ours):
         theirs = official_reward(dataset, response, entry)
         difference = intended(dataset, form, our_reward)
-        outcome = "agree" if our_reward == theirs else \
-            difference.name if difference else f"UNEXPECTED: {form!r} ours {our_reward} " \
-                                               f"theirs {theirs}: {response[-200:]!r}"
+        outcome = "agree" if our_reward == theirs else difference.name if difference else \
+            f"UNEXPECTED: {form!r}, ours {our_reward}, theirs {theirs} (e.g. {response[-120:]!r})"
         outcomes.setdefault(dataset, Counter())[outcome] += 1
     return outcomes
 
@@ -171,19 +171,129 @@ def report(outcomes: dict[str, Counter]) -> str:
 
 
 def assert_only_intended_differences(outcomes: dict[str, Counter]) -> None:
-    unexpected = [name for counts in outcomes.values() for name in counts
-                  if name.startswith("UNEXPECTED")]
+    """No disagreement outside INTENTIONAL_DIFFERENCES, and every one of those seen (a listed
+    difference the verifier no longer makes is a stale entry)."""
+    seen = {name for counts in outcomes.values() for name in counts}
+    unexpected = sorted(name for name in seen if name.startswith("UNEXPECTED"))
     assert not unexpected, "\n".join(unexpected[:20]) + "\n" + report(outcomes)
+    assert {difference.name for difference in INTENTIONAL_DIFFERENCES} <= seen, report(outcomes)
 
 
 def test_reasoning_gym_verifier_agrees_with_the_package_except_where_intended():
-    outcomes = compare_with_reasoning_gym(entries_per_dataset=2, seed=11)
+    outcomes = compare_with_reasoning_gym(entries_per_dataset=2, seed=16)
     assert_only_intended_differences(outcomes)
     print(report(outcomes))
 
 
 @pytest.mark.slow
 def test_reasoning_gym_verifier_agrees_with_the_package_except_where_intended_at_scale():
-    outcomes = compare_with_reasoning_gym(entries_per_dataset=30, seed=12)
+    outcomes = compare_with_reasoning_gym(entries_per_dataset=30, seed=1000)
     assert_only_intended_differences(outcomes)
     print(report(outcomes))
+
+
+# ---- answers the red team found scored wrongly --------------------------------------------------
+
+def rg_reward(dataset: str, answer: str, entry: dict) -> float:
+    return reward.score("reasoning_gym", f"<answer>{answer}</answer>",
+                        {"dataset": dataset, "entry": entry})
+
+
+COUNTDOWNS = rg_entries("countdown", size=4, seed=3)
+
+
+@pytest.mark.parametrize("entry", COUNTDOWNS, ids=lambda entry: entry["answer"])
+def test_countdown_refuses_the_sum_of_the_numbers_moved_to_the_target_by_unary_operators(entry):
+    numbers, target = entry["metadata"]["numbers"], entry["metadata"]["target"]
+    gap, total = target - sum(numbers), " + ".join(map(str, numbers))
+    step = "-~" if gap > 0 else "~-"  # x + 1 and x - 1, no digit written
+    assert rg_reward("countdown", step * abs(gap) + f"({total})", entry) == 0.0
+    assert rg_reward("countdown", f"-(-({entry['answer']}))", entry) == 0.0
+    assert rg_reward("countdown", f" {entry['answer']}\n", entry) == 1.0
+
+
+@pytest.mark.parametrize("template, reward_", [
+    ("{gold}", 1.0), ("({gold})", 1.0), ("{spaced}", 1.0), ("$ {gold} $", 1.0),
+    ("+({gold})", 0.0), ("-(-({gold}))", 0.0), ("~~({gold})", 0.0),  # unary operators
+    ("({gold})**1", 0.0), ("({gold})//1", 0.0), ("({gold}) % 99999", 0.0),  # other operators
+    ("({gold}) + 0.0", 0.0), ("({gold}) # comment", 0.0), ("({gold}) + E - E", 0.0),
+    ("({gold}) + x - x", 0.0), ("abs({gold})", 0.0), ("{gold} = {target}", 0.0),
+    ("{target}", 0.0), ("({gold}) + {first} - {first}", 0.0),  # a number used twice
+])
+def test_countdown_scores_exactly_the_tasks_grammar(template, reward_):
+    """+ - * / and brackets over the given numbers, each once (a literal may be negated, as the
+    package's own answers write `-1 + ...`); nothing else."""
+    for entry in COUNTDOWNS:
+        gold, metadata = entry["answer"], entry["metadata"]
+        answer = template.format(gold=gold, spaced=gold.replace(" ", ""), target=metadata["target"],
+                                 first=metadata["numbers"][0])
+        assert rg_reward("countdown", answer, entry) == reward_, answer
+
+
+@pytest.mark.parametrize("entry", rg_entries("word_sorting", size=4, seed=3),
+                         ids=lambda entry: entry["answer"][:30])
+def test_word_sorting_gives_no_credit_to_the_sorted_list_plus_more_words(entry):
+    gold = entry["answer"]
+    assert rg_reward("word_sorting", f"{gold}, zebra", entry) == 0.0  # the package: 1.0
+    assert rg_reward("word_sorting", f"{gold}, {gold}", entry) == 0.0
+    assert rg_reward("word_sorting", gold.replace(", ", ","), entry) == 1.0
+
+
+@pytest.mark.parametrize("dataset, written, gold", [
+    ("syllogism", "yes", "Yes"), ("syllogism", "NO", "No"),
+    ("simple_geometry", "116.0", "116"), ("simple_geometry", "$116$", "116"),
+    ("basic_arithmetic", "-12.00", "-12"), ("gcd", "**6**", "6"),
+    ("knights_knaves", "Zoey: knight, Riley: knave", "Zoey is a knight, and Riley is a knave."),
+    ("knights_knaves", "**Zoey** - knave; **Riley** - knave",
+     "Zoey is a knave, and Riley is a knave."),
+    ("list_functions", "[1,2, 3]", "[1, 2, 3]"), ("arc_1d", "0  1\t0", "0 1 0"),
+    ("shortest_path", "Up Right", "up right"),
+])
+def test_reasoning_gym_answers_in_the_formats_models_write_score_one(dataset, written, gold):
+    entry = {"question": "?", "answer": gold, "metadata": {}}
+    assert rg_reward(dataset, written, entry) == 1.0
+
+
+@pytest.mark.parametrize("dataset, written, gold", [
+    ("syllogism", "yes no", "Yes"), ("simple_geometry", "116.5", "116"),
+    ("simple_geometry", "1160", "116"), ("gcd", "6 or 7", "6"),
+    ("knights_knaves", "Zoey: knave, Riley: knave", "Zoey is a knight, and Riley is a knave."),
+    ("list_functions", "[1, 2]", "[1, 2, 3]"), ("shortest_path", "up", "up right"),
+])
+def test_reasoning_gym_formats_do_not_make_wrong_answers_right(dataset, written, gold):
+    entry = {"question": "?", "answer": gold, "metadata": {}}
+    assert rg_reward(dataset, written, entry) == 0.0
+
+
+def arith_responses(value: int) -> dict[str, tuple[str, float]]:
+    """A response per format: (response, its reward for the gold `value`)."""
+    return {"box": (f"\\boxed{{{value}}}", 1.0), "bold answer lead": (f"**Answer:** {value}", 1.0),
+            "answer lead in dollars": (f"The answer is ${value}$.", 1.0),
+            "bold number": (f"Answer: **{value}**", 1.0), "float": (f"\\boxed{{{value}.0}}", 1.0),
+            "boxed in dollars": (f"so $\\boxed{{{value}}}$", 1.0),
+            "text in a box": (f"\\boxed{{\\text{{{value}}}}}", 1.0),
+            "thousands": (f"\\boxed{{{value:,}}}", 1.0),
+            "off by one": (f"**Answer:** {value + 1}", 0.0),
+            "half": (f"The answer is ${value}.5$.", 0.0),
+            "hedge": (f"The answer is ${value}$ or ${value + 1}$", 0.0),
+            "two boxes": (f"\\boxed{{{value}}} \\boxed{{{value - 1}}}", 0.0),
+            "no answer": (f"{value}", 0.0)}
+
+
+@pytest.mark.parametrize("value", [0, 7, -12, 65, 1085, 10**20 + 3])
+def test_arith_reads_the_formats_models_write(value):
+    responses = arith_responses(value)
+    rewards = reward.score_batch([("arith", response, str(value))
+                                  for response, _ in responses.values()])
+    assert dict(zip(responses, rewards)) == {form: r for form, (_, r) in responses.items()}
+
+
+@pytest.mark.parametrize("gold", ["Paris", "Co", "New York", "x^2"])
+def test_exact_reads_the_formats_models_write_and_keeps_case(gold):
+    right = [f"\\boxed{{{gold}}}", f"\\boxed{{\\text{{{gold}}}}}", f"<answer>**{gold}**</answer>",
+             f"<answer>The answer is {gold}.</answer>", f"<answer>${gold}$</answer>",
+             f"\\boxed{{\\textbf{{{gold}}}}}"]
+    wrong = [f"\\boxed{{\\text{{{gold.swapcase()}}}}}", f"<answer>**{gold}** or Lyon</answer>",
+             f"\\boxed{{\\text{{{gold}}} \\text{{Lyon}}}}", f"<answer>${gold}$ and $Lyon$</answer>"]
+    rewards = reward.score_batch([("exact", response, gold) for response in right + wrong])
+    assert rewards == [1.0] * len(right) + [0.0] * len(wrong)
