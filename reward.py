@@ -38,8 +38,10 @@ Rewards do not depend on the number of workers: each distinct check is a pure fu
 import argparse
 import ast
 import functools
+import itertools
 import json
 import math
+import operator
 import os
 import re
 import sys
@@ -210,12 +212,13 @@ def final_answer(task: str, response: str) -> str | None:
 # unwrap_answer peels at most UNWRAP_LAYERS of them: each is a linear pass, and a hostile answer can
 # nest them without end.
 UNWRAP_LAYERS = 8
-ANSWER_PREFIX = re.compile(r"[*_]*\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:|=)[\s*_]*",
+ANSWER_PREFIX = re.compile(r"\**\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:|=)[\s*]*",
                            re.IGNORECASE)
-MARKDOWN_MARKS = "*_`"
-MATH_DELIMITERS = (("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+MARKDOWN_MARKS = "*`"  # bold, italics, code; not `_`, which starts and ends words (`_potage_`)
+MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 TEXT_MACROS = ("\\text", "\\textbf", "\\textit", "\\texttt", "\\textrm", "\\mathrm",
                "\\mathbf", "\\mathit", "\\boxed", "\\fbox")
+BRACE_DEPTH = {"{": 1, "}": -1}
 DECIMAL = re.compile(r"([+-]?)([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
 
 
@@ -249,12 +252,13 @@ def _macro_argument(answer: str) -> str:
     brace = answer.find("{")
     if brace < 0 or answer[:brace].strip() not in TEXT_MACROS or not answer.endswith("}"):
         return answer
-    depth = 0
-    for i in range(brace, len(answer)):
-        depth += {"{": 1, "}": -1}.get(answer[i], 0)
-        if depth == 0:  # the macro's argument closes here: it must be the end of the answer
-            return answer[brace + 1:i] if i == len(answer) - 1 else answer
-    return answer
+    # the brace that closes the argument must end the answer (depths summed in C: answers are long)
+    depths = itertools.accumulate(map(BRACE_DEPTH.get, answer[brace:], itertools.repeat(0)))
+    try:
+        closing = brace + operator.indexOf(depths, 0)
+    except ValueError:
+        return answer
+    return answer[brace + 1:-1] if closing == len(answer) - 1 else answer
 
 
 def canonical_decimal(text: str) -> str | None:

@@ -11,6 +11,7 @@ differ from the official graders, on purpose").
 
 import json
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -297,3 +298,28 @@ def test_exact_reads_the_formats_models_write_and_keeps_case(gold):
              f"\\boxed{{\\text{{{gold}}} \\text{{Lyon}}}}", f"<answer>${gold}$ and $Lyon$</answer>"]
     rewards = reward.score_batch([("exact", response, gold) for response in right + wrong])
     assert rewards == [1.0] * len(right) + [0.0] * len(wrong)
+
+
+WRAPPINGS = ["{}", " {} ", "**{}**", "*{}*", "`{}`", "${}$", "$${}$$", "\\({}\\)", "\\[{}\\]",
+             "\\text{{{}}}", "\\textbf{{{}}}", "\\boxed{{{}}}", "The answer is {}.",
+             "The final answer is: {}", "**Answer:** {}", "Answer: **{}**", "**Answer: {}**",
+             "$\\boxed{{\\text{{{}}}}}$."]
+
+
+@pytest.mark.parametrize("content", ["65", "-1.5", "Paris", "New York", "_potage_, viva_",
+                                     "x^{2}", "\\frac{1}{2}", "[1, 2]", "0 0 7\n1 2 3"])
+def test_unwrap_answer_removes_the_formatting_around_an_answer_and_nothing_of_it(content):
+    for wrapping in WRAPPINGS:
+        assert reward.unwrap_answer(wrapping.format(content)) == content, wrapping
+    for hedge in ["${0}$ or $1$", "\\text{{{0}}} \\text{{1}}", "**{0}** or **1**"]:
+        assert reward.unwrap_answer(hedge.format(content)) != content
+
+
+@pytest.mark.parametrize("answer", ["\\text{" * 40_000 + "}" * 40_000, "$" * 250_000,
+                                    "*" * 250_000 + "x", "The " + " " * 250_000 + "answer",
+                                    "1" + ",000" * 60_000 + "x", "**Answer:**" * 20_000])
+def test_unwrapping_a_hostile_answer_costs_a_few_linear_passes(answer):
+    start = time.perf_counter()
+    reward.score_batch([("arith", f"\\boxed{{{answer}}}", "5"),
+                        ("exact", f"<answer>{answer}</answer>", "5")])
+    assert time.perf_counter() - start < 0.5
