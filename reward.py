@@ -8,17 +8,21 @@ two import nothing else from this project.
 
 `task` names the verifier, one entry of TASK_KINDS (score, score_batch, the workers and the command
 line all read that table, so a new kind is one entry):
-- "arith": the toy task; the final answer must be the integer `answer`.
+- "arith": the toy task; the final answer, unwrapped (unwrap_answer), must be the integer
+  `answer`.
 - "math": the last `\\boxed{...}` is compared with `answer` by math-verify (`\\frac{1}{2}`, `0.5`
   and `1/2` are the same answer, so are `x=3` and `3`); an equation in the box must be true
   (check_math).
 - "code": `answer` is an APPS/TACO test spec or a HumanEval spec (parse_code_spec); the program is
   the response's last fenced Python block, rewarded 1 if it passes every test (run_program; the
   fraction passed goes to the stats).
-- "reasoning_gym": `answer` is {"dataset", "entry"}; the last `<answer>...</answer>` is graded by
-  the package's own `score_answer`, rewarded 1 only at exactly 1.0 (partial credit is counted in
-  the stats, never rewarded); scorers that `eval` or `parse_expr` get plain data only.
-- "exact": the last box or answer tag must be the string `answer`, case kept (check_exact).
+- "reasoning_gym": `answer` is {"dataset", "entry"}; the last `<answer>...</answer>`, unwrapped and
+  read in its task's forms (reasoning_gym_answer), is graded by the package's own `score_answer`,
+  rewarded 1 only at exactly 1.0 (partial credit is counted in the stats, never rewarded); scorers
+  that `eval` or `parse_expr` get plain data only, and those that reward wrong answers are replaced
+  (RG_SCORER_OVERRIDES).
+- "exact": the last box or answer tag, as written or unwrapped, must be the string `answer`, case
+  kept (check_exact).
 
 How a batch is scored (BroRL samples N=512 responses per prompt; most share a handful of answers):
 1. Extraction and a normalised exact-match fast path run in this process (each extractor is one
