@@ -408,6 +408,33 @@ def _word_sorting_exact(answer: str | None, entry: dict) -> float:
     return float(words == entry["metadata"]["sorted_words"])
 
 
+def _knights_knaves_roles(text: str, roles: frozenset[str]) -> set[tuple[str, str]] | None:
+    """The (name, role) pairs of a knights and knaves answer as the package's reader finds them (a
+    role goes to the last word before it other than is/a/an/and; any punctuation separates words),
+    None where a role has no name of its own before it: the package skips that role, so `Zoey is a
+    knight knave` was read as `Zoey is a knight`."""
+    pairs, name = set(), None
+    for word in re.split(r"[^a-z]+", text.lower()):
+        if word in ("", "is", "a", "an", "and"):
+            continue
+        if word not in roles:
+            name = word
+        elif name is None:
+            return None
+        else:
+            pairs.add((name, word))
+            name = None
+    return pairs
+
+
+def _knights_knaves_exact(answer: str | None, entry: dict) -> float:
+    from reasoning_gym.logic.knights_knaves import VALID_ROLES
+
+    roles = frozenset(VALID_ROLES)
+    found = _knights_knaves_roles(answer or "", roles)
+    return float(found is not None and found == _knights_knaves_roles(entry["answer"], roles))
+
+
 COUNTDOWN_OPERATORS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__,
                        ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
 COUNTDOWN_CHARACTERS = frozenset("0123456789+-*/() \t\n")
@@ -460,10 +487,12 @@ def countdown_score(answer: str | None, entry: dict) -> float:
 # bool(gold)); spell_backward's partial credit is a float sum of 1/len per matching letter, which
 # for some lengths reaches exactly 1.0 for the word plus junk; word_sorting's partial credit is the
 # share of the gold's positions matched, 1.0 for the sorted list plus any words after it; countdown
-# accepts anything sympy evaluates to the target with the given digits (countdown_score).
+# accepts anything sympy evaluates to the target with the given digits (countdown_score);
+# knights_knaves reads a name given two roles as given the first (_knights_knaves_roles).
 RG_SCORER_OVERRIDES = {"game_of_life_halting": _exact_case_insensitive,
                        "spell_backward": _exact_case_insensitive,
-                       "word_sorting": _word_sorting_exact, "countdown": countdown_score}
+                       "word_sorting": _word_sorting_exact, "countdown": countdown_score,
+                       "knights_knaves": _knights_knaves_exact}
 
 # Datasets that cannot be scored: their entries have no gold answer and the package's scorer accepts
 # answers that restate the question (propositional_logic: any formula implied by the premises, the
@@ -911,13 +940,13 @@ def reasoning_gym_check_here(pred: str, gold: dict) -> bool | str:
 # How a Reasoning Gym task's answer may be written besides the package's own spelling of it (most
 # of its scorers compare strings exactly): "number", a decimal number equal to the gold one (`116.0`
 # for 116); "case", letters in any case (`yes` for `Yes`); "spaces", any run of spaces between the
-# tokens of a line; "list", a list of integers spaced any way (`[1,2]` for `[1, 2]`); "roles",
-# knights and knaves' assignments with any punctuation between a name and its role (`Zoey: knight`).
+# tokens of a line; "list", a list of integers spaced any way (`[1,2]` for `[1, 2]`). (Knights and
+# knaves' scorer, _knights_knaves_exact, takes any punctuation between a name and its role.)
 RG_ANSWER_FORMS = {
     "basic_arithmetic": {"number"}, "gcd": {"number"}, "simple_equations": {"number"},
     "simple_geometry": {"number"}, "largest_island": {"number"}, "number_sequence": {"number"},
     "syllogism": {"case"}, "shortest_path": {"case", "spaces"}, "arc_1d": {"spaces"},
-    "mini_sudoku": {"spaces"}, "list_functions": {"list"}, "knights_knaves": {"roles"}}
+    "mini_sudoku": {"spaces"}, "list_functions": {"list"}}
 INTEGER_LIST = re.compile(r"\[[0-9,\s+-]*\]\Z")
 
 
@@ -938,8 +967,6 @@ def reasoning_gym_answer(dataset: str, answer: str, gold: str) -> str:
         items = [item.strip() for item in answer[1:-1].split(",")]
         if all(INTEGER.match(item) for item in items) or items == [""]:
             answer = "[" + ", ".join(item for item in items if item) + "]"
-    if "roles" in forms:
-        answer = re.sub(r"[^A-Za-z\s]", " ", answer)  # the package's reader splits on spaces
     return answer
 
 

@@ -62,7 +62,20 @@ def wrong_forms(gold: str, entry: dict) -> dict[str, str]:
         forms["hedge"] = f"{gold} or {changed}"
     if entry["metadata"].get("source_dataset") == "countdown":
         forms |= countdown_attacks(entry)
+    if entry["metadata"].get("source_dataset") == "knights_knaves":
+        forms["a name given both roles"] = both_roles(gold)
     return forms
+
+
+def both_roles(gold: str) -> str:
+    """`Zoey is a knight knave, ...`: the gold with its first name given the other role too."""
+    from reasoning_gym.logic.knights_knaves import KNIGHT_KNAVE_PAIRS
+
+    first_role = re.search(r" is an? (\w+)", gold)
+    pair = next(pair for pair in KNIGHT_KNAVE_PAIRS if f"a {first_role[1]}" in pair
+                or f"an {first_role[1]}" in pair)
+    other = next(role.split()[1] for role in pair if role.split()[1] != first_role[1])
+    return gold[:first_role.end()] + f" {other}" + gold[first_role.end():]
 
 
 def countdown_attacks(entry: dict) -> dict[str, str]:
@@ -110,6 +123,9 @@ INTENTIONAL_DIFFERENCES = [
     Difference("polynomial_multiplication: `a or b` is Python's `or` to the package's parse_expr,"
                " which is a: a hedge scores 1.0 there", frozenset({"polynomial_multiplication"}),
                frozenset({"hedge"}), 0.0),
+    Difference("knights and knaves: a name given two roles is refused (the package reads the "
+               "first)", frozenset({"knights_knaves"}), frozenset({"a name given both roles"}),
+               0.0),
     Difference("countdown: the task's grammar only (+ - * /, brackets, the given numbers)",
                frozenset({"countdown"}), frozenset({
                    "sum moved by unary operators", "gold with a double minus",
@@ -259,6 +275,10 @@ def test_reasoning_gym_answers_in_the_formats_models_write_score_one(dataset, wr
     ("syllogism", "yes no", "Yes"), ("simple_geometry", "116.5", "116"),
     ("simple_geometry", "1160", "116"), ("gcd", "6 or 7", "6"),
     ("knights_knaves", "Zoey: knave, Riley: knave", "Zoey is a knight, and Riley is a knave."),
+    ("knights_knaves", "Zoey is a knight knave, and Riley is a knave",
+     "Zoey is a knight, and Riley is a knave."),
+    ("knights_knaves", "Zoey: knight/knave, Riley: knave",
+     "Zoey is a knight, and Riley is a knave."),
     ("list_functions", "[1, 2]", "[1, 2, 3]"), ("shortest_path", "up", "up right"),
 ])
 def test_reasoning_gym_formats_do_not_make_wrong_answers_right(dataset, written, gold):
