@@ -953,7 +953,7 @@ INTEGER_LIST = re.compile(r"\[[0-9,\s+-]*\]\Z")
 def reasoning_gym_answer(dataset: str, answer: str, gold: str) -> str:
     """A Reasoning Gym answer as its scorer reads it: unwrapped (unwrap_answer), then the gold's own
     string where it is the gold written in one of the task's RG_ANSWER_FORMS, else with its
-    spacing and punctuation made the package's."""
+    spacing and list commas made the package's."""
     answer = unwrap_answer(answer)
     forms = RG_ANSWER_FORMS.get(dataset, set())
     if "number" in forms and canonical_decimal(answer) is not None and \
