@@ -8,17 +8,21 @@ two import nothing else from this project.
 
 `task` names the verifier, one entry of TASK_KINDS (score, score_batch, the workers and the command
 line all read that table, so a new kind is one entry):
-- "arith": the toy task; the final answer must be the integer `answer`.
+- "arith": the toy task; the final answer, unwrapped (unwrap_answer), must be the integer
+  `answer`.
 - "math": the last `\\boxed{...}` is compared with `answer` by math-verify (`\\frac{1}{2}`, `0.5`
   and `1/2` are the same answer, so are `x=3` and `3`); an equation in the box must be true
   (check_math).
 - "code": `answer` is an APPS/TACO test spec or a HumanEval spec (parse_code_spec); the program is
   the response's last fenced Python block, rewarded 1 if it passes every test (run_program; the
   fraction passed goes to the stats).
-- "reasoning_gym": `answer` is {"dataset", "entry"}; the last `<answer>...</answer>` is graded by
-  the package's own `score_answer`, rewarded 1 only at exactly 1.0 (partial credit is counted in
-  the stats, never rewarded); scorers that `eval` or `parse_expr` get plain data only.
-- "exact": the last box or answer tag must be the string `answer`, case kept (check_exact).
+- "reasoning_gym": `answer` is {"dataset", "entry"}; the last `<answer>...</answer>`, unwrapped and
+  read in its task's forms (reasoning_gym_answer), is graded by the package's own `score_answer`,
+  rewarded 1 only at exactly 1.0 (partial credit is counted in the stats, never rewarded); scorers
+  that `eval` or `parse_expr` get plain data only, and those that reward wrong answers are replaced
+  (RG_SCORER_OVERRIDES).
+- "exact": the last box or answer tag, as written or unwrapped, must be the string `answer`, case
+  kept (check_exact).
 
 How a batch is scored (BroRL samples N=512 responses per prompt; most share a handful of answers):
 1. Extraction and a normalised exact-match fast path run in this process (each extractor is one
@@ -41,6 +45,7 @@ import functools
 import itertools
 import json
 import math
+import operator
 import os
 import re
 import sys
@@ -204,19 +209,84 @@ def final_answer(task: str, response: str) -> str | None:
     return task_kind(task).extract(response)
 
 
+# ---- final answers as models write them (arith, exact, Reasoning Gym) ----------------------------
+
+# Formatting around a whole final answer that is not part of it: an answer lead ("The answer is",
+# "**Answer:**"), markdown emphasis and code ticks, math delimiters, text macros and a final period.
+# unwrap_answer peels at most UNWRAP_LAYERS of them: each is a linear pass, and a hostile answer can
+# nest them without end.
+UNWRAP_LAYERS = 8
+ANSWER_PREFIX = re.compile(r"\**\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:|=)[\s*]*",
+                           re.IGNORECASE)
+MARKDOWN_MARKS = "*`"  # bold, italics, code; not `_`, which starts and ends words (`_potage_`)
+MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+TEXT_MACROS = ("\\text", "\\textbf", "\\textit", "\\texttt", "\\textrm", "\\mathrm",
+               "\\mathbf", "\\mathit", "\\boxed", "\\fbox")
+BRACE_DEPTH = {"{": 1, "}": -1}
+DECIMAL = re.compile(r"([+-]?)([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
+
+
+def unwrap_answer(answer: str) -> str:
+    """`answer` without the formatting around the whole of it: `The answer is $65$.`,
+    `**Answer:** 65` and `\\boxed{\\text{65}}` are all `65`. Only what encloses the whole answer
+    goes (`$5$ or $6$` stays a hedge), at most UNWRAP_LAYERS layers."""
+    for _ in range(UNWRAP_LAYERS):
+        before = answer
+        answer = answer.strip().removesuffix(".").strip(MARKDOWN_MARKS).strip()
+        lead = ANSWER_PREFIX.match(answer)
+        if lead:
+            answer = answer[lead.end():]
+        for opening, closing in MATH_DELIMITERS:
+            inside = answer[len(opening):-len(closing)]
+            if inside and answer.startswith(opening) and answer.endswith(closing) \
+                    and opening not in inside:  # `$5$ or $6$` is two answers, not one in `$`
+                answer = inside
+                break
+        answer = _macro_argument(answer)
+        if answer == before:
+            break
+    return answer.strip()
+
+
+def _macro_argument(answer: str) -> str:
+    """The argument of a TEXT_MACROS macro that is the whole answer (`\\text{Paris}`), else the
+    answer."""
+    if not answer.startswith("\\"):
+        return answer
+    brace = answer.find("{")
+    if brace < 0 or answer[:brace].strip() not in TEXT_MACROS or not answer.endswith("}"):
+        return answer
+    # the brace that closes the argument must end the answer (depths summed in C: answers are long)
+    depths = itertools.accumulate(map(BRACE_DEPTH.get, answer[brace:], itertools.repeat(0)))
+    try:
+        closing = brace + operator.indexOf(depths, 0)
+    except ValueError:
+        return answer
+    return answer[brace + 1:-1] if closing == len(answer) - 1 else answer
+
+
+def canonical_decimal(text: str) -> str | None:
+    """A decimal number spelled one way (`+1,024.50` is `1024.5`, `116.0` is `116`, `-0` is `0`),
+    None if `text` is not one. Digit strings, not floats or ints: an answer can have more digits
+    than either holds exactly, or than `int()` accepts."""
+    number = DECIMAL.match(text)
+    if number is None:
+        return None
+    sign, whole, fraction = number.groups()
+    whole, fraction = whole.replace(",", "").lstrip("0") or "0", (fraction or "").rstrip("0")
+    digits = whole + ("." + fraction if fraction else "")
+    return digits if digits == "0" or sign != "-" else "-" + digits
+
+
 # ---- arith and math ------------------------------------------------------------------------------
 
 
 def check_arith(pred: str, answer: str) -> bool:
-    """Integers compared as canonical digit strings: `int()` refuses more than 4,300 digits, and a
-    policy will write more."""
-    pred = pred.replace(" ", "").replace(",", "")
-    return bool(INTEGER.match(pred)) and _canonical_integer(pred) == _canonical_integer(answer)
-
-
-def _canonical_integer(digits: str) -> str:
-    sign, digits = ("-" if digits[0] == "-" else ""), digits.lstrip("+-").lstrip("0")
-    return sign + digits if digits else "0"
+    """The final answer, unwrapped (`**65**`, `$65$`), is the integer `answer` written as a decimal
+    number (`1,085`, `65.0`): compared as canonical digit strings, since `int()` refuses more than
+    4,300 digits and a policy will write more."""
+    return canonical_decimal(unwrap_answer(pred).replace(" ", "").replace(",", "")) == \
+        canonical_decimal(answer)
 
 
 def normalize_math(s: str) -> str:
@@ -333,12 +403,96 @@ def _exact_case_insensitive(answer: str | None, entry: dict) -> float:
     return float(answer is not None and answer.strip().lower() == gold)
 
 
-# Scorers of reasoning-gym 0.1.25 that are wrong: game_of_life_halting returns 1.0 for ANY non-empty
-# answer (it compares bool(answer) with bool(gold)); spell_backward's partial credit is a float sum
-# of 1/len per matching letter, which for some lengths reaches exactly 1.0 for the word plus junk.
-# An exact (case-insensitive) match replaces both.
+def _word_sorting_exact(answer: str | None, entry: dict) -> float:
+    words = [word.strip() for word in re.split(r",\s*", answer or "")]  # the package's own split
+    return float(words == entry["metadata"]["sorted_words"])
+
+
+def _knights_knaves_roles(text: str, roles: frozenset[str]) -> set[tuple[str, str]] | None:
+    """The (name, role) pairs of a knights and knaves answer as the package's reader finds them (a
+    role goes to the last word before it other than is/a/an/and; any punctuation separates words),
+    None where a role has no name of its own before it: the package skips that role, so `Zoey is a
+    knight knave` was read as `Zoey is a knight`."""
+    pairs, name = set(), None
+    for word in re.split(r"[^a-z]+", text.lower()):
+        if word in ("", "is", "a", "an", "and"):
+            continue
+        if word not in roles:
+            name = word
+        elif name is None:
+            return None
+        else:
+            pairs.add((name, word))
+            name = None
+    return pairs
+
+
+def _knights_knaves_exact(answer: str | None, entry: dict) -> float:
+    from reasoning_gym.logic.knights_knaves import VALID_ROLES
+
+    roles = frozenset(VALID_ROLES)
+    found = _knights_knaves_roles(answer or "", roles)
+    return float(found is not None and found == _knights_knaves_roles(entry["answer"], roles))
+
+
+COUNTDOWN_OPERATORS = {ast.Add: Fraction.__add__, ast.Sub: Fraction.__sub__,
+                       ast.Mult: Fraction.__mul__, ast.Div: Fraction.__truediv__}
+COUNTDOWN_CHARACTERS = frozenset("0123456789+-*/() \t\n")
+
+
+def _in_countdown_grammar(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp):  # a negative literal only
+        return isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant)
+    return isinstance(node, (ast.BinOp, ast.Constant, ast.USub)) or \
+        type(node) in COUNTDOWN_OPERATORS
+
+
+def countdown_score(answer: str | None, entry: dict) -> float:
+    """1.0 if `answer` is written in the Countdown task's grammar and reaches the target: the four
+    binary operators + - * /, brackets, and integer literals that are the given numbers, all of
+    them, each once (as the prompts say and the package's scorer counts), a literal perhaps negated
+    (`-1 + 72*(89 - 77)/1`: the package's own answers write one so). Read on Python's syntax tree,
+    computed exactly in fractions; anything else (any other unary operator, `**`, `//`, a float, a
+    name, a call) scores 0: unary operators write a number without a digit (`-~x` is x + 1), so
+    the sum of the numbers moved to any target was an answer."""
+    if not answer or not set(answer) <= COUNTDOWN_CHARACTERS:  # no names, floats, comments
+        return 0.0
+    try:
+        with sandbox.trusted_compiles():  # to a syntax tree only: nothing runs
+            tree = ast.parse(" ".join(answer.split()), mode="eval").body  # lines joined
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return 0.0
+    nodes = list(ast.walk(tree))
+    literals = [node.value for node in nodes if isinstance(node, ast.Constant)]
+    if not all(map(_in_countdown_grammar, nodes)) or \
+            any(type(value) is not int for value in literals) or \
+            sorted(literals) != sorted(entry["metadata"]["numbers"]):
+        return 0.0  # a tree of binary operators over the given numbers only: its depth is small
+
+    def value(node) -> Fraction:
+        if isinstance(node, ast.Constant):
+            return Fraction(node.value)
+        if isinstance(node, ast.UnaryOp):
+            return -value(node.operand)
+        return COUNTDOWN_OPERATORS[type(node.op)](value(node.left), value(node.right))
+
+    try:
+        return float(value(tree) == entry["metadata"]["target"])
+    except ZeroDivisionError:
+        return 0.0
+
+
+# Scorers of reasoning-gym 0.1.25 replaced here because they reward wrong answers:
+# game_of_life_halting returns 1.0 for ANY non-empty answer (it compares bool(answer) with
+# bool(gold)); spell_backward's partial credit is a float sum of 1/len per matching letter, which
+# for some lengths reaches exactly 1.0 for the word plus junk; word_sorting's partial credit is the
+# share of the gold's positions matched, 1.0 for the sorted list plus any words after it; countdown
+# accepts anything sympy evaluates to the target with the given digits (countdown_score);
+# knights_knaves reads a name given two roles as given the first (_knights_knaves_roles).
 RG_SCORER_OVERRIDES = {"game_of_life_halting": _exact_case_insensitive,
-                       "spell_backward": _exact_case_insensitive}
+                       "spell_backward": _exact_case_insensitive,
+                       "word_sorting": _word_sorting_exact, "countdown": countdown_score,
+                       "knights_knaves": _knights_knaves_exact}
 
 # Datasets that cannot be scored: their entries have no gold answer and the package's scorer accepts
 # answers that restate the question (propositional_logic: any formula implied by the premises, the
@@ -412,7 +566,8 @@ def plain_expression(text: str, names: bool) -> bool:
 RG_REVIEWED_SCORERS = frozenset({
     "simple_equations", "word_sorting", "spell_backward", "arc_1d", "basic_arithmetic", "gcd", "bf",
     "number_sequence", "mini_sudoku", "simple_geometry", "shortest_path", "largest_island",
-    "list_functions", "knights_knaves", "syllogism", "game_of_life_halting"})
+    "list_functions", "knights_knaves", "syllogism", "game_of_life_halting",
+    "countdown"})  # countdown's scorer is countdown_score, which parses to a syntax tree only
 
 
 class NotPlainData(ValueError):
@@ -773,9 +928,46 @@ def read_reasoning_gym_gold(answer) -> dict:
 
 def reasoning_gym_check_here(pred: str, gold: dict) -> bool | str:
     """The gold answer itself scores 1 here (make_reasoning_gym checks that its scorer agrees); any
-    other answer goes to the package's scorer (check_reasoning_gym)."""
+    other answer goes to the package's scorer (check_reasoning_gym) as reasoning_gym_answer reads
+    it, and scores 1 here if that is the gold."""
     expected = gold["entry"].get("answer")
-    return True if isinstance(expected, str) and pred == expected.strip() else pred
+    if not isinstance(expected, str):
+        return pred
+    answer = reasoning_gym_answer(gold["dataset"], pred, expected.strip())
+    return True if expected.strip() in (pred, answer) else answer
+
+
+# How a Reasoning Gym task's answer may be written besides the package's own spelling of it (most
+# of its scorers compare strings exactly): "number", a decimal number equal to the gold one (`116.0`
+# for 116); "case", letters in any case (`yes` for `Yes`); "spaces", any run of spaces between the
+# tokens of a line; "list", a list of integers spaced any way (`[1,2]` for `[1, 2]`). (Knights and
+# knaves' scorer, _knights_knaves_exact, takes any punctuation between a name and its role.)
+RG_ANSWER_FORMS = {
+    "basic_arithmetic": {"number"}, "gcd": {"number"}, "simple_equations": {"number"},
+    "simple_geometry": {"number"}, "largest_island": {"number"}, "number_sequence": {"number"},
+    "syllogism": {"case"}, "shortest_path": {"case", "spaces"}, "arc_1d": {"spaces"},
+    "mini_sudoku": {"spaces"}, "list_functions": {"list"}}
+INTEGER_LIST = re.compile(r"\[[0-9,\s+-]*\]\Z")
+
+
+def reasoning_gym_answer(dataset: str, answer: str, gold: str) -> str:
+    """A Reasoning Gym answer as its scorer reads it: unwrapped (unwrap_answer), then the gold's own
+    string where it is the gold written in one of the task's RG_ANSWER_FORMS, else with its
+    spacing and list commas made the package's."""
+    answer = unwrap_answer(answer)
+    forms = RG_ANSWER_FORMS.get(dataset, set())
+    if "number" in forms and canonical_decimal(answer) is not None and \
+            canonical_decimal(answer) == canonical_decimal(gold):
+        return gold
+    if "spaces" in forms:
+        answer = "\n".join(" ".join(line.split()) for line in answer.splitlines() if line.strip())
+    if "case" in forms and answer.casefold() == gold.casefold():
+        return gold
+    if "list" in forms and INTEGER_LIST.match(answer):
+        items = [item.strip() for item in answer[1:-1].split(",")]
+        if all(INTEGER.match(item) for item in items) or items == [""]:
+            answer = "[" + ", ".join(item for item in items if item) + "]"
+    return answer
 
 
 def _json_data(answer):
@@ -811,13 +1003,14 @@ def read_exact_gold(answer) -> str:
 
 
 def check_exact(pred: str, gold: str) -> bool:
-    """The answer equals the gold string once the whitespace around it is stripped, nothing else
-    normalised. Case matters: an exact-match gold is a canonical spelling, and case can be the whole
+    """The answer equals the gold string once the whitespace around it is stripped, or once its
+    formatting is (unwrap_answer: `\\text{Paris}`, `**Paris**`), nothing else normalised. Case
+    matters: an exact-match gold is a canonical spelling, and case can be the whole
     answer (`Co`, cobalt, is not `CO`, carbon monoxide); a task that means `paris` = `Paris` lowers
     both sides in its own check_here. Decided in this process, in time linear in the answer, which
     max_response_chars bounds (no worker, so max_answer_chars does not apply). The paper trains on
     math, code and Reasoning Gym only; this kind is the template for a task of one's own."""
-    return pred.strip() == gold
+    return pred.strip() == gold or unwrap_answer(pred) == gold
 
 
 @dataclass(frozen=True)
