@@ -441,11 +441,15 @@ def _benchmark_data_in(mounts: tuple[str, ...]) -> tuple[str, ...]:
 
 @functools.cache
 def sandbox() -> Sandbox:
-    """Probe once which sandbox this machine allows and which interpreter the sandbox uid can
-    run."""
-    candidates = [sys.executable, shutil.which("python3", path=CLEAN_PATH) or "/usr/bin/python3"]
+    """Probe once which sandbox this machine allows. Programs run in this process's own interpreter
+    (sys.executable), with the trainer's packages. Where the sandbox uid cannot run it (a root
+    trainer's interpreter under /root), another one on the machine of the same Python version is
+    used, and warn_other_interpreter names both, since its packages may differ; with none, mode
+    "none" names the problem."""
+    fallback = shutil.which("python3", path=CLEAN_PATH) or "/usr/bin/python3"
+    candidates = [sys.executable] + [fallback] * (_python_version(fallback) == sys.version_info[:2])
     probe = "import sys; sys.stdout.write(sys.stdin.read())"
-    runnable = [p for p in dict.fromkeys(candidates) if p and _interpreter_dirs(p) is not None]
+    runnable = [p for p in dict.fromkeys(candidates) if _interpreter_dirs(p) is not None]
     for python in runnable if shutil.which("bwrap") else ():
         command = _bwrap_command(python, 1 << 20)
         command[-1] = probe
@@ -457,8 +461,9 @@ def sandbox() -> Sandbox:
         except (OSError, subprocess.SubprocessError):
             pass
     if not runnable:
-        return Sandbox("none", "", "no Python interpreter the sandbox uid can run "
-                                   f"(tried {', '.join(candidates)})")
+        return Sandbox("none", "", f"the sandbox uid cannot run this interpreter, {sys.executable},"
+                                   " nor another Python of its version",
+                       fix="make its directories readable and executable by other users")
     if not shutil.which("bwrap"):
         return Sandbox("rlimits", runnable[0], "bubblewrap is not installed",
                        fix="install bubblewrap (apt-get install bubblewrap)")
@@ -466,6 +471,24 @@ def sandbox() -> Sandbox:
     return Sandbox("rlimits", runnable[0], "bwrap cannot create its namespaces here",
                    fix="allow unprivileged user namespaces (docs/scaling.md, code rewards on "
                        "cluster nodes)")
+
+
+@functools.cache
+def warn_other_interpreter(python: str) -> None:
+    """Say once, when programs first run, that they run in `python`, not in this interpreter."""
+    if python != sys.executable:
+        warnings.warn(f"code sandbox: programs run in {python}, not in this interpreter "
+                      f"({sys.executable}), which the sandbox uid cannot run: packages installed "
+                      "only here are missing there", RuntimeWarning, stacklevel=3)
+
+
+def _python_version(python: str) -> tuple[int, int] | None:
+    try:
+        done = subprocess.run([python, "-I", "-c", "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=20, cwd="/")
+        return tuple(map(int, done.stdout.split()))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
 
 
 def describe() -> str:
