@@ -44,6 +44,8 @@ FAST_IO = {
     "output written at exit": "import atexit, io, sys\nout = io.StringIO()\n"
                               "atexit.register(lambda: sys.__stdout__.write(out.getvalue()))\n"
                               "a, b = map(int, input().split())\nout.write(str(a + b))",
+    "a file opened on fd 1, never flushed": "out = open(1, 'w')\na, b = map(int, input().split())"
+                                            "\nout.write(str(a + b))",
     "a main block": "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\n"
                     "if __name__ == '__main__':\n    main()",
 }
