@@ -97,11 +97,19 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
         with pytest.raises(sandbox.SandboxUnavailable) as refused:
             reward.require_sandbox(unsafe_no_sandbox=True)
         assert "\n" not in str(refused.value) and trainer in str(refused.value)
+        # another Python of the trainer's version: used, and named when programs first run
+        monkeypatch.setattr(sandbox, "_python_version", lambda python: sys.version_info[:2])
+        sandbox.sandbox.cache_clear()
+        assert sandbox.sandbox().python == "/usr/bin/python3"
+        sandbox.warn_other_interpreter.cache_clear()
+        with pytest.warns(RuntimeWarning, match="run in /usr/bin/python3, not in this interpreter"):
+            reward.require_sandbox(unsafe_no_sandbox=True)
         runnable[trainer] = ("/opt",)
         sandbox.sandbox.cache_clear()
         assert sandbox.sandbox().python == trainer
     finally:
         sandbox.sandbox.cache_clear()
+        sandbox.warn_other_interpreter.cache_clear()
 
 
 # ---- the program is the last python block -------------------------------------------------------
