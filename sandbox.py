@@ -512,9 +512,11 @@ def describe() -> str:
     box = sandbox()
     memory = ("a memory cgroup per sandbox" if _cgroup_parent()
               else "per process only (no memory cgroup)")
+    other = (f" (not this interpreter, {sys.executable}: the sandbox uid cannot run it)"
+             if box.python and box.python != sys.executable else "")
     return (f"code sandbox: {box.mode} ({box.note or 'namespaces + rlimits'}), "
-            f"python {box.python}, mounts {', '.join(box.mounts) or 'system directories only'}, "
-            f"memory bounded {memory}")
+            f"python {box.python}{other}, "
+            f"mounts {', '.join(box.mounts) or 'system directories only'}, memory bounded {memory}")
 
 
 # ---- memory cgroups, and the processes of a sandbox uid ------------------------------------------
