@@ -858,7 +858,7 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
 
 # numpy.allclose's tolerances, which APPS's and TACO's checkers (testing_util.py) apply to numbers
 FLOAT_RTOL, FLOAT_ATOL = 1e-5, 1e-8
-DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")  # used with match()
+FLOAT_TOKEN = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")  # used with match()
 
 
 def outputs_match(got: str, expected) -> bool:
@@ -875,7 +875,8 @@ def outputs_match(got: str, expected) -> bool:
 
 
 def _close_decimals(got: str, expected: str) -> bool:
-    if not (DECIMAL.match(got) and DECIMAL.match(expected)) or expected.strip("+-").isdigit():
+    if (not (FLOAT_TOKEN.match(got) and FLOAT_TOKEN.match(expected))
+            or expected.strip("+-").isdigit()):
         return False
     got_value, expected_value = float(got), float(expected)
     return abs(got_value - expected_value) <= FLOAT_ATOL + FLOAT_RTOL * abs(expected_value)
