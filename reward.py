@@ -63,8 +63,10 @@ import sandbox
 ANSWER_LEAD = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)  # "answer" also ends "final answer"
 INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, ASCII digits
 RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
-FENCE_INFO_CHARS = 32  # longest text after ``` on an opening fence's line ("python" and spaces)
-UNTAGGED_BLOCKS_TRIED = 8  # untagged blocks, from the last, that may be a response's program
+FENCE = re.compile(r"```|~~~")
+PYTHON_TAGS = ("", "python", "python3", "py")  # "" is an untagged block
+FENCE_INFO_CHARS = 32  # longest text after a fence on an opening line ("python title=...")
+CODE_BLOCKS_TRIED = 8  # blocks of each kind, from the last, that may be a response's program
 
 
 @dataclass
@@ -163,38 +165,68 @@ def extract_answer(response: str) -> str | None:
     return found
 
 
-def last_code_block(response: str) -> str | None:
-    """The program of a response: its last fenced block tagged python (python3, py), else its last
-    untagged block that is a program (`is_program`: a trailing untagged block of sample output is
-    data, not the program); None if there is none. An opening fence is ``` then an optional tag and
-    at most FENCE_INFO_CHARS characters in all up to the end of its line (\\n or \\r\\n); the
-    block ends at the next ```."""
-    tagged, untagged, pos, line_end = None, [], 0, -1
-    while (fence := response.find("```", pos)) >= 0:
-        if line_end < fence + 3:  # one search per line, however many backticks it holds
-            line_end = response.find("\n", fence + 3)
+def python_blocks(response: str) -> list[tuple[str, str]]:
+    """(tag, text) of each closed fenced block tagged python (python3, py) or untagged, read
+    leniently as models write them: an opening fence is ``` or ~~~ anywhere on a line (of a
+    line's fences, the first whose tag is python or none, else the last), then at most
+    FENCE_INFO_CHARS characters up to the end of the line (\\n or \\r\\n) whose first word is
+    the tag (```python title="a.py"); the block ends at the next same fence, on its own line or
+    not; a block whose fence is indented (under a list item) loses that indentation. One pass:
+    one search per line, however many fences it holds."""
+    blocks, pos, line_end = [], 0, -1
+    while (opening := FENCE.search(response, pos)) is not None:
+        fence, start = opening.group(), opening.start()
+        if line_end < start + 3:
+            line_end = response.find("\n", start + 3)
             if line_end < 0:
                 break  # no line left for a block to start on
-        info = response[fence + 3:line_end] if line_end - fence - 3 <= FENCE_INFO_CHARS else "```"
-        tag = info.strip(" \t\r").lower()
-        if tag not in ("", "python", "python3", "py"):
-            # only a line's last ``` can open a block ("````py")
-            later = response.rfind("```", fence + 1, line_end)
-            pos = later if later >= 0 else line_end + 1
+        info = response[start + 3:line_end] if line_end - start - 3 <= FENCE_INFO_CHARS else None
+        tag = (info.split() or [""])[0].lower() if info is not None else None
+        later = FENCE.search(response, start + 1, line_end)
+        if tag not in PYTHON_TAGS and (later or tag is None):  # not this line's opening fence
+            pos = later.start() if later else line_end + 1
             continue
-        close = response.find("```", line_end + 1)
+        close = response.find(fence, line_end + 1)
         if close < 0:
             break  # an unclosed block is no program
-        if tag:
-            tagged = (line_end + 1, close)
-        else:
-            untagged.append((line_end + 1, close))
+        if tag in PYTHON_TAGS:  # another language's block is passed over
+            line_start = response.rfind("\n", 0, start) + 1
+            indent = start - line_start if not response[line_start:start].strip(" ") else 0
+            blocks.append((tag, _dedent(response[line_end + 1:close], indent)))
         pos = close + 3
-    if tagged:
-        return response[tagged[0]:tagged[1]]
-    # the last few only: a response of thousands of tiny blocks must not cost thousands of parses
-    return next((response[start:end] for start, end in reversed(untagged[-UNTAGGED_BLOCKS_TRIED:])
-                 if is_program(response[start:end])), None)
+    return blocks
+
+
+def _dedent(block: str, indent: int) -> str:
+    """A block's lines without the indentation of its fence (at most `indent` spaces each), as
+    CommonMark reads a block inside a list item; a HumanEval body keeps its own."""
+    if not indent:
+        return block
+    prefix = re.compile(f"^ {{1,{indent}}}", re.MULTILINE)
+    return prefix.sub("", block)
+
+
+def last_code_block(response: str) -> str | None:
+    """The program of a response: its last fenced block tagged python (python3, py) that is not
+    data (an example written as comments or values), else its last untagged block that is a
+    program (`is_program`: a trailing untagged block of sample output is data); None if there is
+    none. Only the last few of each are parsed: a response of thousands of tiny blocks must not
+    cost thousands of parses."""
+    blocks = python_blocks(response)
+    tagged = [text for tag, text in blocks if tag]
+    untagged = [text for tag, text in blocks if not tag]
+    program = next((text for text in reversed(tagged[-CODE_BLOCKS_TRIED:])
+                    if is_program(text) or not parses(text)), None)
+    return program or next((text for text in reversed(untagged[-CODE_BLOCKS_TRIED:])
+                            if is_program(text)), None)
+
+
+def parses(block: str) -> bool:
+    try:
+        ast.parse(block)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def is_program(block: str) -> bool:
@@ -244,10 +276,12 @@ UNWRAP_LAYERS = 8
 ANSWER_PREFIX = re.compile(r"\**\s*(?:the\s+)?(?:final\s+)?answer\s*(?:is\s*:?|:|=)[\s*]*",
                            re.IGNORECASE)
 MARKDOWN_MARKS = "*`"  # bold, italics, code; not `_`, which starts and ends words (`_potage_`)
-MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ('"', '"'),
+                   ("\u201c", "\u201d"))  # and quotation marks, straight and curly
 TEXT_MACROS = ("\\text", "\\textbf", "\\textit", "\\texttt", "\\textrm", "\\mathrm",
                "\\mathbf", "\\mathit", "\\boxed", "\\fbox")
 BRACE_DEPTH = {"{": 1, "}": -1}
+TRAILING_UNIT = re.compile(r"\\(?:text|mathrm)\{[A-Za-z ]*\}\Z")
 DECIMAL = re.compile(r"([+-]?)([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
 
 
@@ -310,7 +344,9 @@ def check_arith(pred: str, answer: str) -> bool:
     """The final answer, unwrapped (`**65**`, `$65$`), is the integer `answer` written as a decimal
     number (`1,085`, `65.0`): compared as canonical digit strings, since `int()` refuses more than
     4,300 digits and a policy will write more."""
-    return canonical_decimal(unwrap_answer(pred).replace(" ", "").replace(",", "")) == \
+    number = unwrap_answer(pred)
+    unit = TRAILING_UNIT.search(number)  # `167 \text{ apples}`: math-verify drops it too
+    return canonical_decimal(number[:unit.start()].strip() if unit else number) == \
         canonical_decimal(answer)
 
 
@@ -429,7 +465,8 @@ def _exact_case_insensitive(answer: str | None, entry: dict) -> float:
 
 
 def _word_sorting_exact(answer: str | None, entry: dict) -> float:
-    words = [word.strip() for word in re.split(r",\s*", answer or "")]  # the package's own split
+    # the package's own split; a list may end with its separator
+    words = [word.strip() for word in re.split(r",\s*", (answer or "").strip().removesuffix(","))]
     return float(words == entry["metadata"]["sorted_words"])
 
 

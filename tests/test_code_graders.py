@@ -48,6 +48,10 @@ FAST_IO = {
                                             "\nout.write(str(a + b))",
     "a main block": "def main():\n    a, b = map(int, input().split())\n    print(a + b)\n\n"
                     "if __name__ == '__main__':\n    main()",
+    # stdin is a file, as judges give it: its size is the input's
+    "the input's size from fstat": "import io, os\n"
+                                   "input = io.BytesIO(os.read(0, os.fstat(0).st_size)).readline\n"
+                                   "a, b = map(int, input().split())\nprint(a + b)",
 }
 
 
@@ -122,6 +126,13 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
     ("```\nx = input()\nprint(x)\n```\nOutput:\n```\nYES\n```", "x = input()\nprint(x)\n"),
     ("```\n1 2\n```", None),  # not Python
     ("```python\r\nprint(3)\r\n```\r\n", "print(3)\r\n"),  # CRLF fences
+    # an example after the program written as comments in a python block is not the program
+    ("```python\nprint(4)\n```\nExample:\n```python\n# input: 3\n# output: 4\n```", "print(4)\n"),
+    ("```python\nprint(5)\n```\n```python\nprint(\n```", "print(\n"),  # a broken last program
+    ("1. The code:\n   ```python\n   x = 6\n   print(x)\n   ```\n", "x = 6\nprint(x)\n"),
+    ('```python title="sol.py"\nprint(7)\n```', "print(7)\n"),  # an info string's first word
+    ("~~~python\nprint(8)\n~~~", "print(8)\n"),  # tilde fences
+    ("```js\nx\n```\n```py\nprint(9)\n```\n```cpp\nint main() {}\n```", "print(9)\n"),
 ])
 def test_the_program_is_the_last_python_block_not_a_trailing_sample_output(response, program):
     assert reward.last_code_block(response) == program

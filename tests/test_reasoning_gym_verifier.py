@@ -343,3 +343,23 @@ def test_unwrapping_a_hostile_answer_costs_a_few_linear_passes(answer):
     reward.score_batch([("arith", f"\\boxed{{{answer}}}", "5"),
                         ("exact", f"<answer>{answer}</answer>", "5")])
     assert time.perf_counter() - start < 0.5
+
+
+@pytest.mark.parametrize("written", ["1, 2", "16,7", "1 6 7", "1,6,7", "1,000,0"])
+def test_arith_does_not_read_a_list_or_a_decimal_comma_as_one_integer(written):
+    gold = written.replace(",", "").replace(" ", "")
+    assert reward.score("arith", f"\\boxed{{{written}}}", gold) == 0.0
+
+
+def test_arith_reads_a_unit_after_the_number_as_math_verify_does_and_nothing_else():
+    assert reward.score("arith", "\\boxed{167 \\text{ apples}}", "167") == 1.0
+    assert reward.score("arith", "\\boxed{1,670}", "1670") == 1.0
+    assert reward.score("arith", "\\boxed{167 \\text{ or } 168}", "167") == 0.0
+
+
+def test_a_quoted_exact_answer_and_a_word_list_ending_in_its_separator_score_one():
+    assert reward.score("exact", '<answer>"Paris"</answer>', "Paris") == 1.0
+    assert reward.score("exact", "<answer>\u201cParis\u201d</answer>", "Paris") == 1.0
+    entry = rg_entries("word_sorting", size=1, seed=5)[0]
+    assert reward.score("reasoning_gym", f"<answer>{entry['answer']},</answer>",
+                        {"dataset": "word_sorting", "entry": entry}) == 1.0

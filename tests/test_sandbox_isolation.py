@@ -68,13 +68,15 @@ def test_a_program_cannot_read_add_or_unlink_keys(trainers_key):
 
 
 @needs_bwrap
-def test_a_program_cannot_trace_processes_or_make_user_namespaces():
+def test_a_program_cannot_trace_processes_make_user_namespaces_or_open_io_uring():
     program = ("import ctypes, os, shutil, subprocess\nlibc = ctypes.CDLL(None, use_errno=True)\n"
                "done = []\nr, w = os.pipe()\nparent = os.getpid()\nif os.fork() == 0:\n"
                "    attached = libc.ptrace(16, parent, None, None) == 0  # PTRACE_ATTACH\n"
                "    os.write(w, b'1' if attached else b'0')\n    os._exit(0)\n"
                "done.append(os.read(r, 1) == b'1')\nos.wait()\n"
                "done.append(libc.unshare(0x10000000) == 0)  # CLONE_NEWUSER\n"
+               "params = ctypes.create_string_buffer(120)  # struct io_uring_params\n"
+               "done.append(libc.syscall(425, 8, params) >= 0)  # io_uring_setup\n"
                "if shutil.which('unshare'):\n"
                "    done.append(subprocess.run(['unshare', '-U', 'true']).returncode == 0)\n"
                "print(sum(done))")
