@@ -297,3 +297,85 @@ def test_every_generated_pair_scores_what_the_generator_meant():
     ours = reward.score_batch([("math", p.response, p.gold) for p in pairs], workers=2)
     wrong = [(p.gold, p.response, r) for p, r in zip(pairs, ours) if r != float(p.correct)]
     assert not wrong, wrong
+
+
+# ---- hedges through equations: only a label may stand beside the value ---------------------------
+
+@pytest.mark.parametrize("box, gold", [
+    ("x = 6, x = 5", "5"), ("6 \\text{ or } x = 5", "5"), ("y = 6 \\text{ and } x = 5", "5"),
+    ("6x = 5", "5"), ("x = 6; x = 5", "5"), ("x=6 \\lor x=5", "x=5"), ("x=6 \\vee x=5", "5"),
+    ("x + 1 = 5", "5"),
+])
+def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
+    assert reward.score("math", f"so \\boxed{{{box}}}", gold) == 0.0
+
+
+@pytest.mark.parametrize("box", ["x = 5", "f(3) = 5", "a_n = 5", "a_{10} = 5", "\\theta = 5",
+                                 "a+b = 5", "2+3 = 5", "x = \\frac{10}{2} = 5"])
+def test_a_label_or_an_equal_value_beside_the_answer_is_fine(box):
+    assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 1.0
+
+
+def test_labels_are_names_not_values():
+    assert all(map(reward.is_a_label, ["x", "f(3)", "a_n", "a_{10}", "\\theta", "\\angle ABC"]))
+    assert not any(map(reward.is_a_label, ["6x", "x^2", "\\pi r", "6 \\text{ or } x", "x, y"]))
+
+
+# ---- numbers: a relative tolerance ---------------------------------------------------------------
+
+@pytest.mark.parametrize("box, gold, expected", [
+    ("0.0", "1.6\\times10^{-19}", 0.0),  # math-verify's 6 decimal places: every tiny gold is 0
+    ("2\\times10^{-30}", "6.63\\times10^{-34}", 0.0),
+    ("1.7\\times10^{-19}", "1.6\\times10^{-19}", 0.0),
+    ("\\frac{\\sqrt{2}}{10^{20}}", "\\frac{\\sqrt{3}}{10^{20}}", 0.0),
+    ("1.60\\times10^{-19}", "1.6\\times10^{-19}", 1.0),
+    ("6.6300001 \\times 10^{-34}", "6.63\\times10^{-34}", 1.0),
+    ("0.333333", "\\frac{1}{3}", 1.0), ("0.0333333", "\\frac{1}{30}", 1.0),
+    ("0.0", "0", 1.0),
+])
+def test_numbers_are_equal_within_a_relative_tolerance(box, gold, expected):
+    assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
+
+
+@pytest.mark.parametrize("box, gold, expected", [
+    # math-verify's rule: N% is N/100, and equals N where both are integers
+    ("5\\%", "5", 1.0), ("5\\%", "0.05", 1.0), ("0.05", "5\\%", 1.0), ("5\\%", "0.5", 0.0),
+    ("50 \\text{ percent}", "0.5", 1.0), ("50 percent", "50\\%", 1.0),
+    # `\left.` and `\right.` are empty delimiters, not decimal points
+    ("\\left.5\\right.", "5", 1.0), ("\\left.5\\right.", "0.5", 0.0),
+])
+def test_percentages_and_empty_delimiters(box, gold, expected):
+    assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
+
+
+# ---- correct answers in the formats models write ----------------------------------------------
+
+@pytest.mark.parametrize("response, gold", [
+    ("\\boxed{\\$18.90}", "18.90"), ("\\boxed{18.90}", "\\$18.90"),
+    ("\\boxed{\\$32,\\!348}", "32348"), ("\\boxed{32,348}", "\\$32,\\!348"),
+    ("\\boxed{30°}", "30"), ("\\boxed{30^\\circ}", "30^\\circ"),
+    ("\\boxed{x=2, x=3}", "2, 3"), ("\\boxed{x = 2 \\text{ or } x = 3}", "\\{2, 3\\}"),
+    ("so $x = \\boxed{2}$ and $\\boxed{3}$", "2, 3"), ("\\boxed{3}, \\boxed{2}", "\\{2, 3\\}"),
+    ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}"), ("\\boxed{1.\\overline{6}}", "\\frac{5}{3}"),
+    ("\\boxed{-0.1\\overline{6}}", "-\\frac{1}{6}"), ("\\boxed{1.5/2}", "0.75"),
+    ("so \\boxed {5}", "5"), ("\\boxed{50 \\text{ percent}}", "50"),
+])
+def test_correct_answers_in_common_formats_score_1(response, gold):
+    assert reward.score("math", response, gold) == 1.0
+
+
+def test_boxes_read_together_are_one_answer():
+    assert reward.boxed_answer("$\\boxed{2}$ and $\\boxed{3}$.") == "2, 3"
+    assert reward.score("math", "\\boxed{2} and \\boxed{3}", "3") == 0.0  # two values for one
+    assert reward.boxed_answer("\\boxed{2} no, wait: \\boxed{3}") == "3"  # a correction is not
+    assert reward.boxed_answer("\\boxed{2} \\boxed{3}") == "3"  # a separator joins, spaces do not
+    # one box and at most five before it, read backwards in one pass however many a response has
+    assert reward.boxed_answer("\\boxed{1}, " * 50_000 + "\\boxed{2}") == "1, 1, 1, 1, 1, 2"
+    assert reward.boxed_answer("}" * 100_000 + ", \\boxed{2}") == "2"
+
+
+def test_the_fast_path_reads_a_decimal_over_an_integer():
+    assert reward.math_fast_path("1.5/2", "3/4") is True
+    assert reward.math_fast_path("0.0000001", "0") is None  # math-verify's rounding decides
+    assert reward.math_fast_path("0.05", "0.0500001") is None
+    assert reward.math_fast_path("0.05", "0.051") is False  # beyond the relative tolerance
