@@ -312,14 +312,16 @@ def normalize_math(s: str) -> str:
     return re.sub(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$", r"\1\2/\3", s)
 
 
-PERCENT_WORD = re.compile(r"\s*(?:\\(?:text|mbox|mathrm)\{\s*)?\bpercent(?:age)?\b(?:\s*\})?")
-REPEATING_DECIMAL = re.compile(r"(\d*)\.(\d*)\s*\\overline\s*\{\s*(\d{1,20})\s*\}")
+PERCENT_WORD = re.compile(
+    r"\s*(?:\\(?:text|mbox|mathrm)\{\s*percent(?:age)?\s*\}|\bpercent(?:age)?\b)")
+# digits bounded so that the fraction stays small: longer ones are left to math-verify (scoring 0)
+REPEATING_DECIMAL = re.compile(
+    r"(?<!\d)(\d{0,20})\.(\d{0,20})\s*\\overline\s*\{\s*(\d{1,20})\s*\}")
 
 
 def _repeating_decimal_fraction(match: re.Match) -> str:
     """`a.b\\overline{c}` as the fraction it equals: a + (bc - b) / (10^|b| (10^|c| - 1))."""
     whole, fixed, repeated = match.groups()
-    fixed = fixed[:20]  # a longer fixed part would make a fraction worth no more than its decimal
     value = int(whole or 0) + Fraction(int(fixed + repeated) - int(fixed or 0),
                                       10 ** len(fixed) * (10 ** len(repeated) - 1))
     return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"

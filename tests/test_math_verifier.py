@@ -374,7 +374,7 @@ def test_boxes_read_together_are_one_answer():
     assert reward.boxed_answer("}" * 100_000 + ", \\boxed{2}") == "2"
 
 
-def test_the_fast_path_reads_a_decimal_over_an_integer():
+def test_the_fast_path_reads_decimal_fractions_with_the_relative_tolerance():
     assert reward.math_fast_path("1.5/2", "3/4") is True
     assert reward.math_fast_path("0.0000001", "0") is None  # math-verify's rounding decides
     assert reward.math_fast_path("0.05", "0.0500001") is None
