@@ -330,7 +330,7 @@ def _repeating_decimal_fraction(match: re.Match) -> str:
 def math_fast_path(pred: str, gold: str) -> bool | None:
     """Decide normalised answers without sympy where that is safe, else None: equal strings or equal
     plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`, `1.5/2`) are correct; plain numbers that differ by
-    more than check_math's relative tolerance (numbers_differ) are wrong."""
+    more than check_math's relative tolerance (compare_numbers) are wrong."""
     if pred == gold:
         return True
     if RATIONAL.match(pred) and RATIONAL.match(gold) and max(len(pred), len(gold)) <= 30:
@@ -351,13 +351,15 @@ def _rational(number: str) -> Fraction:
     return Fraction(numerator) / Fraction(denominator or 1)
 
 
-# Two numbers are equal when they differ by at most RELATIVE_TOLERANCE of the gold one (a gold of 0:
-# at most ZERO_TOLERANCE). math-verify's own rule, equal after rounding both to 6 decimal places,
-# makes every gold below 5e-7 equal to 0 (a physical constant such as 1.6e-19); it still decides
-# which spellings are equal, and this only refuses what it accepts outside the tolerance. 1e-5 of
-# any number from 0.1 up is at least the 1e-6 that math-verify's rounding lets through.
+# Numbers that differ by more than RELATIVE_TOLERANCE of the gold one (a gold of 0: ZERO_TOLERANCE)
+# are different. math-verify's own rule, equal after rounding both to 6 decimal places, makes every
+# gold below 5e-7 equal to 0 (a physical constant such as 1.6e-19); between the two it still
+# decides. 1e-5 of any number from 0.1 up is at least the 1e-6 its rounding lets through. A decimal
+# within FLOAT_PRECISION of the other number is equal: the rounding of the 15-digit binary floats
+# math-verify reads decimals into, which its 6 decimal places miss for large numbers.
 RELATIVE_TOLERANCE = 1e-5
 ZERO_TOLERANCE = 1e-6
+FLOAT_PRECISION = 1e-12
 
 
 def check_math(pred: str, gold: str) -> bool:
@@ -372,7 +374,7 @@ def check_math(pred: str, gold: str) -> bool:
     rewards hedging). No equation between constants anywhere in the answer may be false (`(6=5)`,
     `6 \\equiv 5`). The items' values are then compared with the gold answer as one list, so several
     candidates for one gold value are wrong. Numbers are compared within a relative tolerance
-    (numbers_differ).
+    (compare_numbers).
 
     The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot
     read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be
@@ -395,8 +397,8 @@ def check_math(pred: str, gold: str) -> bool:
         values.append(sides[-1])
     if len(values) != 1:
         value = _parse_latex(f"\\boxed{{{', '.join(values)}}}", whole_box=True)
-    return (verify(gold_parsed, value, timeout_seconds=None)
-            and not numbers_differ(gold_parsed, value))
+    numbers = compare_numbers(gold_parsed, value)
+    return verify(gold_parsed, value, timeout_seconds=None) if numbers is None else numbers
 
 
 def answer_items(box: str) -> list[str]:
@@ -472,26 +474,34 @@ LABEL_MACROS = frozenset(
     "sin cos tan cot sec csc log ln exp".split())
 
 
-def numbers_differ(gold: list, pred: list) -> bool:
-    """Whether two parsed answers are numbers, or tuples or intervals of numbers in order, that
-    differ by more than RELATIVE_TOLERANCE (math-verify, which decides the rest, treats every number
-    below 5e-7 as 0, and any two values it cannot simplify apart below 1e-15 as equal). A percentage
-    `N\\%` reads as N/100 or as N, as math-verify reads it."""
+def compare_numbers(gold: list, pred: list) -> bool | None:
+    """The verdict on two parsed answers that are numbers, or tuples of numbers in order: False
+    where they differ by more than RELATIVE_TOLERANCE, True where one is a decimal within
+    FLOAT_PRECISION (`51\\times10^{10}` = `5.1\\times10^{11}`, which math-verify's 6 decimal
+    places miss); None, math-verify's to decide, in between and for anything else. An
+    interval's endpoints can only make it wrong (its brackets decide the rest). A percentage `N\\%`
+    is only ever made wrong: it reads as N/100 or as N (math-verify's own rule decides which)."""
     import sympy
 
-    def differ(g, p) -> bool:
+    def verdict(g, p) -> bool | None:
         if isinstance(g, sympy.Tuple) and isinstance(p, sympy.Tuple) and len(g) == len(p):
-            return any(differ(a, b) for a, b in zip(g, p))
+            verdicts = [verdict(a, b) for a, b in zip(g, p)]
+            return False if False in verdicts else True if all(verdicts) else None
         if isinstance(g, sympy.Interval) and isinstance(p, sympy.Interval):
-            return differ(g.start, p.start) or differ(g.end, p.end)
+            return False if False in (verdict(g.start, p.start), verdict(g.end, p.end)) else None
         golds, preds = _number_readings(g), _number_readings(p)
-        return bool(golds and preds) and not any(
-            abs(a - b) <= (RELATIVE_TOLERANCE * abs(a) if a else ZERO_TOLERANCE)
-            for a in golds for b in preds)
+        if not (golds and preds):
+            return None
+        if not any(abs(a - b) <= (RELATIVE_TOLERANCE * abs(a) if a else ZERO_TOLERANCE)
+                   for a in golds for b in preds):
+            return False
+        decimal = g.has(sympy.Float) or p.has(sympy.Float)
+        return True if (decimal and len(golds) == len(preds) == 1
+                        and abs(golds[0] - preds[0]) <= FLOAT_PRECISION * abs(golds[0])) else None
 
     g = next((e for e in gold if isinstance(e, sympy.Basic)), None)
     p = next((e for e in pred if isinstance(e, sympy.Basic)), None)
-    return g is not None and p is not None and differ(g, p)
+    return None if g is None or p is None else verdict(g, p)
 
 
 def _number_readings(expr) -> list:

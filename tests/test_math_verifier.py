@@ -25,6 +25,9 @@ INTENTIONAL_DIFFERENCES = {
     "relative tolerance": (
         0.0, "numbers agree within a relative 1e-5; math-verify rounds to 6 decimal places, so "
              "0 = 1.6e-19, and equates any two values below 1e-15 it cannot simplify apart"),
+    "float precision": (
+        1.0, "a decimal read into a 15-digit float equals a number within 1e-12 of it "
+             "(`5.1\\times10^{11}` = `51\\times10^{10}`); math-verify's 6 decimal places miss it"),
     "degree sign": (1.0, "`30°` is `30^\\circ`; math-verify's grammar cannot read `°`"),
     "repeating decimal": (1.0, "`0.\\overline{3}` is 1/3; math-verify reads it as 0"),
     "null delimiters": (1.0, "`\\left.5\\right.` is 5 (`\\left.` is no delimiter); math-verify "
@@ -113,8 +116,8 @@ def decimal_answers(rng):
     value = Fraction(cents, 100)
     spellings = [gold, f"{gold}0", f"\\frac{{{value.numerator}}}{{{value.denominator}}}",
                  f"\\${gold}", f"{gold}\\text{{ dollars}}"]
-    wrong = [f"{(cents + 1) // 100}.{(cents + 1) % 100:02d}", f"{cents // 100}.{cents % 100 // 10}",
-             f"{gold}1"]
+    wrong = [f"{(cents + 1) // 100}.{(cents + 1) % 100:02d}",
+             f"{(cents + 10) // 100}.{(cents + 10) % 100:02d}", f"{gold}1"]
     return ([(gold, s, True, None) for s in spellings] + [(gold, w, False, None) for w in wrong]
             + [(f"\\${gold}", s, True, None) for s in (gold, f"\\${gold}")])
 
@@ -201,14 +204,14 @@ def _scientific_answers(rng, exponent: int):
     gold = f"{mantissa}\\times10^{{{exponent}}}"
     value = Fraction(str(mantissa)) * Fraction(10) ** exponent
     spellings = [f"{mantissa} \\times 10^{{{exponent}}}", f"{mantissa}0 \\times 10^{{{exponent}}}",
-                 f"{mantissa} \\cdot 10^{{{exponent}}}",
-                 f"{round(mantissa * 10)}\\times10^{{{exponent - 1}}}"]
+                 f"{mantissa} \\cdot 10^{{{exponent}}}"]
     # tiny golds: math-verify's 6 decimal places accept any other tiny number
     tiny = value < Fraction(1, 10**6)
     wrong = [(f"{round(mantissa + 0.1, 1)}\\times10^{{{exponent}}}", tiny and exponent <= -16),
              (f"{mantissa}\\times10^{{{exponent + 1}}}", tiny and exponent <= -17), ("0.0", tiny),
              ("0", False)]
-    return ([(gold, s, True, None) for s in spellings]
+    shifted = f"{round(mantissa * 10)}\\times10^{{{exponent - 1}}}"
+    return ([(gold, s, True, None) for s in spellings] + [(gold, shifted, True, "float precision")]
             + [(gold, w, False, "relative tolerance" if flagged else None) for w, flagged in wrong])
 
 
@@ -330,6 +333,8 @@ def test_labels_are_names_not_values():
     ("\\frac{\\sqrt{2}}{10^{20}}", "\\frac{\\sqrt{3}}{10^{20}}", 0.0),
     ("1.60\\times10^{-19}", "1.6\\times10^{-19}", 1.0),
     ("6.6300001 \\times 10^{-34}", "6.63\\times10^{-34}", 1.0),
+    ("51\\times10^{10}", "5.1\\times10^{11}", 1.0),  # 5.1 read as a binary float: 6 decimals miss
+    ("2^{64}+1", "2^{64}", 0.0),  # exact numbers: no tolerance
     ("0.333333", "\\frac{1}{3}", 1.0), ("0.0333333", "\\frac{1}{30}", 1.0),
     ("0.0", "0", 1.0),
 ])
