@@ -241,8 +241,10 @@ def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
     """The box just before the box at `start` when only a separator lies between them (`,`, `and`,
     `or`, `,and`, `,or`, with spaces and `$` around it): (its start, its content), else None."""
     i = _skip_back(text, start, " \t\n$")
-    word = next((w for w in ("and", "or") if text.startswith(w, i - len(w))
-                 and not text[i - len(w) - 1:i - len(w)].isalpha()), "")
+    if i == 0 or text[i - 1] not in ",dr":
+        return None  # no separator ends there (most responses: one box)
+    word = next((w for w in ("and", "or") if i >= len(w) and text.startswith(w, i - len(w))
+                 and not (i > len(w) and text[i - len(w) - 1].isalpha())), "")
     i -= len(word)
     if i > 0 and text[i - 1] == ",":
         i -= 1
