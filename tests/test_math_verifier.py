@@ -23,8 +23,9 @@ INTENTIONAL_DIFFERENCES = {
         0.0, "`6x = 5` is not the answer 5: only a label (`x`, `f(3)`, `a_n`) may stand beside the "
              "value; math-verify reads any equation as its right-hand side"),
     "relative tolerance": (
-        0.0, "numbers agree within a relative 1e-5; math-verify rounds to 6 decimal places, so "
-             "0 = 1.6e-19, and equates any two values below 1e-15 it cannot simplify apart"),
+        0.0, "numbers further apart than a relative 1e-5 differ; math-verify rounds to 6 decimal "
+             "places, so 0 = 1.6e-19, and equates any two values below 1e-15 it cannot simplify "
+             "apart"),
     "float precision": (
         1.0, "a decimal read into a 15-digit float equals a number within 1e-12 of it "
              "(`5.1\\times10^{11}` = `51\\times10^{10}`); math-verify's 6 decimal places miss it"),
@@ -49,8 +50,9 @@ class Pair:
 # ---- generation --------------------------------------------------------------------------------
 
 def _decimal(value: Fraction, digits: int) -> str:
-    """`value` rounded to `digits` significant digits, written as a plain decimal."""
-    return f"{float(value):.{digits}g}" if abs(value) >= 1e-4 else f"{float(value):.{digits}e}"
+    """`value` rounded to `digits` significant digits, written as a plain decimal (the values
+    generated here are all above 1e-4, so `g` writes no exponent)."""
+    return f"{float(value):.{digits}g}"
 
 
 def integer_answers(rng):
