@@ -374,9 +374,9 @@ def check_math(pred: str, gold: str) -> bool:
     `x`, `f(3)`, `a_n`) or equal that value. `x = 5` and `2+3 = 5` are read as 5; `6x = 5` and
     `6 = 5` are not the answer 5 (math-verify alone reads any equation as its right-hand side, which
     rewards hedging). No equation between constants anywhere in the answer may be false (`(6=5)`,
-    `6 \\equiv 5`). The items' values are then compared with the gold answer as one list, so several
-    candidates for one gold value are wrong. Numbers are compared within a relative tolerance
-    (compare_numbers).
+    `6 \\equiv 5`). The items' values (with their labels, in a list of several) are then compared
+    with the gold answer as one list, so several candidates for one gold value are wrong. Numbers
+    are compared within a relative tolerance (compare_numbers).
 
     The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot
     read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be
@@ -396,7 +396,9 @@ def check_math(pred: str, gold: str) -> bool:
         if not all(is_a_label(side) or verify(value, side_parsed, timeout_seconds=None)
                    for side, side_parsed in zip(sides[:-1], parsed[:-1])):
             return False  # `6x = 5`: a side holding a value other than the item's
-        values.append(sides[-1])
+        # a label kept in a list: `x = -1, y = 0, z = -1` is a point, not the set {-1, 0}
+        labelled = len(sides) > 1 and is_a_label(sides[0])
+        values.append(f"{sides[0]}={sides[-1]}" if labelled else sides[-1])
     if len(values) != 1:
         value = _parse_latex(f"\\boxed{{{', '.join(values)}}}", whole_box=True)
     numbers = compare_numbers(gold_parsed, value)
@@ -459,7 +461,10 @@ def is_a_label(side: str) -> bool:
     """Whether an equation's side only names what the answer is (`x`, `f(3)`, `a_{10}`,
     `\\theta`, `a+b`, `\\angle ABC`): letters and the macros of LABEL_MACROS, digits only in
     subscripts and in a function's arguments. A side holding a number (`6x`, `x^2`, `\\pi r`,
-    `6 \\text{ or } x`) is a value, compared like one."""
+    `6 \\text{ or } x`) is a value, compared like one. A tuple of labels (`(x, y)`) is a label."""
+    side = side.strip()
+    if side[:1] + side[-1:] in ("()", "[]") and "," in side:
+        return all(is_a_label(name) for name in answer_items(side[1:-1]))
     side = re.sub(r"_(?:\{[^{}]*\}|\\?[a-zA-Z0-9])", "", side)  # subscripts
     side = re.sub(r"(?<=[a-zA-Z])\([^()]*\)", "", side)  # arguments: f(3), P(A)
     if re.search(r"[0-9.,;%]", side):

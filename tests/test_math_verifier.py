@@ -148,7 +148,10 @@ def interval_and_tuple_answers(rng):
     pairs += [(gold, f"[{a},\\infty)", True, None), (gold, f"({a}, \\infty)", False, None)]
     point = f"({a}, {b}, {a + b})"  # a triple is a tuple, not an interval
     pairs += [(point, f"\\left({a},{b},{a + b}\\right)", True, None),
-              (point, f"({b}, {a}, {a + b})", False, None)]
+              (point, f"(x, y, z) = ({a}, {b}, {a + b})", True, None),
+              (point, f"x = {a}, y = {b}, z = {a + b}", True, None),
+              (point, f"({b}, {a}, {a + b})", False, None),
+              (point, f"(x, y, z) = ({a}, {b}, {a + b + 1})", False, None)]
     return pairs
 
 
@@ -323,6 +326,7 @@ def test_a_label_or_an_equal_value_beside_the_answer_is_fine(box):
 
 def test_labels_are_names_not_values():
     assert all(map(reward.is_a_label, ["x", "f(3)", "a_n", "a_{10}", "\\theta", "\\angle ABC"]))
+    assert reward.is_a_label("(x, y)") and not reward.is_a_label("(x, 2)")
     assert not any(map(reward.is_a_label, ["6x", "x^2", "\\pi r", "6 \\text{ or } x", "x, y"]))
 
 
