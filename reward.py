@@ -355,12 +355,15 @@ def _rational(number: str) -> Fraction:
 
 # Numbers that differ by more than RELATIVE_TOLERANCE of the gold one (a gold of 0: ZERO_TOLERANCE)
 # are different. math-verify's own rule, equal after rounding both to 6 decimal places, makes every
-# gold below 5e-7 equal to 0 (a physical constant such as 1.6e-19); between the two it still
-# decides. 1e-5 of any number from 0.1 up is at least the 1e-6 its rounding lets through. A decimal
-# within FLOAT_PRECISION of the other number is equal: the rounding of the 15-digit binary floats
-# math-verify reads decimals into, which its 6 decimal places miss for large numbers.
+# gold below 5e-7 equal to 0 (a physical constant such as 1.6e-19); 1e-5 of any number from 0.1 up
+# is at least the 1e-6 its rounding lets through. A decimal is equal to a number it agrees with to 6
+# decimal places (within SIX_DECIMAL_PLACES, and RELATIVE_TOLERANCE) or to a 15-digit float's
+# precision (FLOAT_PRECISION): math-verify's rounding splits numbers 1e-8 apart across a rounding
+# boundary (1.5128205 = 59/39) and misses the error of the binary float it reads a decimal into at
+# large magnitudes (5.1e11). Between these, math-verify decides.
 RELATIVE_TOLERANCE = 1e-5
 ZERO_TOLERANCE = 1e-6
+SIX_DECIMAL_PLACES = 5e-7
 FLOAT_PRECISION = 1e-12
 
 
@@ -483,9 +486,10 @@ LABEL_MACROS = frozenset(
 
 def compare_numbers(gold: list, pred: list) -> bool | None:
     """The verdict on two parsed answers that are numbers, or tuples of numbers in order: False
-    where they differ by more than RELATIVE_TOLERANCE, True where one is a decimal within
-    FLOAT_PRECISION (`51\\times10^{10}` = `5.1\\times10^{11}`, which math-verify's 6 decimal
-    places miss); None, math-verify's to decide, in between and for anything else. An
+    where they differ by more than RELATIVE_TOLERANCE, True where one is a decimal that agrees to 6
+    decimal places or to FLOAT_PRECISION (`1.5128205` = 59/39, `51\\times10^{10}` =
+    `5.1\\times10^{11}`, which math-verify's rounding misses); None, math-verify's to decide, in
+    between and for anything else. An
     interval's endpoints can only make it wrong (its brackets decide the rest). A percentage `N\\%`
     is only ever made wrong: it reads as N/100 or as N (math-verify's own rule decides which)."""
     import sympy
@@ -502,9 +506,10 @@ def compare_numbers(gold: list, pred: list) -> bool | None:
         if not any(abs(a - b) <= (RELATIVE_TOLERANCE * abs(a) if a else ZERO_TOLERANCE)
                    for a in golds for b in preds):
             return False
+        a, b = golds[0], preds[0]
+        agree = max(FLOAT_PRECISION * abs(a), min(SIX_DECIMAL_PLACES, RELATIVE_TOLERANCE * abs(a)))
         decimal = g.has(sympy.Float) or p.has(sympy.Float)
-        return True if (decimal and len(golds) == len(preds) == 1
-                        and abs(golds[0] - preds[0]) <= FLOAT_PRECISION * abs(golds[0])) else None
+        return True if decimal and len(golds) == len(preds) == 1 and abs(a - b) <= agree else None
 
     g = next((e for e in gold if isinstance(e, sympy.Basic)), None)
     p = next((e for e in pred if isinstance(e, sympy.Basic)), None)

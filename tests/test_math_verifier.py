@@ -26,9 +26,11 @@ INTENTIONAL_DIFFERENCES = {
         0.0, "numbers further apart than a relative 1e-5 differ; math-verify rounds to 6 decimal "
              "places, so 0 = 1.6e-19, and equates any two values below 1e-15 it cannot simplify "
              "apart"),
-    "float precision": (
-        1.0, "a decimal read into a 15-digit float equals a number within 1e-12 of it "
-             "(`5.1\\times10^{11}` = `51\\times10^{10}`); math-verify's 6 decimal places miss it"),
+    "decimal places, not rounding": (
+        1.0, "a decimal equals a number it agrees with to 6 decimal places (`1.5128205` = 59/39) "
+             "or to a 15-digit float's precision (`5.1\\times10^{11}` = `51\\times10^{10}`); "
+             "math-verify rounds both, which splits them across a rounding boundary or by the "
+             "float's error"),
     "degree sign": (1.0, "`30°` is `30^\\circ`; math-verify's grammar cannot read `°`"),
     "repeating decimal": (1.0, "`0.\\overline{3}` is 1/3; math-verify reads it as 0"),
     "null delimiters": (1.0, "`\\left.5\\right.` is 5 (`\\left.` is no delimiter); math-verify "
@@ -86,8 +88,9 @@ def _fraction_answers(rng, q: int):
     value, gold = Fraction(p, q), f"\\frac{{{p}}}{{{q}}}"
     k = rng.randint(2, 5)
     spellings = [f"\\dfrac{{{p}}}{{{q}}}", f"{p}/{q}", f"\\frac{{{k * p}}}{{{k * q}}}",
-                 f"{k * p}/{k * q}", _decimal(value, 8), f"a = \\frac{{{p}}}{{{q}}}"]
+                 f"{k * p}/{k * q}", f"a = \\frac{{{p}}}{{{q}}}"]
     pairs = [(gold, s, True, None) for s in spellings]
+    pairs.append((gold, _decimal(value, 8), True, "decimal places, not rounding"))
     pairs += [(gold, w, False, None) for w in
               (f"\\frac{{{p + 1}}}{{{q}}}", f"\\frac{{{q}}}{{{p}}}", _decimal(value * 1.01, 6))]
     whole, rest = divmod(p, q)
@@ -216,7 +219,8 @@ def _scientific_answers(rng, exponent: int):
              (f"{mantissa}\\times10^{{{exponent + 1}}}", tiny and exponent <= -17), ("0.0", tiny),
              ("0", False)]
     shifted = f"{round(mantissa * 10)}\\times10^{{{exponent - 1}}}"
-    return ([(gold, s, True, None) for s in spellings] + [(gold, shifted, True, "float precision")]
+    return ([(gold, s, True, None) for s in spellings]
+            + [(gold, shifted, True, "decimal places, not rounding")]
             + [(gold, w, False, "relative tolerance" if flagged else None) for w, flagged in wrong])
 
 
@@ -340,6 +344,7 @@ def test_labels_are_names_not_values():
     ("1.60\\times10^{-19}", "1.6\\times10^{-19}", 1.0),
     ("6.6300001 \\times 10^{-34}", "6.63\\times10^{-34}", 1.0),
     ("51\\times10^{10}", "5.1\\times10^{11}", 1.0),  # 5.1 read as a binary float: 6 decimals miss
+    ("1.5128205", "\\frac{59}{39}", 1.0),  # 1.51282051...: rounded, 1.512820 and 1.512821
     ("2^{64}+1", "2^{64}", 0.0),  # exact numbers: no tolerance
     ("0.333333", "\\frac{1}{3}", 1.0), ("0.0333333", "\\frac{1}{30}", 1.0),
     ("0.0", "0", 1.0),
