@@ -13,6 +13,7 @@ from fractions import Fraction
 import pytest
 
 import reward
+from conftest import ROOT
 
 # name -> (this verifier's reward where math-verify gives the other one, why)
 INTENTIONAL_DIFFERENCES = {
@@ -395,3 +396,9 @@ def test_the_fast_path_reads_decimal_fractions_with_the_relative_tolerance():
     assert reward.math_fast_path("0.0000001", "0") is None  # math-verify's rounding decides
     assert reward.math_fast_path("0.05", "0.0500001") is None
     assert reward.math_fast_path("0.05", "0.051") is False  # beyond the relative tolerance
+
+
+def test_every_intentional_difference_is_documented():
+    section = (ROOT / "docs" / "verifiers.md").read_text().split(
+        "## Where the verifiers differ from the official graders, on purpose")[1].split("\n## ")[0]
+    assert [name for name in INTENTIONAL_DIFFERENCES if f"*{name}*" not in section] == []
