@@ -255,9 +255,88 @@ def last_answer_tag(response: str) -> str | None:
 
 
 def boxed_answer(response: str) -> str | None:
-    """Math's final answer: the last box's content, None if there is no box or it is blank."""
-    boxed = last_boxed(response)
-    return boxed if boxed is not None and boxed.strip() else None
+    """Math's final answer: the last box's content (`\\boxed {5}` too), None if there is none or it
+    is blank. A problem of several parts is answered one box per part: boxes joined by only `,`,
+    `and` or `or` (and `$`, spaces) are read together, up to MAX_JOINED_BOXES, as math-verify's
+    extraction reads them (`\\boxed{2}` and `\\boxed{3}` is the list `2, 3`). Linear: each box's
+    content is scanned once, backwards from its closing brace."""
+    start, brace = _last_box_opening(response, len(response))
+    if brace < 0:
+        return None
+    depth, end = 0, brace
+    while end < len(response):
+        if response[end] == "{":
+            depth += 1
+        elif response[end] == "}":
+            depth -= 1
+            if depth == 0:
+                break
+        end += 1
+    if depth or not response[brace + 1:end].strip():
+        return None  # an unclosed or blank box: no answer
+    boxes = [response[brace + 1:end]]
+    while len(boxes) < MAX_JOINED_BOXES and (previous := _box_ending_at(response, start)):
+        start, content = previous
+        boxes.insert(0, content)
+    return ", ".join(boxes)
+
+
+MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
+
+
+def _last_box_opening(text: str, end: int) -> tuple[int, int]:
+    """(start of `\\boxed` or `\\fbox`, index of its `{`) of the last box opened before `end`,
+    spaces allowed before the brace; (-1, -1) if there is none. The spaces after each candidate are
+    scanned once: they end before the next candidate."""
+    while True:
+        start = max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))
+        if start < 0:
+            return -1, -1
+        brace = start + (len("\\boxed") if text.startswith("\\boxed", start) else len("\\fbox"))
+        while brace < len(text) and text[brace] in " \t\n":
+            brace += 1
+        if brace < len(text) and text[brace] == "{":
+            return start, brace
+        end = start
+
+
+def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
+    """The box just before the box at `start` when only a separator lies between them (`,`, `and`,
+    `or`, `,and`, `,or`, with spaces and `$` around it): (its start, its content), else None."""
+    i = _skip_back(text, start, " \t\n$")
+    if i == 0 or text[i - 1] not in ",dr":
+        return None  # no separator ends there (most responses: one box)
+    word = next((w for w in ("and", "or") if i >= len(w) and text.startswith(w, i - len(w))
+                 and not (i > len(w) and text[i - len(w) - 1].isalpha())), "")
+    i -= len(word)
+    if i > 0 and text[i - 1] == ",":
+        i -= 1
+    elif not word:
+        return None  # spaces alone do not join two boxes
+    i = _skip_back(text, i, " \t\n$")
+    if i == 0 or text[i - 1] != "}":
+        return None
+    depth, brace = 0, i - 1
+    while brace >= 0:
+        if text[brace] == "}":
+            depth += 1
+        elif text[brace] == "{":
+            depth -= 1
+            if depth == 0:
+                break
+        brace -= 1
+    opening = _skip_back(text, max(brace, 0), " \t\n")
+    for macro in ("\\boxed", "\\fbox"):
+        if brace > 0 and text.startswith(macro, opening - len(macro)):
+            return opening - len(macro), text[brace + 1:i - 1]
+    return None
+
+
+def _skip_back(text: str, i: int, chars: str) -> int:
+    """The index before which `text[:i]` ends in none of `chars`."""
+    while i > 0 and text[i - 1] in chars:
+        i -= 1
+    return i
 
 
 def final_answer(task: str, response: str) -> str | None:
@@ -351,11 +430,15 @@ def check_arith(pred: str, answer: str) -> bool:
 
 
 def normalize_math(s: str) -> str:
-    """Spelling-only normalisation before comparing answers: sizing and spacing macros, `$`,
-    \\dfrac/\\tfrac, a trailing period, and spaces that do not separate two letters (`\\cdot x`
-    keeps its)."""
-    s = re.sub(r"\\left\b|\\right\b|\\[!,;:]|\\ |\$", " ", s)
+    """Spelling-only normalisation before comparing answers: sizing and spacing macros (`\\left.`
+    is no delimiter), `$` and a currency `\\$`, \\dfrac/\\tfrac, `°` as `^\\circ`, "percent" as
+    `\\%`, a repeating decimal (`0.\\overline{3}`) as its fraction, a trailing period, and spaces
+    that do not separate two letters (`\\cdot x` keeps its)."""
+    s = re.sub(r"\\(?:left|right)\s*\.|\\left\b|\\right\b|\\[!,;:]|\\ |\\?\$", " ", s)
     s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
+    s = s.replace("°", "^\\circ")
+    s = PERCENT_WORD.sub(r"\\%", s)
+    s = REPEATING_DECIMAL.sub(_repeating_decimal_fraction, s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".")
     s = re.sub(r"(?<=[^a-zA-Z]) | (?=[^a-zA-Z])", "", s)
     s = re.sub(r"\^\{(\w)\}", r"^\1", s)  # x^{2} -> x^2
@@ -363,35 +446,72 @@ def normalize_math(s: str) -> str:
     return re.sub(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$", r"\1\2/\3", s)
 
 
+PERCENT_WORD = re.compile(
+    r"\s*(?:\\(?:text|mbox|mathrm)\{\s*percent(?:age)?\s*\}|\bpercent(?:age)?\b)")
+# digits bounded so that the fraction stays small: longer ones are left to math-verify (scoring 0)
+REPEATING_DECIMAL = re.compile(
+    r"(?<!\d)(\d{0,20})\.(\d{0,20})\s*\\overline\s*\{\s*(\d{1,20})\s*\}")
+
+
+def _repeating_decimal_fraction(match: re.Match) -> str:
+    """`a.b\\overline{c}` as the fraction it equals: a + (bc - b) / (10^|b| (10^|c| - 1))."""
+    whole, fixed, repeated = match.groups()
+    value = int(whole or 0) + Fraction(int(fixed + repeated) - int(fixed or 0),
+                                      10 ** len(fixed) * (10 ** len(repeated) - 1))
+    return f"\\frac{{{value.numerator}}}{{{value.denominator}}}"
+
+
 def math_fast_path(pred: str, gold: str) -> bool | None:
     """Decide normalised answers without sympy where that is safe, else None: equal strings or equal
-    plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`) are correct; integers or integer fractions that
-    differ by more than math-verify's tolerance are wrong. Unequal decimals are left to
-    math-verify."""
+    plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`, `1.5/2`) are correct; plain numbers that differ by
+    more than check_math's relative tolerance (compare_numbers) are wrong."""
     if pred == gold:
         return True
     if RATIONAL.match(pred) and RATIONAL.match(gold) and max(len(pred), len(gold)) <= 30:
         try:
-            p, g = Fraction(pred), Fraction(gold)
+            p, g = _rational(pred), _rational(gold)
         except ZeroDivisionError:
             return None
         if p == g:
             return True
-        if "." not in pred + gold and abs(p - g) > Fraction(1, 10**5) * max(1, abs(g)):
+        if abs(p - g) > (RELATIVE_TOLERANCE * abs(g) if g else ZERO_TOLERANCE):
             return False
     return None
+
+
+def _rational(number: str) -> Fraction:
+    """A RATIONAL string's exact value (`1.5/2` too, which Fraction() refuses)."""
+    numerator, _, denominator = number.partition("/")
+    return Fraction(numerator) / Fraction(denominator or 1)
+
+
+# Numbers that differ by more than RELATIVE_TOLERANCE of the gold one (a gold of 0: ZERO_TOLERANCE)
+# are different. math-verify's own rule, equal after rounding both to 6 decimal places, makes every
+# gold below 5e-7 equal to 0 (a physical constant such as 1.6e-19); 1e-5 of any number from 0.1 up
+# is at least the 1e-6 its rounding lets through. A decimal is equal to a number it agrees with to 6
+# decimal places (within SIX_DECIMAL_PLACES, and RELATIVE_TOLERANCE) or to a 15-digit float's
+# precision (FLOAT_PRECISION): math-verify's rounding splits numbers 1e-8 apart across a rounding
+# boundary (1.5128205 = 59/39) and misses the error of the binary float it reads a decimal into at
+# large magnitudes (5.1e11). Between these, math-verify decides.
+RELATIVE_TOLERANCE = 1e-5
+ZERO_TOLERANCE = 1e-6
+SIX_DECIMAL_PLACES = 5e-7
+FLOAT_PRECISION = 1e-12
 
 
 def check_math(pred: str, gold: str) -> bool:
     """math-verify on a final answer (the box content) against the ground truth, no time limit: call
     it through score_batch, which runs it in a worker process under a hard one.
 
-    An equation in the box (when the gold answer is not one) is correct only if it is true of the
-    answer: its last side must equal the gold answer, and so must every other side that names no
-    variable. `x = 5` and `2+3 = 5` are read as 5; `6 = 5` is a false statement, not the answer 5
-    (math-verify alone reads any equation as its right-hand side, which rewards hedging). So is one
-    in brackets or written `\\equiv` (`(6=5)`): no equation between constants anywhere in the answer
-    may be false.
+    The answer is a list of items (answer_items: `x=2, x=3`, `2 \\text{ or } 3`, or one item). An
+    equation in an item (when the gold answer is not one) is correct only if it is true of the
+    answer: its last side is the item's value, and every other side must be a label (is_a_label:
+    `x`, `f(3)`, `a_n`) or equal that value. `x = 5` and `2+3 = 5` are read as 5; `6x = 5` and
+    `6 = 5` are not the answer 5 (math-verify alone reads any equation as its right-hand side, which
+    rewards hedging). No equation between constants anywhere in the answer may be false (`(6=5)`,
+    `6 \\equiv 5`). The items' values (with their labels, in a list of several) are then compared
+    with the gold answer as one list, so several candidates for one gold value are wrong. Numbers
+    are compared within a relative tolerance (compare_numbers).
 
     The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot
     read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be
@@ -401,15 +521,49 @@ def check_math(pred: str, gold: str) -> bool:
     gold_parsed = _parse_latex(f"${gold}$")
     if not gold_parsed:
         return False
-    sides = [pred] if "=" in gold else equation_sides(pred)
-    for k, side in enumerate(sides):
-        parsed = _parse_latex(f"\\boxed{{{side}}}", whole_box=True)
-        if states_a_false_equation(parsed):
+    values = []
+    for item in answer_items(pred):
+        sides = [item] if "=" in gold else equation_sides(item)
+        parsed = [_parse_latex(f"\\boxed{{{side}}}", whole_box=True) for side in sides]
+        if any(states_a_false_equation(side) for side in parsed):
             return False
-        compared = k == len(sides) - 1 or not names_a_variable(side)
-        if compared and not verify(gold_parsed, parsed, timeout_seconds=None):
-            return False
-    return True
+        value = parsed[-1]
+        if not all(is_a_label(side) or verify(value, side_parsed, timeout_seconds=None)
+                   for side, side_parsed in zip(sides[:-1], parsed[:-1])):
+            return False  # `6x = 5`: a side holding a value other than the item's
+        # a label kept in a list: `x = -1, y = 0, z = -1` is a point, not the set {-1, 0}
+        labelled = len(sides) > 1 and is_a_label(sides[0])
+        values.append(f"{sides[0]}={sides[-1]}" if labelled else sides[-1])
+    if len(values) != 1:
+        value = _parse_latex(f"\\boxed{{{', '.join(values)}}}", whole_box=True)
+    numbers = compare_numbers(gold_parsed, value)
+    return verify(gold_parsed, value, timeout_seconds=None) if numbers is None else numbers
+
+
+def answer_items(box: str) -> list[str]:
+    """`box` split at its top-level list separators: `,`, `;`, `\\text{or}`, `\\text{and}`, `\\lor`,
+    `\\vee`, `\\land`, `\\wedge`, `\\quad` (not inside brackets; blank items dropped). A number
+    written with thousands separators (`32,348`, math-verify's own rule) is one item."""
+    if COMMA_NUMBER.match(box):
+        return [box]
+    items, depth, start, i = [], 0, 0, 0
+    while i < len(box):
+        separator = ITEM_SEPARATOR.match(box, i) if depth == 0 else None
+        if separator:
+            items.append(box[start:i])
+            i = start = separator.end()
+            continue
+        if box[i] in "{([":
+            depth += 1
+        elif box[i] in "})]":
+            depth = max(depth - 1, 0)
+        i += 1
+    return [item for item in items + [box[start:]] if item.strip()]
+
+
+ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
+                            r"|\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}")
+COMMA_NUMBER = re.compile(r"\s*-?\d{1,3}(,\d{3})+(\.\d+)?\s*\Z")  # latex2sympy's comma_number_regex
 
 
 def states_a_false_equation(parsed: list) -> bool:
@@ -438,10 +592,75 @@ def equation_sides(box: str) -> list[str]:
     return sides + [box[start:]]
 
 
-def names_a_variable(side: str) -> bool:
-    """Whether an equation's side contains a letter outside LaTeX macro names (`x`, `f(t)`,
-    `\\sqrt{y}`; not `\\frac{1}{2}` or `\\pi`): a label for the value, not a competing value."""
-    return re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", side)) is not None
+def is_a_label(side: str) -> bool:
+    """Whether an equation's side only names what the answer is (`x`, `f(3)`, `a_{10}`,
+    `\\theta`, `a+b`, `\\angle ABC`): letters and the macros of LABEL_MACROS, digits only in
+    subscripts and in a function's arguments. A side holding a number (`6x`, `x^2`, `\\pi r`,
+    `6 \\text{ or } x`) is a value, compared like one. A tuple of labels (`(x, y)`) is a label."""
+    side = side.strip()
+    if side[:1] + side[-1:] in ("()", "[]") and "," in side:
+        return all(is_a_label(name) for name in answer_items(side[1:-1]))
+    side = re.sub(r"_(?:\{[^{}]*\}|\\?[a-zA-Z0-9])", "", side)  # subscripts
+    side = re.sub(r"(?<=[a-zA-Z])\([^()]*\)", "", side)  # arguments: f(3), P(A)
+    if re.search(r"[0-9.,;%]", side):
+        return False
+    macros = re.findall(r"\\([a-zA-Z]+)", side)
+    return (all(macro in LABEL_MACROS for macro in macros)
+            and bool(re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", side)) or macros))
+
+
+LABEL_MACROS = frozenset(
+    "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
+    "rho sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Phi Psi "
+    "Omega angle measuredangle triangle overline vec hat bar tilde mathbf mathit sqrt cdot frac "
+    "sin cos tan cot sec csc log ln exp".split())
+
+
+def compare_numbers(gold: list, pred: list) -> bool | None:
+    """The verdict on two parsed answers that are numbers, or tuples of numbers in order: False
+    where they differ by more than RELATIVE_TOLERANCE, True where one is a decimal that agrees to 6
+    decimal places or to FLOAT_PRECISION (`1.5128205` = 59/39, `51\\times10^{10}` =
+    `5.1\\times10^{11}`, which math-verify's rounding misses); None, math-verify's to decide, in
+    between and for anything else. An
+    interval's endpoints can only make it wrong (its brackets decide the rest). A percentage `N\\%`
+    is only ever made wrong: it reads as N/100 or as N (math-verify's own rule decides which)."""
+    import sympy
+
+    def verdict(g, p) -> bool | None:
+        if isinstance(g, sympy.Tuple) and isinstance(p, sympy.Tuple) and len(g) == len(p):
+            verdicts = [verdict(a, b) for a, b in zip(g, p)]
+            return False if False in verdicts else True if all(verdicts) else None
+        if isinstance(g, sympy.Interval) and isinstance(p, sympy.Interval):
+            return False if False in (verdict(g.start, p.start), verdict(g.end, p.end)) else None
+        golds, preds = _number_readings(g), _number_readings(p)
+        if not (golds and preds):
+            return None
+        if not any(abs(a - b) <= (RELATIVE_TOLERANCE * abs(a) if a else ZERO_TOLERANCE)
+                   for a in golds for b in preds):
+            return False
+        a, b = golds[0], preds[0]
+        agree = max(FLOAT_PRECISION * abs(a), min(SIX_DECIMAL_PLACES, RELATIVE_TOLERANCE * abs(a)))
+        decimal = g.has(sympy.Float) or p.has(sympy.Float)
+        return True if decimal and len(golds) == len(preds) == 1 and abs(a - b) <= agree else None
+
+    g = next((e for e in gold if isinstance(e, sympy.Basic)), None)
+    p = next((e for e in pred if isinstance(e, sympy.Basic)), None)
+    return None if g is None or p is None else verdict(g, p)
+
+
+def _number_readings(expr) -> list:
+    """The finite real values (30 digits) a parsed number can be read as: a percentage both as N/100
+    and N; [] for anything that is not a number."""
+    import sympy
+
+    if not isinstance(expr, sympy.Expr) or expr.free_symbols:
+        return []
+    readings = [expr]
+    if (isinstance(expr, sympy.Mul) and len(expr.args) == 2
+            and expr.args[1] == sympy.UnevaluatedExpr(sympy.Rational(1, 100))):
+        readings = [expr.args[0], expr.args[0] / 100]
+    values = [sympy.N(reading.doit(), 30) for reading in readings]
+    return [v for v in values if v.is_real and v.is_finite]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -1,0 +1,404 @@
+"""The math verifier against the official grader: generated (gold, response) pairs, gold values of
+many shapes times the spellings models write, each scored by reward.py and by plain math-verify
+(`verify(parse(gold), parse(response))`, its default extraction configs). Every disagreement must be
+one of INTENTIONAL_DIFFERENCES, which docs/verifiers.md lists too ("Where the verifiers differ from
+the official graders, on purpose"). Also the classes of answers the differential found: hedges
+through equations, absolute tolerances, and correct spellings that scored 0."""
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+
+import pytest
+
+import reward
+from conftest import ROOT
+
+# name -> (this verifier's reward where math-verify gives the other one, why)
+INTENTIONAL_DIFFERENCES = {
+    "several candidates for one value": (
+        0.0, "a box listing values for a single gold (`x = 6 \\lor x = 5`) states no one answer; "
+             "math-verify drops the `\\lor` and reads the last"),
+    "a side holding a value": (
+        0.0, "`6x = 5` is not the answer 5: only a label (`x`, `f(3)`, `a_n`) may stand beside the "
+             "value; math-verify reads any equation as its right-hand side"),
+    "relative tolerance": (
+        0.0, "numbers further apart than a relative 1e-5 differ; math-verify rounds to 6 decimal "
+             "places, so 0 = 1.6e-19, and equates any two values below 1e-15 it cannot simplify "
+             "apart"),
+    "decimal places, not rounding": (
+        1.0, "a decimal equals a number it agrees with to 6 decimal places (`1.5128205` = 59/39) "
+             "or to a 15-digit float's precision (`5.1\\times10^{11}` = `51\\times10^{10}`); "
+             "math-verify rounds both, which splits them across a rounding boundary or by the "
+             "float's error"),
+    "degree sign": (1.0, "`30°` is `30^\\circ`; math-verify's grammar cannot read `°`"),
+    "repeating decimal": (1.0, "`0.\\overline{3}` is 1/3; math-verify reads it as 0"),
+    "null delimiters": (1.0, "`\\left.5\\right.` is 5 (`\\left.` is no delimiter); math-verify "
+                                "reads nothing"),
+    "space before the box's brace": (1.0, "`\\boxed {5}` is a box; math-verify finds no answer"),
+    "no box": (0.0, "the answer is the last box (the prompt asks for one); math-verify also reads "
+                    "an unboxed 'the answer is 5'"),
+}
+
+
+@dataclass(frozen=True)
+class Pair:
+    gold: str
+    response: str
+    correct: bool  # what the generator meant: an equivalent spelling, or a wrong value
+    difference: str | None = None  # the intentional difference this spelling falls under, if any
+
+
+# ---- generation --------------------------------------------------------------------------------
+
+def _decimal(value: Fraction, digits: int) -> str:
+    """`value` rounded to `digits` significant digits, written as a plain decimal (the values
+    generated here are all above 1e-4, so `g` writes no exponent)."""
+    return f"{float(value):.{digits}g}"
+
+
+def integer_answers(rng):
+    n = rng.choice([rng.randint(-99, 99), rng.randint(1000, 99999)])
+    spellings = [str(n), f"{n}.0", f"x = {n}", f"{n} "]
+    if n >= 1000:
+        spellings += [f"{n:,}", f"{n:,}".replace(",", "{,}"), f"{n:,}".replace(",", ",\\!")]
+    wrong = [str(n + 1), str(n - 1), str(10 * n + 1)]
+    pairs = [(str(n), s, True, None) for s in spellings] + [(str(n), w, False, None) for w in wrong]
+    pairs.append((str(n), f"\\left.{n}\\right.", True, "null delimiters"))
+    # hedges: a wrong value beside the right one, through an equation
+    v = n + rng.randint(1, 9)
+    pairs += [(str(n), f"x = {v}, x = {n}", False, "several candidates for one value"),
+              (str(n), f"{v} \\text{{ or }} x = {n}", False, "several candidates for one value"),
+              (str(n), f"y = {v} \\text{{ and }} x = {n}", False,
+               "several candidates for one value"),
+              (str(n), f"{v}x = {n}", False, "a side holding a value"),
+              (f"x = {n}", f"x = {v} \\lor x = {n}", False, "several candidates for one value"),
+              (f"x = {n}", f"x = {n}", True, None), (f"x = {n}", str(n), True, None)]
+    return pairs
+
+
+def fraction_answers(rng):
+    """A fraction of any denominator, and one whose decimal repeats with a short period."""
+    return [*_fraction_answers(rng, rng.randint(2, 40)),
+            *_fraction_answers(rng, rng.choice([3, 6, 7, 9, 11, 12, 22, 27, 33, 37]))]
+
+
+def _fraction_answers(rng, q: int):
+    p = rng.choice([k for k in range(1, 3 * q) if Fraction(k, q).denominator == q] or [1])
+    value, gold = Fraction(p, q), f"\\frac{{{p}}}{{{q}}}"
+    k = rng.randint(2, 5)
+    spellings = [f"\\dfrac{{{p}}}{{{q}}}", f"{p}/{q}", f"\\frac{{{k * p}}}{{{k * q}}}",
+                 f"{k * p}/{k * q}", f"a = \\frac{{{p}}}{{{q}}}"]
+    pairs = [(gold, s, True, None) for s in spellings]
+    pairs.append((gold, _decimal(value, 8), True, "decimal places, not rounding"))
+    pairs += [(gold, w, False, None) for w in
+              (f"\\frac{{{p + 1}}}{{{q}}}", f"\\frac{{{q}}}{{{p}}}", _decimal(value * 1.01, 6))]
+    whole, rest = divmod(p, q)
+    period = _repeating_period(rest, q)
+    if period:
+        fixed, repeated = period
+        pairs.append((gold, f"{whole}.{fixed}\\overline{{{repeated}}}", True, "repeating decimal"))
+    return pairs
+
+
+def _repeating_period(numerator: int, denominator: int):
+    """The decimal digits of numerator/denominator (< 1) as (fixed part, repeating part), or None if
+    it terminates or repeats after more than 12 digits."""
+    digits, seen, r = "", {}, numerator
+    while r and r not in seen and len(digits) < 12:
+        seen[r] = len(digits)
+        r *= 10
+        digits += str(r // denominator)
+        r %= denominator
+    if not r or r not in seen:
+        return None
+    return digits[:seen[r]], digits[seen[r]:]
+
+
+def decimal_answers(rng):
+    cents = rng.randint(101, 99999)
+    gold = f"{cents // 100}.{cents % 100:02d}"
+    value = Fraction(cents, 100)
+    spellings = [gold, f"{gold}0", f"\\frac{{{value.numerator}}}{{{value.denominator}}}",
+                 f"\\${gold}", f"{gold}\\text{{ dollars}}"]
+    wrong = [f"{(cents + 1) // 100}.{(cents + 1) % 100:02d}",
+             f"{(cents + 10) // 100}.{(cents + 10) % 100:02d}", f"{gold}1"]
+    return ([(gold, s, True, None) for s in spellings] + [(gold, w, False, None) for w in wrong]
+            + [(f"\\${gold}", s, True, None) for s in (gold, f"\\${gold}")])
+
+
+def surd_answers(rng):
+    a, b = rng.randint(2, 9), rng.choice([2, 3, 5, 6, 7, 10, 11])
+    gold = f"{a}\\sqrt{{{b}}}"
+    spellings = [f"\\sqrt{{{a * a * b}}}", f"\\sqrt{{{b}}} \\cdot {a}",
+                 f"{a} \\sqrt {b}" if b < 10 else f"{a} \\sqrt{{{b}}}",  # `\\sqrt 10` is sqrt(1)0
+                 f"\\frac{{{2 * a}\\sqrt{{{b}}}}}{{2}}"]
+    wrong = [f"{a + 1}\\sqrt{{{b}}}", f"{a}\\sqrt{{{b + 1}}}", f"\\sqrt{{{a * b}}}"]
+    return [(gold, s, True, None) for s in spellings] + [(gold, w, False, None) for w in wrong]
+
+
+def interval_and_tuple_answers(rng):
+    a = rng.randint(-9, 5)
+    b = a + rng.randint(1, 9)
+    pairs = []
+    for left, right in (("(", "]"), ("[", ")"), ("[", "]")):
+        gold = f"{left}{a}, {b}{right}"
+        pairs += [(gold, f"{left}{a},{b}{right}", True, None),
+                  (gold, f"\\left{left}{a}, {b}\\right{right}", True, None),
+                  (gold, f"{left}{a}, {b + 1}{right}", False, None),
+                  (gold, f"({a}, {b})", left == "(" and right == ")", None)]
+    gold = f"[{a}, \\infty)"
+    pairs += [(gold, f"[{a},\\infty)", True, None), (gold, f"({a}, \\infty)", False, None)]
+    point = f"({a}, {b}, {a + b})"  # a triple is a tuple, not an interval
+    pairs += [(point, f"\\left({a},{b},{a + b}\\right)", True, None),
+              (point, f"(x, y, z) = ({a}, {b}, {a + b})", True, None),
+              (point, f"x = {a}, y = {b}, z = {a + b}", True, None),
+              (point, f"({b}, {a}, {a + b})", False, None),
+              (point, f"(x, y, z) = ({a}, {b}, {a + b + 1})", False, None)]
+    return pairs
+
+
+def solution_set_answers(rng):
+    a, b = sorted(rng.sample(range(-12, 13), 2))
+    pairs = []
+    for gold in (f"{a}, {b}", f"\\{{{a}, {b}\\}}"):
+        spellings = [f"{b}, {a}", f"x = {a}, x = {b}", f"x = {a} \\text{{ or }} x = {b}",
+                     f"\\{{{b}, {a}\\}}", (str(a), str(b)), (f"x={a}", f"x={b}")]
+        wrong = [str(a), f"{a}, {b + 1}", f"{a}, {b}, {b + 1}"]
+        pairs += [(gold, s, True, None) for s in spellings]
+        pairs += [(gold, w, False, None) for w in wrong]
+    return pairs
+
+
+def polynomial_answers(rng):
+    k = rng.randint(2, 9)
+    gold = f"x^2+{k}x"
+    spellings = [f"x(x+{k})", f"{k}x + x^2", f"x^{{2}} + {k} x", f"x \\cdot (x + {k})"]
+    wrong = [f"x^2-{k}x", f"x^2+{k}", f"x(x+{k + 1})"]
+    pairs = [(gold, s, True, None) for s in spellings] + [(gold, w, False, None) for w in wrong]
+    line = f"y = {k}x + 1"
+    pairs += [(line, f"y={k}x+1", True, None), (line, f"y = 1 + {k}x", True, None),
+              (line, f"y = {k}x - 1", False, None)]
+    return pairs
+
+
+def unit_answers(rng):
+    """Degrees, percentages and dollars, written on either side."""
+    d = rng.choice([15, 30, 45, 60, 72, 90, 120, 135])
+    p = rng.randint(1, 99)
+    pairs = [(f"{d}^\\circ", s, True, None) for s in (str(d), f"{d}^{{\\circ}}", f"{d} ^\\circ")]
+    pairs += [(str(d), f"{d}^\\circ", True, None), (f"{d}^\\circ", f"{d}°", True, "degree sign"),
+              (f"{d}^\\circ", str(d + 1), False, None)]
+    # math-verify's percent rule: N% equals N/100, and equals N where both are integers
+    pairs += [(f"{p}\\%", s, True, None)
+              for s in (f"{p}\\%", str(p), _decimal(Fraction(p, 100), 6), f"{p}\\text{{ percent}}")]
+    pairs += [(str(p), f"{p}\\%", True, None),
+              (_decimal(Fraction(p, 100), 6), f"{p}\\%", True, None),
+              (f"{p}\\%", f"{p + 1}\\%", False, None), (str(p), f"{p} percent", True, None)]
+    dollars = rng.randint(10, 99999)
+    pairs += [(f"\\${dollars:,}".replace(",", ",\\!"), s, True, None)
+              for s in (str(dollars), f"\\${dollars}", f"{dollars:,}")]
+    return pairs
+
+
+def scientific_answers(rng):
+    """A quantity of everyday size and a tiny one (a physical constant)."""
+    return [*_scientific_answers(rng, rng.randint(-5, 12)),
+            *_scientific_answers(rng, rng.randint(-40, -8))]
+
+
+def _scientific_answers(rng, exponent: int):
+    mantissa = rng.randint(11, 99) / 10
+    gold = f"{mantissa}\\times10^{{{exponent}}}"
+    value = Fraction(str(mantissa)) * Fraction(10) ** exponent
+    spellings = [f"{mantissa} \\times 10^{{{exponent}}}", f"{mantissa}0 \\times 10^{{{exponent}}}",
+                 f"{mantissa} \\cdot 10^{{{exponent}}}"]
+    # tiny golds: math-verify's 6 decimal places accept any other tiny number
+    tiny = value < Fraction(1, 10**6)
+    wrong = [(f"{round(mantissa + 0.1, 1)}\\times10^{{{exponent}}}", tiny and exponent <= -16),
+             (f"{mantissa}\\times10^{{{exponent + 1}}}", tiny and exponent <= -17), ("0.0", tiny),
+             ("0", False)]
+    shifted = f"{round(mantissa * 10)}\\times10^{{{exponent - 1}}}"
+    return ([(gold, s, True, None) for s in spellings]
+            + [(gold, shifted, True, "decimal places, not rounding")]
+            + [(gold, w, False, "relative tolerance" if flagged else None) for w, flagged in wrong])
+
+
+SHAPES = [integer_answers, fraction_answers, decimal_answers, surd_answers,
+          interval_and_tuple_answers, solution_set_answers, polynomial_answers, unit_answers,
+          scientific_answers]
+
+# how a response presents its answer: a template, the intentional difference it falls under, and
+# how often models write it (relative)
+RESPONSE_FORMATS = [
+    ("So the answer is $\\boxed{{{answer}}}$.", None, 3),
+    ("The final answer is \\boxed{{{answer}}}", None, 3),
+    ("Thus $\\boxed{{ {answer} }}$", None, 2),
+    ("Therefore, \\boxed {{{answer}}}.", "space before the box's brace", 1),
+    ("The answer is ${answer}$.", "no box", 1),
+]
+PLAIN_FORMATS = [f for f in RESPONSE_FORMATS if f[1] is None]
+
+
+def generate_pairs(rounds: int, seed: int = 0) -> list[Pair]:
+    """`rounds` draws of every shape's gold values; each spelling presented in a random format.
+    A spelling given as a tuple is one box per part (`\\boxed{2}` and `\\boxed{3}`)."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(rounds):
+        for shape in SHAPES:
+            for gold, spelling, correct, difference in shape(rng):
+                if isinstance(spelling, tuple):
+                    boxes = " and ".join(f"$\\boxed{{{part}}}$" for part in spelling)
+                    pairs.append(Pair(gold, f"The solutions are {boxes}.", correct, difference))
+                    continue
+                # a spelling that differs on purpose is presented plainly: one difference a pair
+                formats = PLAIN_FORMATS if difference else RESPONSE_FORMATS
+                template, presentation, _ = rng.choices(formats, [f[2] for f in formats])[0]
+                response = template.format(answer=spelling)
+                pairs.append(Pair(gold, response, correct, difference or presentation))
+    return pairs
+
+
+def official_reward(pair: Pair) -> float:
+    from math_verify import parse, verify
+
+    return float(verify(parse(f"${pair.gold}$"), parse(pair.response)))
+
+
+def disagreements(pairs: list[Pair]) -> tuple[list, Counter]:
+    """(disagreements outside INTENTIONAL_DIFFERENCES, count of those within each one)."""
+    ours = reward.score_batch([("math", p.response, p.gold) for p in pairs], workers=2)
+    unexplained, explained = [], Counter()
+    for pair, mine in zip(pairs, ours):
+        official = official_reward(pair)
+        if mine == official:
+            continue
+        expected = INTENTIONAL_DIFFERENCES.get(pair.difference, (None,))[0]
+        if mine == expected:
+            explained[pair.difference] += 1
+        else:
+            unexplained.append((pair, mine, official))
+    return unexplained, explained
+
+
+def check_agreement(rounds: int, seed: int) -> None:
+    pairs = generate_pairs(rounds, seed)
+    unexplained, explained = disagreements(pairs)
+    agreed = len(pairs) - len(unexplained) - sum(explained.values())
+    print(f"\n{len(pairs)} pairs: {agreed} agree with math-verify ({agreed / len(pairs):.1%}); "
+          f"intentional differences: {dict(explained)}")
+    assert not unexplained, "\n".join(f"{p.gold!r} {p.response!r}: reward.py {mine}, "
+                                      f"math-verify {official}"
+                                      for p, mine, official in unexplained)
+
+
+def test_math_verifier_agrees_with_math_verify_but_for_its_listed_differences():
+    check_agreement(rounds=2, seed=0)
+
+
+@pytest.mark.slow
+def test_math_verifier_agrees_with_math_verify_on_thousands_of_pairs():
+    check_agreement(rounds=30, seed=1)
+
+
+def test_every_generated_pair_scores_what_the_generator_meant():
+    """The differential test's own ground truth: a correct spelling scores 1, a wrong value 0
+    (where math-verify is wrong, reward.py is not)."""
+    pairs = [p for p in generate_pairs(rounds=1, seed=2) if p.difference != "no box"]
+    ours = reward.score_batch([("math", p.response, p.gold) for p in pairs], workers=2)
+    wrong = [(p.gold, p.response, r) for p, r in zip(pairs, ours) if r != float(p.correct)]
+    assert not wrong, wrong
+
+
+# ---- hedges through equations: only a label may stand beside the value ---------------------------
+
+@pytest.mark.parametrize("box, gold", [
+    ("x = 6, x = 5", "5"), ("6 \\text{ or } x = 5", "5"), ("y = 6 \\text{ and } x = 5", "5"),
+    ("6x = 5", "5"), ("x = 6; x = 5", "5"), ("x=6 \\lor x=5", "x=5"), ("x=6 \\vee x=5", "5"),
+    ("x + 1 = 5", "5"),
+])
+def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
+    assert reward.score("math", f"so \\boxed{{{box}}}", gold) == 0.0
+
+
+@pytest.mark.parametrize("box", ["x = 5", "f(3) = 5", "a_n = 5", "a_{10} = 5", "\\theta = 5",
+                                 "a+b = 5", "2+3 = 5", "x = \\frac{10}{2} = 5"])
+def test_a_label_or_an_equal_value_beside_the_answer_is_fine(box):
+    assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 1.0
+
+
+def test_labels_are_names_not_values():
+    assert all(map(reward.is_a_label, ["x", "f(3)", "a_n", "a_{10}", "\\theta", "\\angle ABC"]))
+    assert reward.is_a_label("(x, y)") and not reward.is_a_label("(x, 2)")
+    assert not any(map(reward.is_a_label, ["6x", "x^2", "\\pi r", "6 \\text{ or } x", "x, y"]))
+
+
+# ---- numbers: a relative tolerance ---------------------------------------------------------------
+
+@pytest.mark.parametrize("box, gold, expected", [
+    ("0.0", "1.6\\times10^{-19}", 0.0),  # math-verify's 6 decimal places: every tiny gold is 0
+    ("2\\times10^{-30}", "6.63\\times10^{-34}", 0.0),
+    ("1.7\\times10^{-19}", "1.6\\times10^{-19}", 0.0),
+    ("\\frac{\\sqrt{2}}{10^{20}}", "\\frac{\\sqrt{3}}{10^{20}}", 0.0),
+    ("1.60\\times10^{-19}", "1.6\\times10^{-19}", 1.0),
+    ("6.6300001 \\times 10^{-34}", "6.63\\times10^{-34}", 1.0),
+    ("51\\times10^{10}", "5.1\\times10^{11}", 1.0),  # 5.1 read as a binary float: 6 decimals miss
+    ("1.5128205", "\\frac{59}{39}", 1.0),  # 1.51282051...: rounded, 1.512820 and 1.512821
+    ("2^{64}+1", "2^{64}", 0.0),  # exact numbers: no tolerance
+    ("0.333333", "\\frac{1}{3}", 1.0), ("0.0333333", "\\frac{1}{30}", 1.0),
+    ("0.0", "0", 1.0),
+])
+def test_numbers_are_equal_within_a_relative_tolerance(box, gold, expected):
+    assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
+
+
+@pytest.mark.parametrize("box, gold, expected", [
+    # math-verify's rule: N% is N/100, and equals N where both are integers
+    ("5\\%", "5", 1.0), ("5\\%", "0.05", 1.0), ("0.05", "5\\%", 1.0), ("5\\%", "0.5", 0.0),
+    ("50 \\text{ percent}", "0.5", 1.0), ("50 percent", "50\\%", 1.0),
+    # `\left.` and `\right.` are empty delimiters, not decimal points
+    ("\\left.5\\right.", "5", 1.0), ("\\left.5\\right.", "0.5", 0.0),
+])
+def test_percentages_and_empty_delimiters(box, gold, expected):
+    assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
+
+
+# ---- correct answers in the formats models write ----------------------------------------------
+
+@pytest.mark.parametrize("response, gold", [
+    ("\\boxed{\\$18.90}", "18.90"), ("\\boxed{18.90}", "\\$18.90"),
+    ("\\boxed{\\$32,\\!348}", "32348"), ("\\boxed{32,348}", "\\$32,\\!348"),
+    ("\\boxed{30°}", "30"), ("\\boxed{30^\\circ}", "30^\\circ"),
+    ("\\boxed{x=2, x=3}", "2, 3"), ("\\boxed{x = 2 \\text{ or } x = 3}", "\\{2, 3\\}"),
+    ("so $x = \\boxed{2}$ and $\\boxed{3}$", "2, 3"), ("\\boxed{3}, \\boxed{2}", "\\{2, 3\\}"),
+    ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}"), ("\\boxed{1.\\overline{6}}", "\\frac{5}{3}"),
+    ("\\boxed{-0.1\\overline{6}}", "-\\frac{1}{6}"), ("\\boxed{1.5/2}", "0.75"),
+    ("so \\boxed {5}", "5"), ("\\boxed{50 \\text{ percent}}", "50"),
+])
+def test_correct_answers_in_common_formats_score_1(response, gold):
+    assert reward.score("math", response, gold) == 1.0
+
+
+def test_boxes_read_together_are_one_answer():
+    assert reward.boxed_answer("$\\boxed{2}$ and $\\boxed{3}$.") == "2, 3"
+    assert reward.score("math", "\\boxed{2} and \\boxed{3}", "3") == 0.0  # two values for one
+    assert reward.boxed_answer("\\boxed{2} no, wait: \\boxed{3}") == "3"  # a correction is not
+    assert reward.boxed_answer("\\boxed{2} \\boxed{3}") == "3"  # a separator joins, spaces do not
+    # one box and at most five before it, read backwards in one pass however many a response has
+    assert reward.boxed_answer("\\boxed{1}, " * 50_000 + "\\boxed{2}") == "1, 1, 1, 1, 1, 2"
+    assert reward.boxed_answer("}" * 100_000 + ", \\boxed{2}") == "2"
+
+
+def test_the_fast_path_reads_decimal_fractions_with_the_relative_tolerance():
+    assert reward.math_fast_path("1.5/2", "3/4") is True
+    assert reward.math_fast_path("0.0000001", "0") is None  # math-verify's rounding decides
+    assert reward.math_fast_path("0.05", "0.0500001") is None
+    assert reward.math_fast_path("0.05", "0.051") is False  # beyond the relative tolerance
+
+
+def test_every_intentional_difference_is_documented():
+    section = (ROOT / "docs" / "verifiers.md").read_text().split(
+        "## Where the verifiers differ from the official graders, on purpose")[1].split("\n## ")[0]
+    assert [name for name in INTENTIONAL_DIFFERENCES if f"*{name}*" not in section] == []
