@@ -176,22 +176,26 @@ def python_blocks(response: str) -> list[tuple[str, str]]:
     blocks, pos, line_end = [], 0, -1
     while (opening := FENCE.search(response, pos)) is not None:
         fence, start = opening.group(), opening.start()
-        if line_end < start + 3:
+        starts_line = line_end < start + 3  # the line's first fence: is only indentation before it?
+        if starts_line:
             line_end = response.find("\n", start + 3)
             if line_end < 0:
                 break  # no line left for a block to start on
+            line_start = response.rfind("\n", 0, start) + 1
+            starts_line = not response[line_start:start].strip(" ")
         info = response[start + 3:line_end] if line_end - start - 3 <= FENCE_INFO_CHARS else None
         tag = (info.split() or [""])[0].lower() if info is not None else None
         later = FENCE.search(response, start + 1, line_end)
-        if tag not in PYTHON_TAGS and (later or tag is None):  # not this line's opening fence
+        # another language's block opens only where a fence starts its line: a fence in prose
+        # ("wrap it in ```python``` fences") must not swallow the block that follows
+        if tag not in PYTHON_TAGS and (later or tag is None or not starts_line):
             pos = later.start() if later else line_end + 1
             continue
         close = response.find(fence, line_end + 1)
         if close < 0:
             break  # an unclosed block is no program
         if tag in PYTHON_TAGS:  # another language's block is passed over
-            line_start = response.rfind("\n", 0, start) + 1
-            indent = start - line_start if not response[line_start:start].strip(" ") else 0
+            indent = start - line_start if starts_line else 0
             blocks.append((tag, _dedent(response[line_end + 1:close], indent)))
         pos = close + 3
     return blocks
@@ -516,7 +520,8 @@ def check_math(pred: str, gold: str) -> bool:
     The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot
     read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be
     read as 5."""
-    from math_verify import verify  # imported lazily: sympy is slow to import
+    import sympy  # imported lazily, as math-verify: sympy is slow to import
+    from math_verify import verify
 
     gold_parsed = _parse_latex(f"${gold}$")
     if not gold_parsed:
@@ -528,11 +533,15 @@ def check_math(pred: str, gold: str) -> bool:
         if any(states_a_false_equation(side) for side in parsed):
             return False
         value = parsed[-1]
-        if not all(is_a_label(side) or verify(value, side_parsed, timeout_seconds=None)
-                   for side, side_parsed in zip(sides[:-1], parsed[:-1])):
+        # a label names something; `\cos(\pi)`, `e` and `\log(100)` are numbers
+        labels = [is_a_label(side) and not any(isinstance(e, sympy.Expr) and e.is_number
+                                               for e in side_parsed)
+                  for side, side_parsed in zip(sides[:-1], parsed[:-1])]
+        if not all(label or verify(value, side_parsed, timeout_seconds=None)
+                   for label, side_parsed in zip(labels, parsed[:-1])):
             return False  # `6x = 5`: a side holding a value other than the item's
         # a label kept in a list: `x = -1, y = 0, z = -1` is a point, not the set {-1, 0}
-        labelled = len(sides) > 1 and is_a_label(sides[0])
+        labelled = len(sides) > 1 and labels[0]
         values.append(f"{sides[0]}={sides[-1]}" if labelled else sides[-1])
     if len(values) != 1:
         value = _parse_latex(f"\\boxed{{{', '.join(values)}}}", whole_box=True)
@@ -639,7 +648,9 @@ def compare_numbers(gold: list, pred: list) -> bool | None:
                    for a in golds for b in preds):
             return False
         a, b = golds[0], preds[0]
-        agree = max(FLOAT_PRECISION * abs(a), min(SIX_DECIMAL_PLACES, RELATIVE_TOLERANCE * abs(a)))
+        agree = min(SIX_DECIMAL_PLACES, RELATIVE_TOLERANCE * abs(a))
+        if not g.is_Integer:  # a count's last digits are not rounding: 999999999999.5 is not 10^12
+            agree = max(agree, FLOAT_PRECISION * abs(a))
         decimal = g.has(sympy.Float) or p.has(sympy.Float)
         return True if decimal and len(golds) == len(preds) == 1 and abs(a - b) <= agree else None
 

@@ -133,6 +133,9 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
     ('```python title="sol.py"\nprint(7)\n```', "print(7)\n"),  # an info string's first word
     ("~~~python\nprint(8)\n~~~", "print(8)\n"),  # tilde fences
     ("```js\nx\n```\n```py\nprint(9)\n```\n```cpp\nint main() {}\n```", "print(9)\n"),
+    # a fence in prose opens no block
+    ("Wrap code in ```python``` fences.\n```python\nprint(10)\n```", "print(10)\n"),
+    ("I put it in a ``` block below.\n```python\nprint(11)\n```", "print(11)\n"),
 ])
 def test_the_program_is_the_last_python_block_not_a_trailing_sample_output(response, program):
     assert reward.last_code_block(response) == program

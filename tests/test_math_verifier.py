@@ -318,6 +318,8 @@ def test_every_generated_pair_scores_what_the_generator_meant():
     ("x = 6, x = 5", "5"), ("6 \\text{ or } x = 5", "5"), ("y = 6 \\text{ and } x = 5", "5"),
     ("6x = 5", "5"), ("x = 6; x = 5", "5"), ("x=6 \\lor x=5", "x=5"), ("x=6 \\vee x=5", "5"),
     ("x + 1 = 5", "5"),
+    # a side that looks like a name but is a number
+    ("\\cos(\\pi) = 5", "5"), ("\\log(100) = 5", "5"), ("e = 5", "5"), ("\\ln(e) = 2", "2"),
 ])
 def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
     assert reward.score("math", f"so \\boxed{{{box}}}", gold) == 0.0
@@ -349,6 +351,9 @@ def test_labels_are_names_not_values():
     ("2^{64}+1", "2^{64}", 0.0),  # exact numbers: no tolerance
     ("0.333333", "\\frac{1}{3}", 1.0), ("0.0333333", "\\frac{1}{30}", 1.0),
     ("0.0", "0", 1.0),
+    # an integer gold's last digits are not rounding
+    ("1.0\\times10^{15}", "1000000000000999", 0.0), ("999999999999.5", "1000000000000", 0.0),
+    ("1.0\\times10^{15}", "1000000000000000", 1.0),
 ])
 def test_numbers_are_equal_within_a_relative_tolerance(box, gold, expected):
     assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
