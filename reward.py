@@ -434,11 +434,13 @@ def check_arith(pred: str, answer: str) -> bool:
 
 
 def normalize_math(s: str) -> str:
-    """Spelling-only normalisation before comparing answers: sizing and spacing macros (`\\left.`
-    is no delimiter), `$` and a currency `\\$`, \\dfrac/\\tfrac, `°` as `^\\circ`, "percent" as
-    `\\%`, a repeating decimal (`0.\\overline{3}`) as its fraction, a trailing period, and spaces
-    that do not separate two letters (`\\cdot x` keeps its)."""
+    """Spelling-only normalisation before comparing answers: sizing, font-switch and spacing macros
+    (`\\left.` is no delimiter, `\\bf 5` is 5), `$` and a currency `\\$`, \\dfrac/\\tfrac,
+    `°` as `^\\circ`, "percent" as `\\%`, a repeating decimal (`0.\\overline{3}`) as its
+    fraction, a trailing period, and spaces that do not separate two letters (`\\cdot x` keeps
+    its)."""
     s = re.sub(r"\\(?:left|right)\s*\.|\\left\b|\\right\b|\\[!,;:]|\\ |\\?\$", " ", s)
+    s = FONT_SWITCH.sub(" ", s)
     s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
     s = s.replace("°", "^\\circ")
     s = PERCENT_WORD.sub(r"\\%", s)
@@ -450,6 +452,8 @@ def normalize_math(s: str) -> str:
     return re.sub(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$", r"\1\2/\3", s)
 
 
+FONT_SWITCH = re.compile(r"\\(?:bf|it|rm|sf|tt|tiny|small|normalsize|large|Large|LARGE|huge|Huge"
+                         r"|displaystyle|textstyle)(?![a-zA-Z])")
 PERCENT_WORD = re.compile(
     r"\s*(?:\\(?:text|mbox|mathrm)\{\s*percent(?:age)?\s*\}|\bpercent(?:age)?\b)")
 # digits bounded so that the fraction stays small: longer ones are left to math-verify (scoring 0)
@@ -610,7 +614,8 @@ def is_a_label(side: str) -> bool:
     if side[:1] + side[-1:] in ("()", "[]") and "," in side:
         return all(is_a_label(name) for name in answer_items(side[1:-1]))
     side = re.sub(r"_(?:\{[^{}]*\}|\\?[a-zA-Z0-9])", "", side)  # subscripts
-    side = re.sub(r"(?<=[a-zA-Z])\([^()]*\)", "", side)  # arguments: f(3), P(A)
+    side = NAMED_QUANTITY.sub("a", side)  # \text{Area}, \operatorname{Var}, \mathbb{E}
+    side = re.sub(r"(?<=[a-zA-Z])'*(?:\([^()]*\)|\[[^\[\]]*\])", "", side)  # f(3), f'(2), E[X]
     if re.search(r"[0-9.,;%]", side):
         return False
     macros = re.findall(r"\\([a-zA-Z]+)", side)
@@ -618,11 +623,12 @@ def is_a_label(side: str) -> bool:
             and bool(re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", side)) or macros))
 
 
+NAMED_QUANTITY = re.compile(r"\\(?:text|textrm|mathrm|operatorname|mathbb|mathcal)\{[a-zA-Z ]+\}")
 LABEL_MACROS = frozenset(
     "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
     "rho sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Phi Psi "
     "Omega angle measuredangle triangle overline vec hat bar tilde mathbf mathit sqrt cdot frac "
-    "sin cos tan cot sec csc log ln exp".split())
+    "sin cos tan cot sec csc log ln exp det Pr lim max min gcd".split())
 
 
 def compare_numbers(gold: list, pred: list) -> bool | None:

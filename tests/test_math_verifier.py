@@ -326,7 +326,10 @@ def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
 
 
 @pytest.mark.parametrize("box", ["x = 5", "f(3) = 5", "a_n = 5", "a_{10} = 5", "\\theta = 5",
-                                 "a+b = 5", "2+3 = 5", "x = \\frac{10}{2} = 5"])
+                                 "a+b = 5", "2+3 = 5", "x = \\frac{10}{2} = 5",
+                                 # named quantities
+                                 "\\text{Area} = 5", "\\det(A) = 5", "\\operatorname{Var}(X) = 5",
+                                 "\\mathbb{E}[X] = 5", "f'(2) = 5"])
 def test_a_label_or_an_equal_value_beside_the_answer_is_fine(box):
     assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 1.0
 
@@ -381,6 +384,7 @@ def test_percentages_and_empty_delimiters(box, gold, expected):
     ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}"), ("\\boxed{1.\\overline{6}}", "\\frac{5}{3}"),
     ("\\boxed{-0.1\\overline{6}}", "-\\frac{1}{6}"), ("\\boxed{1.5/2}", "0.75"),
     ("so \\boxed {5}", "5"), ("\\boxed{50 \\text{ percent}}", "50"),
+    ("\\boxed{\\bf 5}", "5"), ("\\boxed{\\large 5}", "5"),
 ])
 def test_correct_answers_in_common_formats_score_1(response, gold):
     assert reward.score("math", response, gold) == 1.0
