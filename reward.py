@@ -63,10 +63,10 @@ import sandbox
 ANSWER_LEAD = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)  # "answer" also ends "final answer"
 INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, ASCII digits
 RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
-FENCE = re.compile(r"```|~~~")
-PYTHON_TAGS = ("", "python", "python3", "py")  # "" is an untagged block
+FENCE = re.compile(r"`{3,}|~{3,}")
+PYTHON_TAGS = ("", "python", "python3", "py", "py3")  # "" is an untagged block
 FENCE_INFO_CHARS = 32  # longest text after a fence on an opening line ("python title=...")
-CODE_BLOCKS_TRIED = 8  # blocks of each kind, from the last, that may be a response's program
+CODE_BLOCKS_TRIED = 8  # blocks, from the last, that may be a response's program
 
 
 @dataclass
@@ -166,37 +166,31 @@ def extract_answer(response: str) -> str | None:
 
 
 def python_blocks(response: str) -> list[tuple[str, str]]:
-    """(tag, text) of each closed fenced block tagged python (python3, py) or untagged, read
-    leniently as models write them: an opening fence is ``` or ~~~ anywhere on a line (of a
-    line's fences, the first whose tag is python or none, else the last), then at most
-    FENCE_INFO_CHARS characters up to the end of the line (\\n or \\r\\n) whose first word is
-    the tag (```python title="a.py"); the block ends at the next same fence, on its own line or
-    not; a block whose fence is indented (under a list item) loses that indentation. One pass:
-    one search per line, however many fences it holds."""
-    blocks, pos, line_end = [], 0, -1
+    """(tag, text) of each closed fenced block tagged python (python3, py, py3) or untagged, as
+    CommonMark opens them and models close them: an opening fence is ``` or ~~~ (or longer) at the
+    start of a line after any indentation, then at most FENCE_INFO_CHARS characters up to the end
+    of the line (\\n or \\r\\n) whose first word is the tag (```python title="a.py",
+    ```{python}); a fence inside a line of prose opens nothing. The block ends at the next same
+    fence, on its own line or not; a block whose fence is indented (under a list item) loses that
+    indentation; another language's block is passed over whole. One pass."""
+    blocks, pos = [], 0
     while (opening := FENCE.search(response, pos)) is not None:
-        fence, start = opening.group(), opening.start()
-        starts_line = line_end < start + 3  # the line's first fence: is only indentation before it?
-        if starts_line:
-            line_end = response.find("\n", start + 3)
-            if line_end < 0:
-                break  # no line left for a block to start on
-            line_start = response.rfind("\n", 0, start) + 1
-            starts_line = not response[line_start:start].strip(" ")
-        info = response[start + 3:line_end] if line_end - start - 3 <= FENCE_INFO_CHARS else None
-        tag = (info.split() or [""])[0].lower() if info is not None else None
-        later = FENCE.search(response, start + 1, line_end)
-        # another language's block opens only where a fence starts its line: a fence in prose
-        # ("wrap it in ```python``` fences") must not swallow the block that follows
-        if tag not in PYTHON_TAGS and (later or tag is None or not starts_line):
-            pos = later.start() if later else line_end + 1
+        start, fence = opening.start(), opening.group()[:3]
+        line_end = response.find("\n", start)
+        if line_end < 0:
+            break  # no line left for a block to start on
+        line_start = response.rfind("\n", 0, start) + 1
+        info_chars = line_end - opening.end()
+        if response[line_start:start].strip(" ") or info_chars > FENCE_INFO_CHARS:
+            pos = line_end + 1  # not an opening fence: the line is prose
             continue
+        info = response[opening.end():line_end].strip().strip("{}.")
+        tag = re.split(r"[\s:{}]", info, maxsplit=1)[0].lower()
         close = response.find(fence, line_end + 1)
         if close < 0:
             break  # an unclosed block is no program
-        if tag in PYTHON_TAGS:  # another language's block is passed over
-            indent = start - line_start if starts_line else 0
-            blocks.append((tag, _dedent(response[line_end + 1:close], indent)))
+        if tag in PYTHON_TAGS:
+            blocks.append((tag, _dedent(response[line_end + 1:close], start - line_start)))
         pos = close + 3
     return blocks
 
@@ -211,18 +205,15 @@ def _dedent(block: str, indent: int) -> str:
 
 
 def last_code_block(response: str) -> str | None:
-    """The program of a response: its last fenced block tagged python (python3, py) that is not
-    data (an example written as comments or values), else its last untagged block that is a
-    program (`is_program`: a trailing untagged block of sample output is data); None if there is
-    none. Only the last few of each are parsed: a response of thousands of tiny blocks must not
-    cost thousands of parses."""
-    blocks = python_blocks(response)
-    tagged = [text for tag, text in blocks if tag]
-    untagged = [text for tag, text in blocks if not tag]
-    program = next((text for text in reversed(tagged[-CODE_BLOCKS_TRIED:])
-                    if is_program(text) or not parses(text)), None)
-    return program or next((text for text in reversed(untagged[-CODE_BLOCKS_TRIED:])
-                            if is_program(text)), None)
+    """The program of a response: its last fenced python or untagged block that is a program
+    (`is_program`: it parses and does something; a block of sample output, `6` or `YES`, of
+    comments or a doctest session is not), else its last python block that does not parse (a
+    broken program is still an answer); None if there is none. A model that corrects itself ends
+    with its final program. Only the last few blocks are parsed: a response of thousands of tiny
+    blocks must not cost thousands of parses."""
+    blocks = python_blocks(response)[-CODE_BLOCKS_TRIED:]
+    return next((text for _, text in reversed(blocks) if is_program(text)), None) or next(
+        (text for tag, text in reversed(blocks) if tag and not parses(text)), None)
 
 
 def parses(block: str) -> bool:
@@ -452,8 +443,8 @@ def normalize_math(s: str) -> str:
     return re.sub(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$", r"\1\2/\3", s)
 
 
-FONT_SWITCH = re.compile(r"\\(?:bf|it|rm|sf|tt|tiny|small|normalsize|large|Large|LARGE|huge|Huge"
-                         r"|displaystyle|textstyle)(?![a-zA-Z])")
+FONT_SWITCH = re.compile(r"\\(?:bf|it|rm|sf|tt|tiny|scriptsize|footnotesize|small|normalsize|large"
+                         r"|Large|LARGE|huge|Huge|displaystyle|textstyle|scriptstyle)(?![a-zA-Z])")
 PERCENT_WORD = re.compile(
     r"\s*(?:\\(?:text|mbox|mathrm)\{\s*percent(?:age)?\s*\}|\bpercent(?:age)?\b)")
 # digits bounded so that the fraction stays small: longer ones are left to math-verify (scoring 0)
@@ -614,8 +605,9 @@ def is_a_label(side: str) -> bool:
     if side[:1] + side[-1:] in ("()", "[]") and "," in side:
         return all(is_a_label(name) for name in answer_items(side[1:-1]))
     side = re.sub(r"_(?:\{[^{}]*\}|\\?[a-zA-Z0-9])", "", side)  # subscripts
-    side = NAMED_QUANTITY.sub("a", side)  # \text{Area}, \operatorname{Var}, \mathbb{E}
-    side = re.sub(r"(?<=[a-zA-Z])'*(?:\([^()]*\)|\[[^\[\]]*\])", "", side)  # f(3), f'(2), E[X]
+    side = FUNCTION_ARGUMENTS.sub("", side)  # f(3), f'(2), \mathbb{E}[X]
+    if NAMED_QUANTITY.search(side):  # \text{Area}, \operatorname{Var}: the whole name, one word
+        return NAMED_QUANTITY.fullmatch(side.strip()) is not None
     if re.search(r"[0-9.,;%]", side):
         return False
     macros = re.findall(r"\\([a-zA-Z]+)", side)
@@ -623,7 +615,11 @@ def is_a_label(side: str) -> bool:
             and bool(re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", side)) or macros))
 
 
-NAMED_QUANTITY = re.compile(r"\\(?:text|textrm|mathrm|operatorname|mathbb|mathcal)\{[a-zA-Z ]+\}")
+NAMED_QUANTITY = re.compile(
+    r"\\(?:text|textrm|mathrm|operatorname|mathbb|mathcal)\{\s*[a-zA-Z]+\s*\}")
+# a name's arguments hold no equation and no words (`f(6=7)`, `f(6 \text{ or } 5)` are not names)
+FUNCTION_ARGUMENTS = re.compile(r"(?<=[a-zA-Z}])'*(?:\((?:(?!\\text)[^()=])*\)"
+                                r"|\[(?:(?!\\text)[^\[\]=])*\])")
 LABEL_MACROS = frozenset(
     "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
     "rho sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Phi Psi "

@@ -122,13 +122,16 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
     # a sample output after the program, untagged, is not the program
     ("```python\nprint(int(input()) * 2)\n```\nFor input 3 it prints:\n```\n6\n```",
      "print(int(input()) * 2)\n"),
-    ("```python\nprint(1)\n```\n```\nprint(2)\n```", "print(1)\n"),  # tagged beats untagged
+    # the last program wins, tagged or not: a model that corrects itself ends with its answer
+    ("```python\nprint(1)\n```\nNo, fixed:\n```\nprint(2)\n```", "print(2)\n"),
+    ("```python\nprint(1)\n```\nExample:\n```python\n>>> f(3)\n6\n```", "print(1)\n"),
     ("```\nx = input()\nprint(x)\n```\nOutput:\n```\nYES\n```", "x = input()\nprint(x)\n"),
     ("```\n1 2\n```", None),  # not Python
     ("```python\r\nprint(3)\r\n```\r\n", "print(3)\r\n"),  # CRLF fences
     # an example after the program written as comments in a python block is not the program
     ("```python\nprint(4)\n```\nExample:\n```python\n# input: 3\n# output: 4\n```", "print(4)\n"),
-    ("```python\nprint(5)\n```\n```python\nprint(\n```", "print(\n"),  # a broken last program
+    ("```python\nprint(5)\n```\n```python\nprint(\n```", "print(5)\n"),  # programs first
+    ("```python\nprint(\n```\n```\n6\n```", "print(\n"),  # else a broken program is the answer
     ("1. The code:\n   ```python\n   x = 6\n   print(x)\n   ```\n", "x = 6\nprint(x)\n"),
     ('```python title="sol.py"\nprint(7)\n```', "print(7)\n"),  # an info string's first word
     ("~~~python\nprint(8)\n~~~", "print(8)\n"),  # tilde fences
@@ -136,6 +139,8 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
     # a fence in prose opens no block
     ("Wrap code in ```python``` fences.\n```python\nprint(10)\n```", "print(10)\n"),
     ("I put it in a ``` block below.\n```python\nprint(11)\n```", "print(11)\n"),
+    ("I'll write it in a ```python block:\n```python\nprint(12)\n```", "print(12)\n"),
+    ("```py3\nprint(13)\n```", "print(13)\n"), ("```{python}\nprint(14)\n```", "print(14)\n"),
 ])
 def test_the_program_is_the_last_python_block_not_a_trailing_sample_output(response, program):
     assert reward.last_code_block(response) == program

@@ -320,6 +320,9 @@ def test_every_generated_pair_scores_what_the_generator_meant():
     ("x + 1 = 5", "5"),
     # a side that looks like a name but is a number
     ("\\cos(\\pi) = 5", "5"), ("\\log(100) = 5", "5"), ("e = 5", "5"), ("\\ln(e) = 2", "2"),
+    # words or an equation where a name would be
+    ("\\text{six or } x = 5", "5"), ("\\text{not } x = 5", "5"), ("f(6=7) = 5", "5"),
+    ("f(6 \\text{ or } 5) = 5", "5"),
 ])
 def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
     assert reward.score("math", f"so \\boxed{{{box}}}", gold) == 0.0
@@ -384,7 +387,7 @@ def test_percentages_and_empty_delimiters(box, gold, expected):
     ("\\boxed{0.\\overline{3}}", "\\frac{1}{3}"), ("\\boxed{1.\\overline{6}}", "\\frac{5}{3}"),
     ("\\boxed{-0.1\\overline{6}}", "-\\frac{1}{6}"), ("\\boxed{1.5/2}", "0.75"),
     ("so \\boxed {5}", "5"), ("\\boxed{50 \\text{ percent}}", "50"),
-    ("\\boxed{\\bf 5}", "5"), ("\\boxed{\\large 5}", "5"),
+    ("\\boxed{\\bf 5}", "5"), ("\\boxed{\\large 5}", "5"), ("\\boxed{\\scriptstyle 5}", "5"),
 ])
 def test_correct_answers_in_common_formats_score_1(response, gold):
     assert reward.score("math", response, gold) == 1.0
