@@ -166,13 +166,14 @@ def extract_answer(response: str) -> str | None:
 
 
 def python_blocks(response: str) -> list[tuple[str, str]]:
-    """(tag, text) of each closed fenced block tagged python (python3, py, py3) or untagged, as
+    """(tag, text) of each fenced block tagged python (python3, py, py3) or untagged, as
     CommonMark opens them and models close them: an opening fence is ``` or ~~~ (or longer) at the
     start of a line after any indentation, then at most FENCE_INFO_CHARS characters up to the end
     of the line (\\n or \\r\\n) whose first word is the tag (```python title="a.py",
     ```{python}); a fence inside a line of prose opens nothing. The block ends at the next same
-    fence, on its own line or not; a block whose fence is indented (under a list item) loses that
-    indentation; another language's block is passed over whole. One pass."""
+    fence, on its own line or not, or at the end of the response; a block whose fence is indented
+    (under a list item) loses that indentation; another language's block is passed over whole.
+    One pass."""
     blocks, pos = [], 0
     while (opening := FENCE.search(response, pos)) is not None:
         start, fence = opening.start(), opening.group()[:3]
@@ -187,10 +188,11 @@ def python_blocks(response: str) -> list[tuple[str, str]]:
         info = response[opening.end():line_end].strip().strip("{}.")
         tag = re.split(r"[\s:{}]", info, maxsplit=1)[0].lower()
         close = response.find(fence, line_end + 1)
-        if close < 0:
-            break  # an unclosed block is no program
+        end = close if close >= 0 else len(response)  # unclosed: to the end, as CommonMark reads
         if tag in PYTHON_TAGS:
-            blocks.append((tag, _dedent(response[line_end + 1:close], start - line_start)))
+            blocks.append((tag, _dedent(response[line_end + 1:end], start - line_start)))
+        if close < 0:
+            break
         pos = close + 3
     return blocks
 
@@ -205,33 +207,37 @@ def _dedent(block: str, indent: int) -> str:
 
 
 def last_code_block(response: str) -> str | None:
-    """The program of a response: its last fenced python or untagged block that is a program
-    (`is_program`: it parses and does something; a block of sample output, `6` or `YES`, of
-    comments or a doctest session is not), else its last python block that does not parse (a
-    broken program is still an answer); None if there is none. A model that corrects itself ends
-    with its final program. Only the last few blocks are parsed: a response of thousands of tiny
-    blocks must not cost thousands of parses."""
-    blocks = python_blocks(response)[-CODE_BLOCKS_TRIED:]
-    return next((text for _, text in reversed(blocks) if is_program(text)), None) or next(
-        (text for tag, text in reversed(blocks) if tag and not parses(text)), None)
+    """The program of a response, among its last few fenced python or untagged blocks (a response
+    of thousands of tiny blocks must not cost thousands of parses): the last one that defines a
+    function or class, if one does, so that a usage example, a test or a snippet after the
+    solution (`print(add(2, 3))`, `assert ...`, `return a + b`) is not taken for it; else the last
+    program (`is_program`: a block of sample output, `6` or `YES`, or of comments is data); else
+    the last python block that does not parse (a broken program is still an answer); None if
+    there is none. A model that corrects itself ends with its final program."""
+    blocks = [(tag, text, _statements(text)) for tag, text in
+              python_blocks(response)[-CODE_BLOCKS_TRIED:]]
+    programs = [(text, body) for _, text, body in blocks if body and is_program(body)]
+    return next((text for text, body in reversed(programs) if defines_something(body)), None) \
+        or next((text for text, _ in reversed(programs)), None) \
+        or next((text for tag, text, body in reversed(blocks) if tag and body is None), None)
 
 
-def parses(block: str) -> bool:
+def _statements(block: str) -> list | None:
+    """A block's top-level statements, None if it does not parse."""
     try:
-        ast.parse(block)
+        return ast.parse(block).body
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
+        return None
 
 
-def is_program(block: str) -> bool:
-    """Whether an untagged block is Python that does something: it parses, and some statement is
-    more than an expression without a call (`3`, `YES`, `1, 2` are sample output, not a
-    program)."""
-    try:
-        statements = ast.parse(block).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
+def defines_something(statements: list) -> bool:
+    return any(isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+               for statement in statements)
+
+
+def is_program(statements: list) -> bool:
+    """Whether a block's statements do something: some statement is more than an expression
+    without a call (`3`, `YES`, `1, 2` are sample output, not a program)."""
     return any(not isinstance(statement, ast.Expr) or
                any(isinstance(node, ast.Call) for node in ast.walk(statement))
                for statement in statements)
@@ -605,9 +611,10 @@ def is_a_label(side: str) -> bool:
     if side[:1] + side[-1:] in ("()", "[]") and "," in side:
         return all(is_a_label(name) for name in answer_items(side[1:-1]))
     side = re.sub(r"_(?:\{[^{}]*\}|\\?[a-zA-Z0-9])", "", side)  # subscripts
-    side = FUNCTION_ARGUMENTS.sub("", side)  # f(3), f'(2), \mathbb{E}[X]
+    side = FUNCTION_ARGUMENTS.sub(r"\g<name>", side)  # f(3), f'(2), \det(A), \mathbb{E}[X]
     if NAMED_QUANTITY.search(side):  # \text{Area}, \operatorname{Var}: the whole name, one word
-        return NAMED_QUANTITY.fullmatch(side.strip()) is not None
+        name = NAMED_QUANTITY.fullmatch(side.strip())
+        return name is not None and name.group(1).lower() not in NUMBER_WORDS
     if re.search(r"[0-9.,;%]", side):
         return False
     macros = re.findall(r"\\([a-zA-Z]+)", side)
@@ -616,10 +623,19 @@ def is_a_label(side: str) -> bool:
 
 
 NAMED_QUANTITY = re.compile(
-    r"\\(?:text|textrm|mathrm|operatorname|mathbb|mathcal)\{\s*[a-zA-Z]+\s*\}")
-# a name's arguments hold no equation and no words (`f(6=7)`, `f(6 \text{ or } 5)` are not names)
-FUNCTION_ARGUMENTS = re.compile(r"(?<=[a-zA-Z}])'*(?:\((?:(?!\\text)[^()=])*\)"
-                                r"|\[(?:(?!\\text)[^\[\]=])*\])")
+    r"\\(?:text|textrm|textbf|mathrm|operatorname|mathbb|mathcal)\{\s*([a-zA-Z]+)\s*\}")
+NUMBER_WORDS = frozenset(  # `\text{six} = 5` is no name
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
+    "hundred thousand million billion half third quarter".split())
+# a function's name and arguments: f, g, h, p, q, P, Q, E or a macro (`x(6)` is 6x), its arguments
+# without an equation or words (`f(6=7)`, `f(6 \text{ or } 5)` are no names)
+FUNCTION_ARGUMENTS = re.compile(
+    r"(?P<name>(?<![a-zA-Z\\])[fghpqFGHPQE]"
+    r"|\\(?:sin|cos|tan|cot|sec|csc|log|ln|exp|det|Pr|gcd|max|min|arg)(?![a-zA-Z])"
+    r"|\\(?:text|textrm|textbf|mathrm|operatorname|mathbb|mathcal)\{[a-zA-Z]+\})'*"
+    r"(?:\((?:(?!\\(?:text|mathrm|operatorname|lor|vee|land|wedge))[^()=])*\)"
+    r"|\[(?:(?!\\(?:text|mathrm|operatorname|lor|vee|land|wedge))[^\[\]=])*\])")
 LABEL_MACROS = frozenset(
     "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
     "rho sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Phi Psi "

@@ -118,6 +118,9 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
 
 # ---- the program is the last python block -------------------------------------------------------
 
+ADD = "def add(a, b):\n    return a + b\n"
+
+
 @pytest.mark.parametrize("response, program", [
     # a sample output after the program, untagged, is not the program
     ("```python\nprint(int(input()) * 2)\n```\nFor input 3 it prints:\n```\n6\n```",
@@ -141,6 +144,12 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
     ("I put it in a ``` block below.\n```python\nprint(11)\n```", "print(11)\n"),
     ("I'll write it in a ```python block:\n```python\nprint(12)\n```", "print(12)\n"),
     ("```py3\nprint(13)\n```", "print(13)\n"), ("```{python}\nprint(14)\n```", "print(14)\n"),
+    # a usage example, a test or a snippet after a solution that defines something: not the program
+    (f"```python\n{ADD}```\nExample usage:\n```python\nprint(add(2, 3))\n```", ADD),
+    (f"```python\n{ADD}```\nTests:\n```python\nassert add(2, 3) == 5\n```", ADD),
+    (f"```python\n{ADD}```\nThe key line:\n```python\nreturn a + b\n```", ADD),
+    # a correction left unclosed at the end is the answer
+    (f"```python\ndef add(a, b):\n    return a - b\n```\nFixed:\n```python\n{ADD}", ADD),
 ])
 def test_the_program_is_the_last_python_block_not_a_trailing_sample_output(response, program):
     assert reward.last_code_block(response) == program

@@ -322,7 +322,8 @@ def test_every_generated_pair_scores_what_the_generator_meant():
     ("\\cos(\\pi) = 5", "5"), ("\\log(100) = 5", "5"), ("e = 5", "5"), ("\\ln(e) = 2", "2"),
     # words or an equation where a name would be
     ("\\text{six or } x = 5", "5"), ("\\text{not } x = 5", "5"), ("f(6=7) = 5", "5"),
-    ("f(6 \\text{ or } 5) = 5", "5"),
+    ("f(6 \\text{ or } 5) = 5", "5"), ("f(6 \\vee 7) = 5", "5"), ("\\text{six} = 5", "5"),
+    ("x(6) = 5", "5"), ("\\sqrt{x}(6) = 5", "5"),  # implied products, not functions
 ])
 def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
     assert reward.score("math", f"so \\boxed{{{box}}}", gold) == 0.0
@@ -332,7 +333,8 @@ def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
                                  "a+b = 5", "2+3 = 5", "x = \\frac{10}{2} = 5",
                                  # named quantities
                                  "\\text{Area} = 5", "\\det(A) = 5", "\\operatorname{Var}(X) = 5",
-                                 "\\mathbb{E}[X] = 5", "f'(2) = 5"])
+                                 "\\mathbb{E}[X] = 5", "f'(2) = 5", "\\textbf{Area} = 5",
+                                 "P(X \\geq 2) = 5"])
 def test_a_label_or_an_equal_value_beside_the_answer_is_fine(box):
     assert reward.score("math", f"so \\boxed{{{box}}}", "5") == 1.0
 

@@ -385,7 +385,7 @@ def test_extraction_is_linear_on_adversarial_responses(name):
     ("````python\nprint(3)\n```", "print(3)\n"),  # the last three backticks of four open the block
     ("``` \nprint(4)\n```", "print(4)\n"),
     ("```Python3\nprint(5)\n```", "print(5)\n"),
-    ("```python\nprint(6)", None),  # unclosed
+    ("```python\nprint(6)", "print(6)"),  # unclosed: to the end of the response
     ("```javascript\nx\n```", None),
 ])
 def test_last_code_block_edge_cases(response, expected):
