@@ -66,7 +66,7 @@ RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
 FENCE = re.compile(r"`{3,}|~{3,}")
 PYTHON_TAGS = ("", "python", "python3", "py", "py3")  # "" is an untagged block
 FENCE_INFO_CHARS = 32  # longest text after a fence on an opening line ("python title=...")
-CODE_BLOCKS_TRIED = 8  # blocks, from the last, that may be a response's program
+CODE_BLOCKS_TRIED = 32  # blocks, from the last, that may be a response's program
 
 
 @dataclass
@@ -208,16 +208,16 @@ def _dedent(block: str, indent: int) -> str:
 
 def last_code_block(response: str) -> str | None:
     """The program of a response, among its last few fenced python or untagged blocks (a response
-    of thousands of tiny blocks must not cost thousands of parses): the last one that defines a
-    function or class, if one does, so that a usage example, a test or a snippet after the
-    solution (`print(add(2, 3))`, `assert ...`, `return a + b`) is not taken for it; else the last
-    program (`is_program`: a block of sample output, `6` or `YES`, or of comments is data); else
-    the last python block that does not parse (a broken program is still an answer); None if
-    there is none. A model that corrects itself ends with its final program."""
+    of thousands of tiny blocks must not cost thousands of parses): the last program that is not
+    a snippet, if one is (a usage example, a test or a line after the solution, `print(add(2,
+    3))`, `assert ...`, `return a + b`, is no solution); else the last program (`is_program`: a
+    block of sample output, `6` or `YES`, or of comments is data); else the last python block that
+    does not parse (a broken program is still an answer); None if there is none. A model that
+    corrects itself ends with its final program."""
     blocks = [(tag, text, _statements(text)) for tag, text in
               python_blocks(response)[-CODE_BLOCKS_TRIED:]]
     programs = [(text, body) for _, text, body in blocks if body and is_program(body)]
-    return next((text for text, body in reversed(programs) if defines_something(body)), None) \
+    return next((text for text, body in reversed(programs) if not is_snippet(body)), None) \
         or next((text for text, _ in reversed(programs)), None) \
         or next((text for tag, text, body in reversed(blocks) if tag and body is None), None)
 
@@ -230,8 +230,10 @@ def _statements(block: str) -> list | None:
         return None
 
 
-def defines_something(statements: list) -> bool:
-    return any(isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+def is_snippet(statements: list) -> bool:
+    """Whether a block only calls, asserts or returns (`print(add(2, 3))`, `assert f(1) == 2`,
+    `return a + b`): no assignment, import, loop or definition, as every solution has."""
+    return all(isinstance(statement, (ast.Expr, ast.Assert, ast.Return, ast.Pass))
                for statement in statements)
 
 
@@ -610,7 +612,7 @@ def is_a_label(side: str) -> bool:
     side = side.strip()
     if side[:1] + side[-1:] in ("()", "[]") and "," in side:
         return all(is_a_label(name) for name in answer_items(side[1:-1]))
-    side = re.sub(r"_(?:\{[^{}]*\}|\\?[a-zA-Z0-9])", "", side)  # subscripts
+    side = SUBSCRIPT.sub("", side)
     side = FUNCTION_ARGUMENTS.sub(r"\g<name>", side)  # f(3), f'(2), \det(A), \mathbb{E}[X]
     if NAMED_QUANTITY.search(side):  # \text{Area}, \operatorname{Var}: the whole name, one word
         name = NAMED_QUANTITY.fullmatch(side.strip())
@@ -622,6 +624,8 @@ def is_a_label(side: str) -> bool:
             and bool(re.search(r"[a-zA-Z]", re.sub(r"\\[a-zA-Z]+", "", side)) or macros))
 
 
+# a subscript names (`a_n`, `x_{10}`); one holding an equation, relation or words says more
+SUBSCRIPT = re.compile(r"_(?:\{(?:(?!\\(?:text|mathrm|ne|neq|lor|vee))[^{}=<>])*\}|\\?[a-zA-Z0-9])")
 NAMED_QUANTITY = re.compile(
     r"\\(?:text|textrm|textbf|mathrm|operatorname|mathbb|mathcal)\{\s*([a-zA-Z]+)\s*\}")
 NUMBER_WORDS = frozenset(  # `\text{six} = 5` is no name

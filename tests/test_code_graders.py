@@ -148,6 +148,10 @@ ADD = "def add(a, b):\n    return a + b\n"
     (f"```python\n{ADD}```\nExample usage:\n```python\nprint(add(2, 3))\n```", ADD),
     (f"```python\n{ADD}```\nTests:\n```python\nassert add(2, 3) == 5\n```", ADD),
     (f"```python\n{ADD}```\nThe key line:\n```python\nreturn a + b\n```", ADD),
+    # a final script after a draft that defines a function is the answer
+    ("```python\ndef solve(n):\n    return n * 3\n```\nFinal:\n```python\nn = int(input())\n"
+     "print(n * 2)\n```", "n = int(input())\nprint(n * 2)\n"),
+    ("```python\nprint(1)\n```" + "\n```\n0\n```" * 9, "print(1)\n"),  # many sample outputs
     # a correction left unclosed at the end is the answer
     (f"```python\ndef add(a, b):\n    return a - b\n```\nFixed:\n```python\n{ADD}", ADD),
 ])
