@@ -616,7 +616,8 @@ def is_a_label(side: str) -> bool:
     side = FUNCTION_ARGUMENTS.sub(r"\g<name>", side)  # f(3), f'(2), \det(A), \mathbb{E}[X]
     if NAMED_QUANTITY.search(side):  # \text{Area}, \operatorname{Var}: the whole name, one word
         name = NAMED_QUANTITY.fullmatch(side.strip())
-        return name is not None and name.group(1).lower() not in NUMBER_WORDS
+        return (name is not None and name.group(1).lower() not in NUMBER_WORDS
+                and name.group(1) not in CONSTANT_NAMES)
     if re.search(r"[0-9.,;%]", side):
         return False
     macros = re.findall(r"\\([a-zA-Z]+)", side)
@@ -625,21 +626,23 @@ def is_a_label(side: str) -> bool:
 
 
 # a subscript names (`a_n`, `x_{10}`); one holding an equation, relation or words says more
-SUBSCRIPT = re.compile(r"_(?:\{(?:(?!\\(?:text|mathrm|ne|neq|lor|vee))[^{}=<>])*\}|\\?[a-zA-Z0-9])")
+SUBSCRIPT = re.compile(r"_(?:\{(?:(?!\\(?:text|mathrm|ne|neq|le|leq|ge|geq|equiv|approx|mid|lor"
+                       r"|vee))[^{}=<>])*\}|\\?[a-zA-Z0-9])")
 NAMED_QUANTITY = re.compile(
     r"\\(?:text|textrm|textbf|mathrm|operatorname|mathbb|mathcal)\{\s*([a-zA-Z]+)\s*\}")
-NUMBER_WORDS = frozenset(  # `\text{six} = 5` is no name
+NUMBER_WORDS = frozenset(  # `\text{six} = 5` names no quantity
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
     "sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety "
-    "hundred thousand million billion half third quarter".split())
+    "hundred thousand million billion half third quarter dozen".split())
+CONSTANT_NAMES = frozenset({"e", "pi"})  # `\mathrm{e}`; `\mathbb{E}` is a name
 # a function's name and arguments: f, g, h, p, q, P, Q, E or a macro (`x(6)` is 6x), its arguments
 # without an equation or words (`f(6=7)`, `f(6 \text{ or } 5)` are no names)
 FUNCTION_ARGUMENTS = re.compile(
     r"(?P<name>(?<![a-zA-Z\\])[fghpqFGHPQE]"
     r"|\\(?:sin|cos|tan|cot|sec|csc|log|ln|exp|det|Pr|gcd|max|min|arg)(?![a-zA-Z])"
     r"|\\(?:text|textrm|textbf|mathrm|operatorname|mathbb|mathcal)\{[a-zA-Z]+\})'*"
-    r"(?:\((?:(?!\\(?:text|mathrm|operatorname|lor|vee|land|wedge))[^()=])*\)"
-    r"|\[(?:(?!\\(?:text|mathrm|operatorname|lor|vee|land|wedge))[^\[\]=])*\])")
+    r"(?:\((?:(?!\\(?:text|mathrm|operatorname|lor|vee|land|wedge|ne|neq|equiv|approx))[^()=])*\)"
+    r"|\[(?:(?!\\(?:text|mathrm|operatorname|lor|vee|land|wedge|ne|neq|equiv|approx))[^\[\]=])*\])")
 LABEL_MACROS = frozenset(
     "alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi "
     "rho sigma tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Sigma Phi Psi "

@@ -325,6 +325,8 @@ def test_every_generated_pair_scores_what_the_generator_meant():
     ("f(6 \\text{ or } 5) = 5", "5"), ("f(6 \\vee 7) = 5", "5"), ("\\text{six} = 5", "5"),
     ("x(6) = 5", "5"), ("\\sqrt{x}(6) = 5", "5"),  # implied products, not functions
     ("x_{6=7} = 5", "5"), ("\\bar x_{6 \\ne 5} = 5", "5"),  # a statement in a subscript
+    ("x_{6 \\le 5} = 5", "5"), ("f(6 \\equiv 5) = 5", "5"), ("\\mathrm{e} = 5", "5"),
+    ("\\text{dozen} = 5", "5"),
 ])
 def test_a_second_value_written_through_an_equation_is_wrong(box, gold):
     assert reward.score("math", f"so \\boxed{{{box}}}", gold) == 0.0
