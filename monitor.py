@@ -68,11 +68,12 @@ CORRECT_FRACTION_QUARTERS = ((0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0))
 CORRECT_FRACTION_BINS = ("0", *(f"{lo:g}-{hi:g}" for lo, hi in CORRECT_FRACTION_QUARTERS), "1")
 
 
-def correct_fraction_histogram(rewards: torch.Tensor) -> dict[str, float]:
-    """Share of the step's prompts by the fraction of their N rollouts that were correct: all
-    wrong, four quarters of (0, 1), all right. The two ends are compute spent on groups with no
-    signal (Sec. 3)."""
-    fraction = rewards.float().mean(dim=1)
+def correct_fraction_histogram(rewards: torch.Tensor, group: torch.Tensor) -> dict[str, float]:
+    """Share of the step's prompts by the fraction of their rollouts that were correct (rollout s
+    answers prompt group[s]): all wrong, four quarters of (0, 1), all right. The two ends are
+    compute spent on groups with no signal (Sec. 3)."""
+    sizes = torch.bincount(group).float()
+    fraction = torch.zeros_like(sizes).index_add_(0, group, rewards.float()) / sizes
     bins = {"correct_frac/0": fraction == 0, "correct_frac/1": fraction == 1}
     for lo, hi in CORRECT_FRACTION_QUARTERS:
         bins[f"correct_frac/{lo:g}-{hi:g}"] = (fraction > lo) & (fraction <= hi) & (fraction < 1)

@@ -120,12 +120,11 @@ def sample_tokens(logprobs: torch.Tensor, top_p: float,
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
-def plan_batches(n_prompts: int, n: int, max_batch_seqs: int) -> list[list[tuple[int, int]]]:
+def plan_batches(counts: list[int], max_batch_seqs: int) -> list[list[tuple[int, int]]]:
     """Pack (prompt, samples) units into batches of at most max_batch_seqs sequences, prompt order
-    kept."""
+    kept; prompt p gets counts[p] samples."""
     batches, current, size = [], [], 0
-    for prompt in range(n_prompts):
-        left = n
+    for prompt, left in enumerate(counts):
         while left:
             take = min(left, max_batch_seqs - size)
             current.append((prompt, take))
@@ -182,12 +181,15 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
 
 
 def generate(policy, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-             generator: torch.Generator | None = None) -> Rollouts:
-    """N samples for each prompt (token ids), grouped by prompt, as padded tensors.
+             generator: torch.Generator | None = None, counts: list[int] | None = None
+             ) -> Rollouts:
+    """N samples for each prompt (token ids), or counts[p] for prompt p, grouped by prompt, as
+    padded tensors.
 
     policy: a transformers causal LM (the hf engine) or a VLLMEngine."""
+    counts = [params.n] * len(prompt_ids) if counts is None else counts
     if isinstance(policy, VLLMEngine):
-        return policy.generate(tokenizer, prompt_ids, params, generator)
+        return policy.generate(tokenizer, prompt_ids, params, generator, counts)
     if generator is not None and generator.device != policy.device:
         # sampling on a GPU needs a generator there: one draw of the caller's seeds it
         # (reproducible, and no [batch, vocab] copies to the CPU per token)
@@ -201,7 +203,7 @@ def generate(policy, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     elif eos_config is not None:
         stop_ids.add(eos_config)
     responses, logprobs, group, truncated = [], [], [], []
-    for batch in plan_batches(len(prompt_ids), params.n, params.max_batch_seqs):
+    for batch in plan_batches(counts, params.max_batch_seqs):
         tokens, token_logprobs, lengths = decode_batch(
             policy, [prompt_ids[p] for p, _ in batch], [c for _, c in batch], params, stop_ids,
             pad_id, generator
@@ -236,9 +238,9 @@ def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int],
     )
 
 
-def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
-    """One Rollouts from several generation rounds, groups renumbered in order, re-padded to the
-    widest."""
+def concat_rollouts(parts: list[Rollouts], pad_id: int, same_prompts: bool = False) -> Rollouts:
+    """One Rollouts from several generation rounds, re-padded to the widest: groups renumbered in
+    order, or kept when every part sampled the same prompts (`same_prompts`)."""
     width_p = max(r.prompt_ids.shape[1] for r in parts)
     width_r = max(r.response_ids.shape[1] for r in parts)
 
@@ -250,7 +252,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int) -> Rollouts:
 
     offsets = [0]
     for r in parts[:-1]:
-        offsets.append(offsets[-1] + int(r.group.max()) + 1)
+        offsets.append(0 if same_prompts else offsets[-1] + int(r.group.max()) + 1)
     return Rollouts(
         prompt_ids=torch.cat([left(r.prompt_ids, pad_id) for r in parts]),
         prompt_mask=torch.cat([left(r.prompt_mask, 0) for r in parts]),
@@ -393,32 +395,37 @@ class VLLMEngine:
         return sum(metric.value for metric in self.llm.get_metrics()
                    if metric.name == "vllm:num_preemptions")
 
-    def request_params(self, prompt_count: int, params: SamplingParams,
+    def request_params(self, counts: list[int], params: SamplingParams,
                        generator: torch.Generator | None = None) -> list:
-        """vllm.SamplingParams for each prompt (seeds drawn from `generator` with
-        request_seeds): token ids and the sampled tokens' log-probs as plain lists, no text, no
-        Logprob object per token (pack_rollouts decodes the texts)."""
+        """vllm.SamplingParams for each prompt given samples, counts[p] of prompt p (vLLM refuses
+        n=0; seeds drawn from `generator` with request_seeds): token ids and the sampled tokens'
+        log-probs as plain lists, no text, no Logprob object per token (pack_rollouts decodes the
+        texts)."""
         import vllm
 
         seeded = self.request_seeds and generator is not None
         base = int(torch.randint(0, 2**30, (1,), generator=generator)) if seeded else None
-        return [vllm.SamplingParams(n=params.n, temperature=params.temperature, top_p=params.top_p,
+        first_sample = [sum(counts[:p]) for p in range(len(counts))]
+        return [vllm.SamplingParams(n=count, temperature=params.temperature, top_p=params.top_p,
                                     max_tokens=params.max_new_tokens, logprobs=0,
                                     flat_logprobs=True, detokenize=False,
-                                    # sample j: seed + j
-                                    seed=None if base is None else base + p * params.n)
-                for p in range(prompt_count)]
+                                    # sample j of the step: seed + j
+                                    seed=None if base is None else base + first)
+                for count, first in zip(counts, first_sample) if count > 0]
 
     def generate(self, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-                 generator: torch.Generator | None = None) -> Rollouts:
-        requests = [{"prompt_token_ids": ids} for ids in prompt_ids]
-        sampling = self.request_params(len(prompt_ids), params, generator)
+                 generator: torch.Generator | None = None, counts: list[int] | None = None
+                 ) -> Rollouts:
+        counts = [params.n] * len(prompt_ids) if counts is None else counts
+        asked = [p for p, count in enumerate(counts) if count > 0]
+        requests = [{"prompt_token_ids": prompt_ids[p]} for p in asked]
+        sampling = self.request_params(counts, params, generator)
         preempted_before = self.preempted_so_far() if self.count_preemptions else None
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         if self.count_preemptions:
             self.preemptions = self.preempted_so_far() - preempted_before
         responses, logprobs, group, truncated = [], [], [], []
-        for p, output in enumerate(outputs):
+        for p, output in zip(asked, outputs):
             for sample in output.outputs:
                 responses.append(sample.token_ids)
                 logprobs.append(sample.logprobs.logprobs)  # one per token: logprobs=0

@@ -108,6 +108,14 @@ class Config:
     """N, rollouts per prompt: BroRL scales this to hundreds"""
     prompts_per_step: int = 32
     """prompts sampled per step"""
+    allocation: Literal["fixed", "knapsack"] = "fixed"
+    """fixed: N rollouts for every prompt; knapsack: screen every prompt with screen_rollouts, then
+    give the rest of the step's prompts_per_step x N rollouts where a group most likely becomes
+    informative (allocate_rollouts; N is then the mean per prompt)"""
+    screen_rollouts: int = 4
+    """knapsack allocation: rollouts per prompt in the screening pass (part of its group)"""
+    allocation_cap: int = 1024
+    """knapsack allocation: most rollouts one prompt gets, screening included"""
     temperature: float = rollout.SamplingParams.temperature
     """rollout sampling temperature"""
     top_p: float = rollout.SamplingParams.top_p
@@ -283,6 +291,12 @@ def validate(cfg: Config) -> None:
         (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
         (cfg.n_rollouts >= 2,
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
+        (cfg.allocation == "fixed" or 2 <= cfg.screen_rollouts <= cfg.n_rollouts,
+         f"screen_rollouts must be in [2, n_rollouts={cfg.n_rollouts}] (a screened group needs two "
+         f"rollouts and the screening is part of the budget), got {cfg.screen_rollouts}"),
+        (cfg.allocation == "fixed" or cfg.allocation_cap >= cfg.n_rollouts,
+         f"allocation_cap must be >= n_rollouts={cfg.n_rollouts} (else the budget of "
+         f"prompts_per_step x n_rollouts cannot be spent), got {cfg.allocation_cap}"),
         (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
@@ -422,8 +436,8 @@ class Groups:
     """One step's rollouts on this process and their rewards, over every dynamic-sampling round."""
 
     tasks: list[dict]  # this process's G prompts' tasks
-    rollouts: rollout.Rollouts  # [G·N rows]: N rollouts of each of the G prompts
-    rewards: torch.Tensor  # [G, N] verifiable rewards
+    rollouts: rollout.Rollouts  # [S rows]: row s answers tasks[rollouts.group[s]]
+    rewards: torch.Tensor  # [S] verifiable rewards
     rounds: int  # generation rounds (1 + refills)
     gen_time: float  # seconds spent generating
     prompts: set[str]  # every prompt the step drew, on all processes (the probe monitor's split)
@@ -434,7 +448,8 @@ class Groups:
 def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> torch.Generator:
     """A fresh generator per (step, purpose, process): a resumed run draws exactly what an
     uninterrupted one would. Streams: 0 the first round's rollouts, 1 the mini-batch split
-    (merge_duplicates and ppo_update must draw the same one), 1 + r the r-th refill's rollouts."""
+    (merge_duplicates and ppo_update must draw the same one), 1 + r the r-th refill's rollouts,
+    10 + r the allocated rollouts of round r (refill_rounds <= 8)."""
     seed = cfg.seed * 1_000_003 + step * 17 + stream + process * 1_000_000_007
     return torch.Generator().manual_seed(seed)
 
@@ -464,22 +479,96 @@ def score_rollouts(tasks: list[dict], rollouts: rollout.Rollouts, cfg: Config, v
     return rewards
 
 
-def informative_groups(rewards: torch.Tensor) -> torch.Tensor:
-    """[G] bool: groups whose N rewards are not all equal (0 < #correct < N), the ones with a
+def group_extremes(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lowest and the highest reward of each group, [G] each (rollout s is in group[s])."""
+    size = len(torch.bincount(group))
+    lowest = rewards.new_zeros(size).scatter_reduce(0, group, rewards, "amin", include_self=False)
+    highest = rewards.new_zeros(size).scatter_reduce(0, group, rewards, "amax", include_self=False)
+    return lowest, highest
+
+
+def informative_groups(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """[G] bool: groups whose rewards are not all equal (0 < #correct < N), the ones with a
     learning signal."""
-    return rewards.max(dim=1).values > rewards.min(dim=1).values
+    lowest, highest = group_extremes(rewards, group)
+    return highest > lowest
+
+
+def informative_probability(correct: torch.Tensor, screened: int, extra: torch.Tensor,
+                            prior: tuple[float, float]) -> torch.Tensor:
+    """P(a group is informative once it has `extra` more rollouts | `correct` of its `screened`
+    were correct), its success rate p ~ Beta(a + correct, b + screened - correct) from the
+    Beta(a, b) `prior`. A mixed screening already is (1); a unanimous one stays unanimous only if
+    every extra rollout agrees: 1 - E[p^n] (all right so far) or 1 - E[(1 - p)^n] (all wrong), by
+    E[p^n] = B(a + n, b) / B(a, b). Knapsack RL's value 1 - p^n - (1 - p)^n (arXiv 2509.25849),
+    made conditional on what the screening saw. correct: [G]; extra: [G, K]; float64."""
+    def log_beta(x, y):
+        return torch.lgamma(x) + torch.lgamma(y) - torch.lgamma(x + y)
+
+    a = (prior[0] + correct.double())[:, None]
+    b = (prior[1] + screened - correct.double())[:, None]
+    stays_right = torch.exp(log_beta(a + extra, b) - log_beta(a, b))
+    stays_wrong = torch.exp(log_beta(a, b + extra) - log_beta(a, b))
+    unanimous_right, unanimous_wrong = (correct == screened)[:, None], (correct == 0)[:, None]
+    return 1 - torch.where(unanimous_right, stays_right, 0) - torch.where(unanimous_wrong,
+                                                                          stays_wrong, 0)
+
+
+def success_rate_prior(correct: torch.Tensor, screened: int) -> tuple[float, float]:
+    """Beta(a, b) of the prompts' success rates, fit by moments to every process's screening
+    (a beta-binomial: Var(k/m) = μ(1-μ)/m · (1 + (m-1)ρ), ρ = 1/(a+b+1)). On a plateau it is
+    U-shaped, so an all-correct screening predicts a nearly always solved prompt."""
+    fractions = correct.double() / screened
+    count, total, squares = update.all_sum(torch.stack([
+        torch.tensor(float(len(fractions)), dtype=torch.float64), fractions.sum(),
+        (fractions**2).sum()])).tolist()
+    mean = min(max(total / count, 1e-3), 1 - 1e-3)
+    variance = squares / count - (total / count) ** 2
+    rho = (variance * screened / (mean * (1 - mean)) - 1) / (screened - 1)
+    rho = min(max(rho, 1e-3), 1 - 1e-3)
+    strength = 1 / rho - 1
+    return mean * strength, (1 - mean) * strength
+
+
+def allocate_rollouts(correct: torch.Tensor, screened: int, budget: int, cap: int) -> list[int]:
+    """Extra rollouts per prompt after a screening of `screened` each (`correct` [G] right), exactly
+    `budget` in all, at most `cap` per prompt: the allocation that maximises the expected number
+    of informative groups (Knapsack RL, arXiv 2509.25849; its p comes from the previous epoch,
+    here from this step's screening, which also counts toward the group). Each group's value
+    (informative_probability) is concave in its rollouts, so taking the `budget` largest marginal
+    gains over all prompts is the knapsack's optimum; ties (gains of 0: groups that are
+    informative already) go to the prompt with fewer rollouts, lowest index first."""
+    prior = success_rate_prior(correct, screened)
+    extra = torch.arange(cap + 1, dtype=torch.float64).expand(len(correct), -1)
+    gains = informative_probability(correct, screened, extra, prior).diff(dim=1)  # [G, cap]
+    # column-major: a stable sort then breaks ties by rollouts already given, then prompt
+    order = gains.T.flatten().sort(descending=True, stable=True).indices[:budget]
+    return torch.bincount(order % len(correct), minlength=len(correct)).tolist()
 
 
 def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingParams,
                   verify_cfg: reward.VerifyConfig) -> Groups:
     """N rollouts for each of this process's share of `prompts_per_step` prompts (paper Sec. 3:
-    BroRL's N is in the hundreds), then their verifiable rewards (each distinct answer checked
-    once). With dynamic sampling and refill_rounds, more rounds of prompts are drawn until
-    `prompts_per_step` informative groups were found over all processes (DAPO)."""
+    BroRL's N is in the hundreds), or with `allocation` knapsack as many rollouts in all, spread
+    by allocate_rollouts; then their verifiable rewards (each distinct answer checked once). With
+    dynamic sampling and refill_rounds, more rounds of prompts are drawn until `prompts_per_step`
+    informative groups were found over all processes (DAPO). Each process allocates its own share
+    of the budget: every engine generates as many samples as with fixed N and no prompt moves
+    between processes."""
     verify_stats, prompts, tasks = reward.VerifyStats(), set(), []
-    parts, part_rewards, gen_time, found_so_far, preemptions = [], [], 0.0, 0.0, 0
+    parts, part_rewards, found_so_far = [], [], 0.0
+    generation = {"seconds": 0.0, "preemptions": 0}
+
+    def sample(prompt_ids, round_tasks, stream, counts):
+        start = time.time()
+        rollouts = rollout.generate(run.sampler, run.tokenizer, prompt_ids, sampling,
+                                    step_generator(cfg, step, stream, run.rank), counts)
+        if run.engine is not None and run.engine.preemptions is not None:
+            generation["preemptions"] += run.engine.preemptions
+        generation["seconds"] += time.time() - start
+        return rollouts, score_rollouts(round_tasks, rollouts, cfg, verify_cfg, verify_stats)
+
     for refill in range(1 + cfg.refill_rounds):
-        round_start = time.time()
         round_prompts = next_prompts(run.train_tasks, run.data_position, cfg.prompts_per_step,
                                      cfg.seed)
         round_tasks = round_prompts[run.rank :: run.processes]  # this process's share
@@ -488,20 +577,30 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         run.data_position += cfg.prompts_per_step
         prompt_ids = rollout.encode_prompts(run.tokenizer, [t["prompt"] for t in round_tasks],
                                             cfg.chat_template)
-        generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, run.rank)
-        parts.append(rollout.generate(run.sampler, run.tokenizer, prompt_ids, sampling, generator))
-        if run.engine is not None and run.engine.preemptions is not None:
-            preemptions += run.engine.preemptions
-        gen_time += time.time() - round_start
-        round_rewards = score_rollouts(round_tasks, parts[-1], cfg, verify_cfg, verify_stats)
-        part_rewards.append(round_rewards.view(len(round_tasks), -1))
-        found_so_far += float(update.all_sum(informative_groups(part_rewards[-1]).sum().float()))
+        stream = 0 if refill == 0 else 1 + refill
+        if cfg.allocation == "fixed":
+            rollouts, rewards = sample(prompt_ids, round_tasks, stream, None)
+        else:  # screen every prompt, then spend the rest of this process's budget by value
+            screened = [cfg.screen_rollouts] * len(round_tasks)
+            rollouts, rewards = sample(prompt_ids, round_tasks, stream, screened)
+            correct = torch.zeros(len(round_tasks)).index_add_(0, rollouts.group, rewards)
+            budget = len(round_tasks) * (cfg.n_rollouts - cfg.screen_rollouts)
+            extra = allocate_rollouts(correct, cfg.screen_rollouts, budget,
+                                      cfg.allocation_cap - cfg.screen_rollouts)
+            more, more_rewards = sample(prompt_ids, round_tasks, 10 + refill, extra)
+            rollouts = rollout.concat_rollouts([rollouts, more], run.tokenizer.pad_token_id,
+                                               same_prompts=True)
+            rewards = torch.cat([rewards, more_rewards])
+        parts.append(rollouts)
+        part_rewards.append(rewards)
+        found = informative_groups(rewards, rollouts.group).sum().float()
+        found_so_far += float(update.all_sum(found))
         if not cfg.dynamic_sampling or found_so_far >= cfg.prompts_per_step:
             break
     rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id) if len(parts) > 1
                 else parts[0])
-    return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), gen_time, prompts,
-                  preemptions, verify_stats)
+    return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), generation["seconds"],
+                  prompts, generation["preemptions"], verify_stats)
 
 
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:
@@ -559,7 +658,7 @@ def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateC
 
 # summed over processes in the logs, every other scalar is averaged
 THROUGHPUTS = ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_groups",
-               "gen_preemptions")
+               "gen_preemptions", "rollouts")
 
 
 def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
@@ -568,18 +667,27 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
     """The step's row of metrics.jsonl (this process's values)."""
     rewards, rollouts = groups.rewards, groups.rollouts
     lengths = rollouts.response_mask.sum(-1).float()
+    lowest, highest = group_extremes(rewards, rollouts.group)
+    n_per_prompt = torch.bincount(rollouts.group).float()
     return {
         "reward_mean": float(rewards.mean()),
         # the paper's dynamic-sampling pass rate (Table 2): groups with 0 < #correct < N
         "pass_rate": float(informative.float().mean()),
-        "solve_all_frac": float((rewards.min(dim=1).values == 1).float().mean()),
-        "solve_none_frac": float((rewards.max(dim=1).values == 0).float().mean()),
+        "solve_all_frac": float((lowest == 1).float().mean()),
+        "solve_none_frac": float((highest == 0).float().mean()),
+        "rollouts": rewards.numel(),  # the step's sample budget (summed over processes)
+        # rollouts given per prompt (all N with fixed allocation)
+        "n_per_prompt/min": float(n_per_prompt.min()),
+        "n_per_prompt/median": float(n_per_prompt.median()),
+        "n_per_prompt/p90": float(n_per_prompt.quantile(0.9)),
+        "n_per_prompt/max": float(n_per_prompt.max()),
+        "n_per_prompt/kept_mean": float(n_per_prompt[kept].mean()) if kept.any() else 0.0,
         "samples_per_s": rewards.numel() / step_time,
         "gen_samples_per_s": rewards.numel() / groups.gen_time,
         "response_len": float(lengths.mean()),
         "truncated_frac": float(rollouts.truncated.float().mean()),
         "gen_tokens_per_s": float(lengths.sum()) / groups.gen_time,
-        **monitor.correct_fraction_histogram(rewards),
+        **monitor.correct_fraction_histogram(rewards, rollouts.group),
         **shrink,
         "distinct_frac": len(batch.advantages) / max(kept_rows, 1),
         "gen_rounds": groups.rounds,
@@ -639,22 +747,21 @@ def train(cfg: Config) -> Path:
                     total=cfg.total_steps, disable=not run.main_process)
     for step in progress:
         step_start = time.time()
-        # ALGO LOGIC: N rollouts per prompt and their rewards [G, N]; dynamic sampling keeps groups
-        # with 0 < #correct < N (all-equal groups carry no signal), exactly prompts_per_step of them
+        # ALGO LOGIC: N rollouts per prompt (or as allocated) and their rewards; dynamic sampling
+        # keeps groups with 0 < #correct < N (all-equal groups carry no signal), exactly
+        # prompts_per_step of them
         groups = sample_groups(run, cfg, step, sampling, verify_cfg)
         run.engine_sleep()  # vLLM hands its GPU memory to the update
-        informative = informative_groups(groups.rewards)
+        group = groups.rollouts.group  # [S]: the prompt of each rollout
+        informative = informative_groups(groups.rewards, group)
         kept = (keep_target_groups(informative, cfg.prompts_per_step, run.rank, run.processes)
                 if cfg.dynamic_sampling else torch.ones_like(informative))
 
         # ALGO LOGIC: group-relative advantages of the kept groups' rows; identical rows merged
         # within each mini-batch (split first, as the update will split them)
-        advantages = update.ADVANTAGES[cfg.advantage](groups.rewards[kept])
-        # every rollout of a kept group, as rows of groups.rollouts
-        kept_rows = (kept[:, None].expand_as(groups.rewards).flatten().nonzero().squeeze(-1)
-                     .tolist())
-        batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows,
-                                                   advantages.flatten()),
+        kept_rows = kept[group].nonzero().squeeze(-1).tolist()  # rows of groups.rollouts
+        advantages = update.ADVANTAGES[cfg.advantage](groups.rewards[kept_rows], group[kept_rows])
+        batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows, advantages),
                                         cfg.minibatches, step_generator(cfg, step, 1, run.rank))
 
         # ALGO LOGIC: the clipped policy-gradient step, watched by the knowledge-shrinkage monitor

@@ -1,8 +1,9 @@
 """The policy-gradient step: group-relative advantages, the clipped surrogate with KL, and log-probs
 computed without ever holding a [batch, seq, vocab] float32 tensor.
 
-Per step the trainer hands over S = G groups x N rollouts with binary rewards. The loss is the
-token-level PPO-clip objective of ProRL/BroRL (paper Sec. 3, from DAPO, arXiv 2503.14476, eq. 8):
+Per step the trainer hands over S rollouts in G groups (N per prompt, or as allocated) with binary
+rewards. The loss is the token-level PPO-clip objective of ProRL/BroRL (paper Sec. 3, from DAPO,
+arXiv 2503.14476, eq. 8):
 
     L(θ) = -(1/T) Σ_tokens min(r_t·A, clip(r_t, 1 - ε_low, 1 + ε_high)·A) + β·KL_t,
     r_t = π_θ(y_t | x, y_<t) / π_old(y_t | x, y_<t),
@@ -59,7 +60,8 @@ def all_max(tensor: torch.Tensor) -> torch.Tensor:
 
 
 # ALGO LOGIC: advantages ---------------------------------------------------------------------------
-# Every estimator maps the step's rewards [G prompts, N rollouts] to advantages [G, N], so
+# Every estimator maps the step's rewards [S] to advantages [S], rollout s answering prompt group[s]
+# (groups may differ in size: the per-prompt allocation gives prompts different N), so
 # `ADVANTAGES` below is the one place a new one is added (train_brorl.py's --advantage choices and
 # its loop both read it). Estimators with batch-wide statistics take them over every process.
 
@@ -80,50 +82,65 @@ def whiten(values: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return (values - mean) / (variance**0.5 + eps)
 
 
-def group_centered(rewards: torch.Tensor) -> torch.Tensor:
-    """R_i - mean(R_group): each rollout against the other rollouts of its prompt.
-    rewards: [G, N]."""
-    return rewards - rewards.mean(dim=1, keepdim=True)
+def group_mean(values: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """[S]: the mean of each element's group (group[s] is the prompt of rollout s).
+
+    >>> group_mean(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+    tensor([0.5000, 0.5000, 1.0000])
+    """
+    sizes = torch.bincount(group).to(values.dtype)
+    sums = torch.zeros_like(sizes).index_add_(0, group, values)
+    return (sums / sizes.clamp(min=1))[group]
 
 
-def grpo_advantages(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
+def group_centered(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """R_i - mean(R_group): each rollout against the other rollouts of its prompt."""
+    return rewards - group_mean(rewards, group)
+
+
+def grpo_advantages(rewards: torch.Tensor, group: torch.Tensor, *, eps: float = 1e-6
+                    ) -> torch.Tensor:
     """GRPO (DeepSeekMath, arXiv 2402.03300, eq. 3): A_i = (R_i - mean(R_group)) / std(R_group).
 
-    rewards: [G, N] (G prompts, N rollouts each). The std is the unbiased group std, as in TRL and
-    DeepSeekMath.
+    rewards, group: [S] (rollout s answers prompt group[s]). The std is the unbiased group std, as
+    in TRL and DeepSeekMath.
 
-    >>> grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
-    tensor([[ 1.5000, -0.5000, -0.5000, -0.5000]])
+    >>> grpo_advantages(torch.tensor([1., 0., 0., 0.]), torch.tensor([0, 0, 0, 0]))
+    tensor([ 1.5000, -0.5000, -0.5000, -0.5000])
     """
-    return group_centered(rewards) / (rewards.std(dim=1, keepdim=True) + eps)
+    centered = group_centered(rewards, group)
+    size = torch.bincount(group)[group].to(rewards.dtype)
+    variance = group_mean(centered**2, group) * size / (size - 1).clamp(min=1)
+    return centered / (variance.sqrt() + eps)
 
 
-def dr_grpo_advantages(rewards: torch.Tensor) -> torch.Tensor:
+def dr_grpo_advantages(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO (Liu et al., "Understanding R1-Zero-Like Training", arXiv 2503.20783, Sec. 3.1):
     A_i = R_i - mean(R_group), without GRPO's division by the group std, which up-weights prompts
     that are nearly always or nearly never solved. (Dr. GRPO's other change, dropping the
     per-response length normalisation, is already the loss here: a token mean over the mini-batch,
     DAPO eq. 8.)
 
-    >>> dr_grpo_advantages(torch.tensor([[1., 0., 0., 0.]]))
-    tensor([[ 0.7500, -0.2500, -0.2500, -0.2500]])
+    >>> dr_grpo_advantages(torch.tensor([1., 0., 0., 0.]), torch.tensor([0, 0, 0, 0]))
+    tensor([ 0.7500, -0.2500, -0.2500, -0.2500])
     """
-    return group_centered(rewards)
+    return group_centered(rewards, group)
 
 
-def reinforce_pp_baseline_advantages(rewards: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
+def reinforce_pp_baseline_advantages(rewards: torch.Tensor, group: torch.Tensor, *,
+                                     eps: float = 1e-6) -> torch.Tensor:
     """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, arXiv 2510.01180
     Sec. 3): A_i = whiten(R_i - mean(R_group)), the whitening over the whole batch (every process).
 
-    rewards: [G, N]. verl whitens over tokens; we whiten over samples (each rollout counts once),
-    which differs only when response lengths differ within the batch. When no process kept a group
-    (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages are
-    zeros.
+    rewards, group: [S]. verl whitens over tokens; we whiten over samples (each rollout counts
+    once), which differs only when response lengths differ within the batch. When no process kept
+    a group (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages
+    are zeros.
     """
-    return whiten(group_centered(rewards), eps)
+    return whiten(group_centered(rewards, group), eps)
 
 
-# name -> advantage estimator, all called as ADVANTAGES[name](rewards [G, N]) -> [G, N]
+# name -> advantage estimator, all called as ADVANTAGES[name](rewards [S], group [S]) -> [S]
 ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,

@@ -50,7 +50,8 @@ def main() -> None:
     prompts, responses, rewards = global_batch(tokenizer.pad_token_id)
     mine = list(range(PROMPTS))[rank::processes]
     rows = [p * ROLLOUTS + j for p in mine for j in range(ROLLOUTS)]
-    advantages = update.reinforce_pp_baseline_advantages(rewards[mine]).flatten()
+    advantages = update.reinforce_pp_baseline_advantages(
+        rewards[mine].flatten(), torch.arange(len(mine)).repeat_interleave(ROLLOUTS))
     prompt_ids, prompt_mask = rollout.left_pad([prompts[r // ROLLOUTS] for r in rows],
                                                tokenizer.pad_token_id)
     batch = update.TrainBatch(prompt_ids, prompt_mask,

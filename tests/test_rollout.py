@@ -36,9 +36,28 @@ def test_sampling_logprobs_equal_the_trainers_teacher_forced_logprobs(untrained_
 
 
 def test_every_prompt_gets_its_samples_whatever_the_batch_plan():
-    assert rollout.plan_batches(3, 4, max_batch_seqs=5) == [[(0, 4), (1, 1)], [(1, 3), (2, 2)],
-                                                            [(2, 2)]]
-    assert rollout.plan_batches(1, 512, max_batch_seqs=256) == [[(0, 256)], [(0, 256)]]
+    assert rollout.plan_batches([4, 4, 4], max_batch_seqs=5) == [[(0, 4), (1, 1)],
+                                                                 [(1, 3), (2, 2)], [(2, 2)]]
+    assert rollout.plan_batches([512], max_batch_seqs=256) == [[(0, 256)], [(0, 256)]]
+    # a per-prompt allocation: a prompt given nothing is skipped
+    assert rollout.plan_batches([3, 0, 6], max_batch_seqs=5) == [[(0, 3), (2, 2)], [(2, 4)]]
+
+
+def test_samples_per_prompt_follow_counts_and_rounds_concatenate_onto_the_same_prompts(
+        untrained_policy):
+    model, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, ["7+8=", "123+4=", "5="], chat_template=False)
+    params = rollout.SamplingParams(n=2, max_new_tokens=4, max_batch_seqs=4)
+    screen = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(1))
+    extra = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(2),
+                             counts=[5, 0, 1])
+    assert extra.group.tolist() == [0, 0, 0, 0, 0, 2]
+    assert (extra.prompt_ids[-1] == screen.prompt_ids[-1]).all()
+    both = rollout.concat_rollouts([screen, extra], tokenizer.pad_token_id, same_prompts=True)
+    assert torch.bincount(both.group).tolist() == [7, 2, 3]
+    assert both.texts == screen.texts + extra.texts
+    rounds = rollout.concat_rollouts([screen, extra], tokenizer.pad_token_id)
+    assert rounds.group.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 3, 3, 3, 5]
 
 
 def test_top_p_samples_only_from_the_nucleus():

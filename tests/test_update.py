@@ -18,27 +18,44 @@ from conftest import accelerate_launch
 
 
 def test_grpo_advantages_match_hand_computed_values():
-    rewards = torch.tensor([[1.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    group = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     # group 0: mean 0.25, unbiased std sqrt(0.25) = 0.5; group 1: mean 0.5, std sqrt(1/3)
-    expected = torch.tensor([[1.5, -0.5, -0.5, -0.5], [0.5, 0.5, -0.5, -0.5]])
-    expected[1] /= (1 / 3) ** 0.5
-    assert torch.allclose(update.grpo_advantages(rewards, eps=0.0), expected)
+    expected = torch.tensor([1.5, -0.5, -0.5, -0.5, 0.5, 0.5, -0.5, -0.5])
+    expected[4:] /= (1 / 3) ** 0.5
+    assert torch.allclose(update.grpo_advantages(rewards, group, eps=0.0), expected)
     # Dr. GRPO keeps the group-mean baseline and drops the division by the std
-    assert torch.allclose(update.dr_grpo_advantages(rewards),
-                          torch.tensor([[0.75, -0.25, -0.25, -0.25], [0.5, 0.5, -0.5, -0.5]]))
+    assert torch.allclose(update.dr_grpo_advantages(rewards, group),
+                          torch.tensor([0.75, -0.25, -0.25, -0.25, 0.5, 0.5, -0.5, -0.5]))
 
 
-def test_every_advantage_in_the_table_takes_rewards_and_keeps_the_shape():
-    rewards = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+def test_groups_of_different_sizes_in_any_row_order_get_their_own_statistics():
+    # a prompt given 2 rollouts and one given 5 (the per-prompt allocation), rows interleaved
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    group = torch.tensor([3, 7, 3, 7, 7, 7, 7])
+    for name, advantage in update.ADVANTAGES.items():
+        expected = torch.zeros(7)
+        for g in (3, 7):
+            rows = group == g
+            expected[rows] = advantage(rewards[rows], torch.zeros(int(rows.sum()), dtype=int))
+        if name == "reinforce_pp_baseline":  # whitened over the batch, not per group
+            expected = update.whiten(update.group_centered(rewards, group))
+        assert torch.allclose(advantage(rewards, group), expected), name
+    assert torch.allclose(update.grpo_advantages(rewards, group, eps=0.0)[group == 7],
+                          (rewards[group == 7] - 0.4) / torch.tensor([1.0, 0, 0, 0, 1]).std())
+
+
+def test_every_advantage_in_the_table_takes_rewards_and_groups_and_keeps_the_shape():
+    rewards, group = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]), torch.tensor([0, 0, 0, 1, 1, 1])
     assert set(update.ADVANTAGES) == {"grpo", "dr_grpo", "reinforce_pp_baseline"}
     for name, advantage in update.ADVANTAGES.items():
-        advantages = advantage(rewards)
+        advantages = advantage(rewards, group)
         assert advantages.shape == rewards.shape, name
         # zero-mean groups
-        assert torch.allclose(advantages.sum(dim=1), torch.zeros(2), atol=1e-6), name
-        # a positional second argument is refused, never taken as something else
+        assert torch.allclose(advantages.view(2, 3).sum(dim=1), torch.zeros(2), atol=1e-6), name
+        # a positional third argument is refused, never taken as something else
         with pytest.raises(TypeError):
-            advantage(rewards, False)
+            advantage(rewards, group, False)
 
 
 def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
@@ -53,18 +70,18 @@ def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
 
 
 def test_reinforce_pp_baseline_centres_per_group_then_whitens_over_the_batch():
-    rewards = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
-    centered = torch.tensor([[0.5, -0.5], [0.0, 0.0]])  # batch mean 0, unbiased std sqrt(1/6)
-    assert torch.allclose(update.reinforce_pp_baseline_advantages(rewards, eps=0.0),
+    rewards, group = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    centered = torch.tensor([0.5, -0.5, 0.0, 0.0])  # batch mean 0, unbiased std sqrt(1/6)
+    assert torch.allclose(update.reinforce_pp_baseline_advantages(rewards, group, eps=0.0),
                           centered / (1 / 6) ** 0.5)
-    assert torch.equal(update.reinforce_pp_baseline_advantages(rewards),
-                       update.whiten(update.group_centered(rewards)))
+    assert torch.equal(update.reinforce_pp_baseline_advantages(rewards, group),
+                       update.whiten(update.group_centered(rewards, group)))
 
 
-def test_reinforce_pp_baseline_of_a_step_that_kept_no_group_is_empty_not_a_crash():
+def test_advantages_of_a_step_that_kept_no_group_are_empty_not_a_crash():
     # dynamic sampling dropped every group
-    advantages = update.reinforce_pp_baseline_advantages(torch.zeros(0, 4))
-    assert advantages.shape == (0, 4)
+    for name, advantage in update.ADVANTAGES.items():
+        assert advantage(torch.zeros(0), torch.zeros(0, dtype=torch.long)).shape == (0,), name
 
 
 def test_clipped_loss_and_gradient_follow_the_hand_formula_with_asymmetric_clip():

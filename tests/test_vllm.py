@@ -86,7 +86,7 @@ def test_token_ids_and_logprobs_are_those_of_vllms_full_output(engine, untrained
     prompts = rollout.encode_prompts(tokenizer, ["12+7=", "3+45=", "8="], chat_template=False)
     params = rollout.SamplingParams(n=4, max_new_tokens=16)
     out = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(7))
-    full_output = engine.request_params(len(prompts), params, torch.Generator().manual_seed(7))
+    full_output = engine.request_params([4, 4, 4], params, torch.Generator().manual_seed(7))
     for request in full_output:
         request.detokenize, request.flat_logprobs = True, False
     outputs = engine.llm.generate([{"prompt_token_ids": ids} for ids in prompts], full_output,
@@ -126,6 +126,20 @@ def test_same_seed_same_samples(engine, untrained_policy):
     a = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(3))
     b = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(3))
     assert a.texts == b.texts and len(set(a.texts)) > 1  # reproducible, yet the N samples differ
+
+
+def test_per_prompt_counts_give_each_prompt_its_own_number_of_seeded_samples(engine,
+                                                                             untrained_policy):
+    _, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, ["9+9=", "1+2=", "30+4="], chat_template=False)
+    params = rollout.SamplingParams(n=4, max_new_tokens=6)
+    out = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(3),
+                           counts=[3, 0, 5])  # the allocation's second pass gives some prompts 0
+    assert out.group.tolist() == [0, 0, 0, 2, 2, 2, 2, 2]
+    assert (out.prompt_ids[-1][-len(prompts[2]):] == torch.tensor(prompts[2])).all()
+    again = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(3),
+                             counts=[3, 0, 5])
+    assert again.texts == out.texts
 
 
 def test_without_request_seeds_the_engine_samples_from_its_own_seeded_generator(engine,

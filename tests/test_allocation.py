@@ -1,0 +1,81 @@
+"""Rollouts allocated per prompt (train_brorl.py --allocation knapsack): screen every prompt with a
+few rollouts, then spend the rest of the step's budget where a group most likely becomes
+informative."""
+
+import json
+
+import pytest
+import torch
+
+import train_brorl
+from conftest import accelerate_launch, run_script
+
+
+def test_informative_probability_is_the_chance_a_simulated_group_ends_mixed():
+    # prompts drawn from the prior, screened with 4 rollouts, then given n more: how many groups
+    # hold both a right and a wrong answer, against the formula's prediction
+    torch.manual_seed(0)
+    prior, screened = (0.4, 0.3), 4
+    generator = torch.Generator().manual_seed(0)
+    p = torch.distributions.Beta(*prior).sample((200_000,))
+    for extra in (1, 8, 64):
+        rollouts = torch.rand(len(p), screened + extra, generator=generator) < p[:, None]
+        correct = rollouts[:, :screened].sum(1)
+        mixed = rollouts.any(1) & ~rollouts.all(1)
+        for seen in (0, 2, screened):
+            simulated = mixed[correct == seen].double().mean()
+            predicted = train_brorl.informative_probability(
+                torch.tensor([seen]), screened, torch.tensor([[float(extra)]]), prior)
+            assert float(predicted) == pytest.approx(float(simulated), abs=0.01), (extra, seen)
+
+
+def test_the_prior_is_fit_to_the_screening_of_many_prompts():
+    torch.manual_seed(0)
+    p = torch.distributions.Beta(0.5, 0.25).sample((50_000,))
+    correct = torch.binomial(torch.full_like(p, 8.0), p)
+    a, b = train_brorl.success_rate_prior(correct, screened=8)
+    assert a == pytest.approx(0.5, rel=0.1) and b == pytest.approx(0.25, rel=0.1)
+
+
+def test_the_budget_is_spent_exactly_on_groups_that_can_still_become_informative():
+    # screened 4 each: all wrong, mixed, all right, all right
+    correct = torch.tensor([0.0, 2.0, 4.0, 4.0])
+    extra = train_brorl.allocate_rollouts(correct, screened=4, budget=30, cap=12)
+    assert sum(extra) == 30 and max(extra) <= 12
+    assert extra[1] == 0  # the mixed group is informative already
+    assert extra[2] == extra[3]  # the same evidence, the same share
+    # more than the unanimous groups can take: the rest is spread over the others, evenly
+    assert train_brorl.allocate_rollouts(correct, screened=4, budget=40, cap=12) == [12, 4, 12, 12]
+    assert train_brorl.allocate_rollouts(torch.tensor([1.0, 2.0, 3.0]), 4, 7, 10) == [3, 2, 2]
+
+
+def test_rare_successes_are_hunted_where_the_batch_says_they_are_likely():
+    # a batch where most prompts are solved every time: one more all-right screening is likely a
+    # solved prompt, an all-wrong one is rare and likelier to hide a success
+    correct = torch.tensor([4.0] * 30 + [2.0] * 6 + [0.0] * 4)
+    extra = train_brorl.allocate_rollouts(correct, screened=4, budget=200, cap=64)
+    assert extra[-1] > extra[0] > 0
+
+
+def metric_rows(run_dir):
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if "rollouts" in r]
+
+
+def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_with_unequal_groups(tmp_path):
+    allocation = ["--allocation", "knapsack", "--screen-rollouts", "4", "--allocation-cap", "64",
+                  "--prompts-per-step", "8", "--total-steps", "3"]
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "one"),
+               *allocation)
+    rows = metric_rows(tmp_path / "one")
+    assert [r["rollouts"] for r in rows] == [8 * 16] * 3  # prompts_per_step x n_rollouts
+    assert all(r["n_per_prompt/min"] >= 4 and r["n_per_prompt/max"] <= 64 for r in rows)
+    assert any(r["n_per_prompt/max"] > 16 for r in rows)  # the allocation moved samples
+    # two processes (DDP over gloo) with dynamic sampling refills: each process spends its own
+    # share of every round's budget
+    accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir",
+                      str(tmp_path / "two"), *allocation, "--refill-rounds", "2")
+    rows = metric_rows(tmp_path / "two")
+    assert all(r["rollouts"] == 8 * 16 * r["gen_rounds"] for r in rows)
+    assert all(r["kept_groups"] <= 8 for r in rows)
+    assert any(r["n_per_prompt/max"] > 16 for r in rows)
