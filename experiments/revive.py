@@ -77,7 +77,7 @@ HIST_BINS = monitor.CORRECT_FRACTION_BINS  # the bins of monitor.correct_fractio
 GRADED_WARMUP = TinySpec(warmup_steps=600)
 
 
-# a branch's learning rate is η0 x LR_SCALING[rule](B / B0), B its samples per step
+# a branch's learning rate is η x LR_SCALING[rule](B / B0), B its samples per step
 LR_SCALING = {"sqrt": math.sqrt, "constant": lambda ratio: 1.0}
 
 
@@ -89,41 +89,64 @@ class Plan:
     stage1_prompts: int = 512
     lr: float = 3e-4  # η0, at stage 1's B0 = stage1_n x stage1_prompts samples per step
     eval_every: int = 10
-    stage1_max_steps: int = 320
+    stage1_max_steps: int = 320  # per learning rate of stage 1
     plateau_evals: int = 8
+    # stage 1 anneals: at a plateau, a probe at lr / lr_decay for probe_steps; if it lifts pass@1,
+    # stage 1 goes on at that lr (at most max_decays times), else the plateau is the branch point
+    lr_decay: float = 3.0
+    max_decays: int = 3
+    probe_steps: int = 40
     branch_ns: tuple[int, ...] = (16, 64, 256, 512)
+    # the allocation branch: stage 1's shape (allocation_n mean rollouts x stage1_prompts) with
+    # --allocation knapsack (0: none)
+    allocation_n: int = 16
+    screen_rollouts: int = 4
+    allocation_cap: int = 512
     seeds: tuple[int, ...] = (0, 1, 2)
-    budget_steps: int = 40  # samples per branch: this many stage-1 steps' worth
+    budget_steps: int = 160  # samples per branch: this many stage-1 steps' worth
     min_prompts: int = 128
-    evals_per_branch: int = 5
+    evals_per_branch: int = 8
     eval_samples: int = 16
     eval_max_problems: int = 0
     probe_prompts: int = 64
-    # a branch's lr: "sqrt" η0·sqrt(B/B0), the paper's rule; "constant" η0 for every N
-    lr_scaling: str = "sqrt"
+    # a branch's lr: "sqrt" η·sqrt(B/B0), the paper's rule; "constant" η for every N
+    lr_scaling: str = "constant"
+    # the lr axis: every branch at η x m for each m; η is stage 1's last lr (from the plateau) or
+    # η0 (from the start)
+    lr_multipliers: tuple[float, ...] = (1.0, 3.0)
+    starts: tuple[str, ...] = ("plateau", "start")
+    advantage: str = "reinforce_pp_baseline"  # the paper's estimator (ProRLv2/BroRL, Sec. 3)
 
 
 QUICK = Plan(stage1_n=4, stage1_prompts=16, eval_every=2, stage1_max_steps=4, plateau_evals=2,
-             branch_ns=(4, 16),
-             seeds=(0, 1), budget_steps=2, min_prompts=8, evals_per_branch=2, eval_samples=2,
-             eval_max_problems=16, probe_prompts=8)
+             max_decays=1, probe_steps=2, branch_ns=(4,), allocation_n=4, screen_rollouts=2,
+             allocation_cap=16, seeds=(0, 1), budget_steps=2, min_prompts=8, evals_per_branch=2,
+             eval_samples=2, eval_max_problems=16, probe_prompts=8)
 
 
-def branch_shape(plan: Plan, n: int) -> dict:
-    """Prompts per step, steps, learning rate and eval interval of the branch with N = n (see the
-    docstring)."""
+def branch_shape(plan: Plan, n: int, lr: float, allocation: bool = False) -> dict:
+    """Prompts per step, steps, learning rate and eval interval of the branch with N = n (the mean
+    N with `allocation`) from a policy trained at `lr` (see the docstring)."""
     base = plan.stage1_n * plan.stage1_prompts
-    prompts = max(plan.min_prompts, base // n)
+    prompts = plan.stage1_prompts if allocation else max(plan.min_prompts, base // n)
     steps = max(1, round(plan.budget_steps * base / (n * prompts)))
-    return {"n_rollouts": n, "prompts_per_step": prompts, "steps": steps,
-            "samples_per_step": n * prompts,
-            "lr": plan.lr * LR_SCALING[plan.lr_scaling](n * prompts / base),
-            "eval_every": max(1, steps // plan.evals_per_branch)}
+    return {"name": f"knapsack{n}" if allocation else f"N{n}", "n_rollouts": n,
+            "prompts_per_step": prompts, "steps": steps, "samples_per_step": n * prompts,
+            "lr": lr * LR_SCALING[plan.lr_scaling](n * prompts / base),
+            "allocation": allocation, "eval_every": max(1, steps // plan.evals_per_branch)}
+
+
+def branch_shapes(plan: Plan, lr: float) -> list[dict]:
+    """Every branch at one lr: each fixed N, then the per-prompt allocation."""
+    shapes = [branch_shape(plan, n, lr) for n in plan.branch_ns]
+    if plan.allocation_n:
+        shapes.append(branch_shape(plan, plan.allocation_n, lr, allocation=True))
+    return shapes
 
 
 def common_flags(plan: Plan, model: str) -> list[str]:
     return ["--model", model, "--train-data", str(TRAIN_DATA), "--test-data", str(TEST_DATA),
-            "--advantage", "grpo",
+            "--advantage", plan.advantage,
             "--minibatches", "2", "--eval-samples", str(plan.eval_samples), "--eval-max-problems",
             str(plan.eval_max_problems), "--probe-prompts", str(plan.probe_prompts),
             "--keep-checkpoints", "1"]
@@ -157,40 +180,84 @@ def plateaued(steps: list[int], pass1: list[float], window: int, problems_x_samp
     return slope * (x[-1] - x[0]) < interval
 
 
-def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
-    """ProRL until the plateau rule holds (or stage1_max_steps); returns its curve and the branch
-    checkpoint."""
-    run_dir, start = out / "stage1", time.time()
+def eval_interval(level: float, problems_x_samples: int) -> float:
+    """One eval's 95% interval at pass@1 `level` (binomial, over problems x samples)."""
+    return 1.96 * math.sqrt(max(level * (1 - level), 1e-4) / problems_x_samples)
+
+
+def stage1_run(plan: Plan, model: str, run_dir: Path, seed: int, lr: float,
+               init_from: Path | None, max_steps: int, until_plateau: bool) -> list[dict]:
+    """ProRL at `lr`, eval_every steps at a time, until max_steps or (until_plateau) the plateau
+    rule holds; its evals."""
     problems = (sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems
                 else plan.eval_max_problems)
     while True:
         evals = [r for r in read_metrics(run_dir) if "eval_pass1" in r]
-        pass1 = [r["eval_pass1"] for r in evals]
         steps = evals[-1]["step"] if evals else 0
-        flat = plateaued([r["step"] for r in evals], pass1, plan.plateau_evals,
-                         problems * plan.eval_samples)
-        if flat or steps >= plan.stage1_max_steps:
-            break
-        print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}): "
-              f"steps {steps} -> {steps + plan.eval_every}, "
-              f"pass@1 so far {[round(p, 3) for p in pass1]}",
-              flush=True)
+        flat = until_plateau and plateaued([r["step"] for r in evals],
+                                           [r["eval_pass1"] for r in evals], plan.plateau_evals,
+                                           problems * plan.eval_samples)
+        if flat or steps >= max_steps:
+            return evals
+        print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}, lr {lr:.3g}): "
+              f"steps {steps} -> {steps + plan.eval_every}, pass@1 so far "
+              f"{[round(r['eval_pass1'], 3) for r in evals]}", flush=True)
         run(common_flags(plan, model) + [
             "--output-dir", str(run_dir), "--resume", "--seed", str(seed), "--n-rollouts",
-            str(plan.stage1_n),
-            "--prompts-per-step", str(plan.stage1_prompts), "--lr", str(plan.lr), "--total-steps",
-            str(steps + plan.eval_every), "--eval-every", str(plan.eval_every), "--save-every",
-            str(plan.eval_every)])
-    checkpoint = latest_checkpoint(run_dir, say=lambda message: None)
-    if checkpoint is None:
-        raise InputError(f"stage 1 in {run_dir} left no checkpoint (stage1_max_steps must be >= "
-                         "eval_every)")
-    print(f"[revive] stage 1 done at step {steps}: pass@1 {pass1[-1]:.3f}, "
-          f"{'plateaued' if flat else 'step limit reached, NOT plateaued'}; branching from "
-          f"{checkpoint}")
-    return {"steps": steps, "eval_steps": [r["step"] for r in evals], "eval_pass1": pass1,
-            "plateaued": flat, "final_pass1_by_level": pass1_by_level(run_dir),
-            "checkpoint": str(checkpoint), "wall_s": time.time() - start}
+            str(plan.stage1_n), "--prompts-per-step", str(plan.stage1_prompts), "--lr", repr(lr),
+            "--total-steps", str(steps + plan.eval_every), "--eval-every", str(plan.eval_every),
+            "--save-every", str(plan.eval_every)]
+            + (["--init-from", str(init_from)] if init_from else []))
+
+
+def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
+    """ProRL until it is saturated: at each lr until the plateau rule holds, then a probe of
+    probe_steps at lr / lr_decay from there; a probe that lifts pass@1 beyond the noise (its last
+    two evals against the plateau's last plateau_evals) becomes the next stretch of stage 1, one
+    that does not confirms the plateau, whose checkpoint is the branch point. Returns every stretch,
+    the probe and the branch point."""
+    problems = (sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems
+                else plan.eval_max_problems)
+    start, lr, run_dir, init_from, stretches = time.time(), plan.lr, out / "stage1", None, []
+    mean = lambda values: sum(values) / len(values)
+    while True:
+        evals = stage1_run(plan, model, run_dir, seed, lr, init_from, plan.stage1_max_steps,
+                           until_plateau=True)
+        level = mean([r["eval_pass1"] for r in evals[-plan.plateau_evals:]])
+        checkpoint = latest_checkpoint(run_dir, say=lambda message: None)
+        if checkpoint is None:
+            raise InputError(f"stage 1 in {run_dir} left no checkpoint (stage1_max_steps must be "
+                             ">= eval_every)")
+        stretches.append({"lr": lr, "run": str(run_dir), "eval_steps": [r["step"] for r in evals],
+                          "eval_pass1": [r["eval_pass1"] for r in evals], "level": level,
+                          "plateaued": plateaued([r["step"] for r in evals],
+                                                 [r["eval_pass1"] for r in evals],
+                                                 plan.plateau_evals, problems * plan.eval_samples),
+                          "checkpoint": str(checkpoint)})
+        probe_lr, probe_dir = lr / plan.lr_decay, out / f"stage1_lr{lr / plan.lr_decay:.3g}"
+        probe_evals = stage1_run(plan, model, probe_dir, seed, probe_lr, checkpoint,
+                                 plan.probe_steps, until_plateau=False)
+        lift = mean([r["eval_pass1"] for r in probe_evals[-2:]]) - level
+        # the difference of a two-eval mean and a plateau_evals mean
+        noise = (eval_interval(level, problems * plan.eval_samples)
+                 * math.sqrt(1 / 2 + 1 / plan.plateau_evals))
+        probe = {"lr": probe_lr, "run": str(probe_dir),
+                 "eval_steps": [r["step"] for r in probe_evals],
+                 "eval_pass1": [r["eval_pass1"] for r in probe_evals], "lift": lift,
+                 "noise": noise}
+        print(f"[revive] stage 1 at lr {lr:.3g}: plateau {level:.3f}; a probe at lr "
+              f"{probe_lr:.3g} moved it {lift:+.3f} (noise ±{noise:.3f})", flush=True)
+        if lift <= noise or len(stretches) > plan.max_decays:
+            break
+        lr, run_dir, init_from = probe_lr, probe_dir, checkpoint  # the probe goes on as stage 1
+    saturated = lift <= noise
+    print(f"[revive] stage 1 done: pass@1 {level:.3f} at lr {lr:.3g}, "
+          f"{'saturated' if saturated else 'a lower lr still lifts it, NOT saturated'}; branching "
+          f"from {checkpoint}")
+    return {"stretches": stretches, "probe": probe, "saturated": saturated, "lr": lr,
+            "eval_pass1": [p for s in stretches for p in s["eval_pass1"]],
+            "checkpoint": str(checkpoint), "final_pass1_by_level": pass1_by_level(run_dir),
+            "wall_s": time.time() - start}
 
 
 def pass1_by_level(run_dir: Path) -> dict[str, float]:
@@ -210,14 +277,18 @@ def branch_finished(run_dir: Path, steps: int) -> bool:
     return (run_dir / "eval.json").is_file() and bool(evals) and evals[-1] == steps
 
 
-def run_branch(plan: Plan, model: str, checkpoint: str, run_dir: Path, shape: dict,
+def run_branch(plan: Plan, model: str, checkpoint: str | None, run_dir: Path, shape: dict,
                seed: int) -> None:
-    run(common_flags(plan, model) + [
-        "--output-dir", str(run_dir), "--resume", "--init-from", checkpoint, "--seed", str(seed),
+    """One branch run from `checkpoint` (weights and AdamW state), or from `model` when None."""
+    allocation = (["--allocation", "knapsack", "--screen-rollouts", str(plan.screen_rollouts),
+                   "--allocation-cap", str(plan.allocation_cap)] if shape["allocation"] else [])
+    run(common_flags(plan, model) + allocation + [
+        "--output-dir", str(run_dir), "--resume", "--seed", str(seed),
         "--n-rollouts", str(shape["n_rollouts"]), "--prompts-per-step",
         str(shape["prompts_per_step"]),
         "--lr", repr(shape["lr"]), "--total-steps", str(shape["steps"]), "--eval-every",
-        str(shape["eval_every"]), "--save-every", str(shape["eval_every"])])
+        str(shape["eval_every"]), "--save-every", str(shape["eval_every"])]
+        + (["--init-from", checkpoint] if checkpoint else []))
 
 
 def seed_summary(run_dir: Path, shape: dict) -> dict:
@@ -241,6 +312,8 @@ def seed_summary(run_dir: Path, shape: dict) -> dict:
         "probe_dropped_frac": [r["probe_dropped_frac"] for r in probes],
         "probe_worst_drop": [r["probe_worst_drop"] for r in probes],
         "pass_rate": mean([r["pass_rate"] for r in train_rows]),
+        "n_per_prompt_max": mean([r.get("n_per_prompt/max", shape["n_rollouts"])
+                                  for r in train_rows]),
         "samples_per_s": mean([r["samples_per_s"] for r in train_rows]),
         "tokens_per_s": mean([r["gen_tokens_per_s"] for r in train_rows]),
         "correct_frac_hist": {b: mean([r[f"correct_frac/{b}"] for r in train_rows])
@@ -266,6 +339,7 @@ def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
                              "std": math.sqrt(sum((v - final_mean) ** 2
                                                   for v in finals.values()) / len(finals))},
         "pass_rate": seed_mean("pass_rate"),
+        "n_per_prompt_max": seed_mean("n_per_prompt_max"),
         "probe_compute": seeds[0]["probe_compute"],
         "probe_improved_frac": mean_curve("probe_improved_frac"),
         "probe_worst_drop": mean_curve("probe_worst_drop"),
@@ -295,7 +369,7 @@ def plot(results: dict, path: Path) -> None:
         lo = [min(c[i] for c in curves) for i in range(width)]
         hi = [max(c[i] for c in curves) for i in range(width)]
         ax.plot(b["compute"][:width], b["eval_pass1"][:width], marker="o",
-                label=f"N={b['n_rollouts']} x {b['prompts_per_step']}")
+                label=f"{b['name']} x {b['prompts_per_step']}")
         ax.fill_between(b["compute"][:width], lo, hi, alpha=0.2)
     ax.set(xlabel="samples generated since the branch point", ylabel="held-out pass@1",
            title="pass@1 vs rollout compute")
@@ -305,7 +379,7 @@ def plot(results: dict, path: Path) -> None:
                            (axes[0, 2], "probe_worst_drop", "worst probe drop (nats/token)")):
         for b in branches.values():
             ax.plot(b["probe_compute"][: len(b[key])], b[key], marker="o",
-                    label=f"N={b['n_rollouts']}")
+                    label=b["name"])
         ax.set(xlabel="samples generated since the branch point", title=title)
         ax.legend()
     names = list(branches)
@@ -327,6 +401,73 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def frontier(branches: dict) -> list[dict]:
+    """The compute frontier: at each eval's sample count, the best seed-mean pass@1 any branch (at
+    any lr) reached with at most that many samples, and which one."""
+    points = sorted({c for b in branches.values() for c in b["compute"]})
+    best = []
+    for c in points:
+        reached = [(max(p for x, p in zip(b["compute"], b["eval_pass1"]) if x <= c), key)
+                   for key, b in branches.items()]
+        pass1, key = max(reached)
+        best.append({"compute": c, "pass1": pass1, "branch": key})
+    return best
+
+
+def plot_frontier(results: dict, path: Path) -> None:
+    """frontier.png: per start, every branch's pass@1 against samples (seed mean; solid at the
+    lower lr, dashed at the higher) and the frontier."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    starts = results["starts"]
+    fig, axes = plt.subplots(1, len(starts), figsize=(8 * len(starts), 5.5), squeeze=False)
+    for ax, (start, found) in zip(axes[0], starts.items()):
+        colors, multipliers = {}, sorted({b["lr_multiplier"] for b in found["branches"].values()})
+        for key, b in found["branches"].items():
+            color = colors.setdefault(b["name"], f"C{len(colors)}")
+            style = "-" if b["lr_multiplier"] == multipliers[0] else "--"
+            ax.plot(b["compute"], b["eval_pass1"], style, color=color, marker=".",
+                    label=f"{b['name']} lr {b['lr']:.2g} ({len(b['seeds'])} seeds)")
+        edge = found["frontier"]
+        ax.step([p["compute"] for p in edge], [p["pass1"] for p in edge], "k:", where="post",
+                lw=2, label="frontier")
+        ax.set(xlabel="samples generated", ylabel="held-out pass@1 (seed mean)",
+               title=f"from the {start}" + (" (saturated ProRL)" if start == "plateau" else
+                                            " (the warmed model before stage 1)"))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def summarise(plan: Plan, out: Path, model: str, stage1_result: dict) -> dict:
+    """results.json from every finished branch run (so far: a resumed experiment adds to it)."""
+    results = {"plan": dataclasses.asdict(plan), "model": model, "stage1": stage1_result,
+               "starts": {}}
+    for start in plan.starts:
+        base_lr = stage1_result["lr"] if start == "plateau" else plan.lr
+        branches = {}
+        for multiplier in plan.lr_multipliers:
+            for shape in branch_shapes(plan, base_lr * multiplier):
+                per_seed = {seed: seed_summary(run_dir, shape) for seed in plan.seeds
+                            if branch_finished(run_dir := branch_dir(out, start, shape, seed),
+                                               shape["steps"])}
+                if per_seed:
+                    branches[f"{shape['name']}@lr{multiplier:g}"] = {
+                        **branch_summary(shape, per_seed), "lr_multiplier": multiplier}
+        if branches:
+            results["starts"][start] = {"lr": base_lr, "branches": branches,
+                                        "frontier": frontier(branches)}
+    return results
+
+
+def branch_dir(out: Path, start: str, shape: dict, seed: int) -> Path:
+    return out / "branches" / start / f"{shape['name']}_lr{shape['lr']:.3g}_seed{seed}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -335,52 +476,70 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="the whole pipeline at toy sizes, in a few minutes")
     parser.add_argument("--resume", action="store_true",
-                        help="continue an experiment in --out; finished branches are kept")
-    parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING), default=Plan.lr_scaling,
-                        help="branch learning rates: sqrt = η0·sqrt(B/B0), the paper's rule; "
-                             "constant = η0 for every "
-                             "N (with --resume, the same stage 1; writes results_lr-constant.json "
-                             "and its figure)")
+                        help="continue an experiment in --out; finished runs are kept")
     parser.add_argument("--model",
                         help="starting policy (default: the tiny model warmed up on the graded "
                              "task)")
+    for field in ("advantage", "lr_scaling", "budget_steps", "max_decays"):
+        default = getattr(QUICK if "--quick" in sys.argv else Plan(), field)
+        parser.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default,
+                            help=f"Plan.{field} (default {default})")
+    parser.add_argument("--seeds", type=int, nargs="+", help="Plan.seeds")
+    parser.add_argument("--starts", nargs="+", choices=["plateau", "start"], help="Plan.starts")
     args = parser.parse_args()
-    plan = dataclasses.replace(QUICK if args.quick else Plan(), lr_scaling=args.lr_scaling)
-    suffix = "" if plan.lr_scaling == "sqrt" else f"_lr-{plan.lr_scaling}"
-    results_path, plot_path = args.out / f"results{suffix}.json", args.out / f"revive{suffix}.png"
+    plan = dataclasses.replace(QUICK if args.quick else Plan(), advantage=args.advantage,
+                               lr_scaling=args.lr_scaling, budget_steps=args.budget_steps,
+                               max_decays=args.max_decays)
+    plan = dataclasses.replace(plan, seeds=tuple(args.seeds or plan.seeds),
+                               starts=tuple(args.starts or plan.starts))
     try:
         if (args.out / "stage1").exists() and not args.resume:
             raise InputError(f"{args.out} already holds an experiment: pass --resume to continue "
                              "it, or another --out")
         model = args.model or str(ensure_tiny_model(spec=GRADED_WARMUP, train_data=TRAIN_DATA))
-        start = time.time()
-        results = {"plan": dataclasses.asdict(plan), "model": model,
-                   "stage1": stage1(plan, model, args.out, seed=plan.seeds[0]), "branches": {}}
-        for n in plan.branch_ns:
-            shape, per_seed = branch_shape(plan, n), {}
-            for seed in plan.seeds:
-                # same N and lr: same run
-                run_dir = args.out / "stage2" / f"N{n}_lr{shape['lr']:.3g}_seed{seed}"
-                if branch_finished(run_dir, shape["steps"]):
-                    print(f"[revive] N={n} seed {seed}: finished earlier, kept")
-                else:
-                    print(f"[revive] branch N={n} x {shape['prompts_per_step']} prompts, "
-                          f"{shape['steps']} steps, lr {shape['lr']:.3g}, seed {seed}", flush=True)
-                    branch_start = time.time()
-                    run_branch(plan, model, results["stage1"]["checkpoint"], run_dir, shape, seed)
-                    print(f"[revive] N={n} seed {seed} took {time.time() - branch_start:.0f}s")
-                per_seed[seed] = seed_summary(run_dir, shape)
-            results["branches"][f"N{n}"] = branch_summary(shape, per_seed)
-            final = results["branches"][f"N{n}"]["final_eval_pass1"]
-            print(f"[revive] N={n}: final pass@1 {final['mean']:.3f} ± {final['std']:.3f} over "
-                  f"seeds {final['per_seed']}")
-        # this invocation's (a resumed one skips finished branches)
-        results["wall_s"] = time.time() - start
-        results_path.write_text(json.dumps(results, indent=2))
-        plot(results, plot_path)
+        start_time = time.time()
+        stage1_result = stage1(plan, model, args.out, seed=plan.seeds[0])
+        # seed by seed: one seed of every branch first
+        for seed in plan.seeds:
+            for start in plan.starts:
+                base_lr = stage1_result["lr"] if start == "plateau" else plan.lr
+                checkpoint = stage1_result["checkpoint"] if start == "plateau" else None
+                for multiplier in plan.lr_multipliers:
+                    for shape in branch_shapes(plan, base_lr * multiplier):
+                        run_dir = branch_dir(args.out, start, shape, seed)
+                        label = (f"from the {start}: {shape['name']} x "
+                                 f"{shape['prompts_per_step']} prompts, {shape['steps']} steps, "
+                                 f"lr {shape['lr']:.3g}, seed {seed}")
+                        if branch_finished(run_dir, shape["steps"]):
+                            print(f"[revive] {label}: finished earlier, kept")
+                            continue
+                        print(f"[revive] {label}", flush=True)
+                        branch_start = time.time()
+                        run_branch(plan, model, checkpoint, run_dir, shape, seed)
+                        print(f"[revive] {label}: took {time.time() - branch_start:.0f}s, pass@1 "
+                              f"{seed_summary(run_dir, shape)['eval_pass1'][-1]:.3f}", flush=True)
+                        write_results(summarise(plan, args.out, model, stage1_result), args.out)
+        results = summarise(plan, args.out, model, stage1_result)
+        results["wall_s"] = time.time() - start_time  # this invocation's
+        write_results(results, args.out)
     except InputError as e:
         sys.exit(f"error: {e}")
-    print(f"done in {results['wall_s']:.0f}s: {results_path}, {plot_path}")
+    print(f"done in {results['wall_s']:.0f}s: {args.out / 'results.json'}, "
+          f"{args.out / 'frontier.png'}")
+
+
+def write_results(results: dict, out: Path) -> None:
+    """results.json, frontier.png and, per start and lr, the branches' revive_START_lrM.png."""
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    if not results["starts"]:
+        return
+    plot_frontier(results, out / "frontier.png")
+    for start, found in results["starts"].items():
+        for multiplier in results["plan"]["lr_multipliers"]:
+            branches = {key: b for key, b in found["branches"].items()
+                        if b["lr_multiplier"] == multiplier}
+            if branches:
+                plot({"branches": branches}, out / f"revive_{start}_lr{multiplier:g}.png")
 
 
 if __name__ == "__main__":

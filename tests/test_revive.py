@@ -18,18 +18,20 @@ BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_
                "probe_worst_drop", "samples_per_s", "tokens_per_s", "correct_frac_hist", "seeds"}
 
 
-def test_every_branch_generates_the_same_samples_and_scales_lr_with_the_square_root_of_its_batch():
-    plan = revive.Plan()
-    shapes = {n: revive.branch_shape(plan, n) for n in (16, 64, 256, 512)}
+def test_every_branch_generates_the_same_samples_and_lr_follows_the_chosen_rule():
+    plan = dataclasses.replace(revive.Plan(), lr_scaling="sqrt")
+    shapes = {s["name"]: s for s in revive.branch_shapes(plan, lr=1e-4)}
+    assert set(shapes) == {"N16", "N64", "N256", "N512", "knapsack16"}
     budget = plan.budget_steps * plan.stage1_n * plan.stage1_prompts
     assert all(s["steps"] * s["samples_per_step"] == budget for s in shapes.values())
-    # the paper's two shapes
-    assert (shapes[16]["prompts_per_step"], shapes[512]["prompts_per_step"]) == (512, 128)
-    assert shapes[512]["steps"] == plan.budget_steps // 8  # 8x ProRL's samples per step
-    assert shapes[512]["lr"] == pytest.approx(plan.lr
-                                              * math.sqrt(8)) and shapes[64]["lr"] == plan.lr
-    constant = dataclasses.replace(plan, lr_scaling="constant")
-    assert all(revive.branch_shape(constant, n)["lr"] == plan.lr for n in (16, 64, 256, 512))
+    # the paper's two shapes, and the allocation at ProRL's: N=16 on average over 512 prompts
+    assert (shapes["N16"]["prompts_per_step"], shapes["N512"]["prompts_per_step"]) == (512, 128)
+    assert shapes["knapsack16"]["prompts_per_step"] == 512 and shapes["knapsack16"]["allocation"]
+    assert shapes["N512"]["steps"] == plan.budget_steps // 8  # 8x ProRL's samples per step
+    assert shapes["N512"]["lr"] == pytest.approx(1e-4 * math.sqrt(8))
+    assert shapes["N64"]["lr"] == shapes["knapsack16"]["lr"] == 1e-4
+    # the default: every branch at the lr it is given
+    assert all(s["lr"] == 1e-4 for s in revive.branch_shapes(revive.Plan(), lr=1e-4))
 
 
 def test_plateau_is_read_from_the_trend_of_the_last_evals_not_from_one_noisy_eval():
@@ -52,13 +54,14 @@ def fake_seed(final: float) -> dict:
             "probe_compute": [0, 100],
             "probe_improved_frac": [0.0, 0.6], "probe_dropped_frac": [0.0, 0.3],
             "probe_worst_drop": [0.0, -0.2],
-            "pass_rate": 0.7, "samples_per_s": 50.0, "tokens_per_s": 350.0,
+            "pass_rate": 0.7, "n_per_prompt_max": 512, "samples_per_s": 50.0,
+            "tokens_per_s": 350.0,
             "correct_frac_hist": {b: 1 / 6 for b in revive.HIST_BINS},
             "final_pass1_by_level": {"0": final, "3": final / 2}}
 
 
 def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
-    shape = revive.branch_shape(revive.Plan(), 512)
+    shape = revive.branch_shape(revive.Plan(), 512, lr=1e-4)
     branch = revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})
     assert BRANCH_KEYS <= set(branch)
     assert branch["final_eval_pass1"] == {"mean": pytest.approx(0.7), "std": pytest.approx(0.1),
@@ -69,7 +72,17 @@ def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
     assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
 
 
-def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_branches(
+def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
+    branches = {"N16@lr1": {"compute": [0, 10, 20], "eval_pass1": [0.5, 0.6, 0.62]},
+                "N512@lr1": {"compute": [0, 16], "eval_pass1": [0.5, 0.7]}}
+    assert revive.frontier(branches) == [
+        {"compute": 0, "pass1": 0.5, "branch": "N512@lr1"},
+        {"compute": 10, "pass1": 0.6, "branch": "N16@lr1"},
+        {"compute": 16, "pass1": 0.7, "branch": "N512@lr1"},
+        {"compute": 20, "pass1": 0.7, "branch": "N512@lr1"}]
+
+
+def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_runs(
         tmp_path):
     import tiny_model
 
@@ -77,26 +90,26 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     out, model = tmp_path / "revive", str(tiny_model.ensure_tiny_model())
     run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model)
     results = json.loads((out / "results.json").read_text())
-    assert (out / "revive.png").is_file() and set(results["branches"]) == {"N4", "N16"}
-    assert results["stage1"]["checkpoint"] and results["stage1"]["eval_pass1"]
-    for branch in results["branches"].values():
-        assert (BRANCH_KEYS <= set(branch)
-                and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"})
-        assert branch["compute"][-1] == 128  # equal samples for every branch
-        assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
+    stage1 = results["stage1"]
+    # stage 1 ran, then a probe at a third of its lr decided whether it was saturated
+    assert stage1["checkpoint"] and stage1["probe"]["lr"] == pytest.approx(stage1["lr"] / 3)
+    assert set(results["starts"]) == {"plateau", "start"}
+    for start in results["starts"].values():
+        branches = start["branches"]
+        assert set(branches) == {"N4@lr1", "N4@lr3", "knapsack4@lr1", "knapsack4@lr3"}
+        assert start["frontier"][-1]["compute"] == 128  # equal samples for every branch
+        for branch in branches.values():
+            assert (BRANCH_KEYS <= set(branch)
+                    and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"})
+            assert branch["compute"][-1] == 128
+            assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
+    assert (out / "frontier.png").is_file() and (out / "revive_plateau_lr3.png").is_file()
     refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
                          check=False)
     assert refused.returncode != 0 and "pass --resume" in refused.stderr
     resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
                          "--resume")
-    assert resumed.stdout.count("finished earlier, kept") == 4
-    constant = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
-                          "--resume", "--lr-scaling", "constant")
-    # N=4 has B = B0: the same lr, the same runs
-    assert constant.stdout.count("finished earlier, kept") == 2
-    assert (json.loads((out / "results_lr-constant.json").read_text())["plan"]["lr_scaling"]
-            == "constant")
-    assert (out / "revive_lr-constant.png").is_file() and (out / "results.json").is_file()
+    assert resumed.stdout.count("finished earlier, kept") == 16
 
 
 def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
