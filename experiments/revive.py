@@ -1,5 +1,5 @@
-"""The paper's central result at laptop scale: a saturated ProRL run, revived by BroRL, and an N
-sweep.
+"""When does broadening pay? The paper's central result at laptop scale: a saturated ProRL run,
+continued with wider sampling, fixed or allocated per prompt, at equal compute.
 
 Hu et al., "BroRL", arXiv 2510.01180, Sec. 4 and Fig. 1: a policy trained with few rollouts per
 prompt (ProRL, N=16) plateaus; continued from that checkpoint with many (BroRL, N=512) it keeps
@@ -7,47 +7,52 @@ improving at equal rollout compute. This script runs that experiment on the grad
 (data/make_graded_arith.py) by calling train_brorl.py's own `parse_config` and `train` (no second
 training loop):
 
-  stage 1  ProRL settings (N=16 x 512 prompts, GRPO, lr 3e-4, 2 mini-batches) from the tiny model
-           warmed up on the graded task (GRADED_WARMUP), `eval_every` steps at a time, until
-           held-out pass@1 plateaus: the least-squares line through the last `plateau_evals` evals
-           rises across them by less than one eval's 95% interval (see `plateaued`). Its last
-           checkpoint is the branch point.
-  stage 2  branches from that checkpoint with --init-from (weights AND AdamW state: restarting
-           the optimizer cost a large-N continuation 15-25 points in its first step), one per N and
-           seed.
+  stage 1  ProRL settings (N=16 x 512 prompts, lr 3e-4, 2 mini-batches) from the tiny model warmed
+           up on the graded task (GRADED_WARMUP), `eval_every` steps at a time, until held-out
+           pass@1 plateaus: the least-squares line through the last `plateau_evals` evals rises
+           across them by less than one eval's 95% interval (see `plateaued`). A plateau at one lr
+           can be that lr's noise floor, not saturation, so stage 1 anneals: a probe of
+           `probe_steps` at lr / `lr_decay` from the plateau; if it lifts pass@1 beyond the noise,
+           stage 1 goes on at that lr (the probe is its start), else the plateau's checkpoint is
+           the branch point and the probe is reported with it.
+  stage 2  branches with --init-from (weights AND AdamW state: restarting the optimizer cost a
+           large-N continuation 15-25 points in its first step): N=16, 64, 256, 512 and the
+           per-prompt allocation (train_brorl.py --allocation knapsack at ProRL's shape, N=16 on
+           average over 512 prompts), each at every lr of `lr_multipliers` x the branch point's
+           lr, for every seed; and the same branches from the start (the warmed model, at
+           multiples of η0).
 
 Equal rollout compute: every branch generates the same number of samples (`budget_steps` ProRL
-steps' worth). Responses here are at most 8 tokens and about equally long across N, so samples are
-the generation cost; generated tokens are logged beside them (compute_tokens) to check that. Prompts
-per step: equal samples per step (B0 = 16 x 512) while that leaves at least 128 prompts, then 128
-prompts (the paper's BroRL batch, N=512 x 128: 8x ProRL's samples per step, so 1/8 of its steps).
-Learning rate: η = η0·sqrt(B / B0) with B the samples per step, the paper's square-root scaling
-(Sec. 4.2), or with --lr-scaling constant η0 for every branch (AdamW moves the weights about η per
-step whatever B is, and the scaled η made the large-N branches fall here; both are reported). The
-number of PPO mini-batches per step stays 2 for every N, as the paper keeps it. Nothing else differs
-between branches; seeds set data order and sampling, and branches with the same seed see the same
-prompt order.
+steps' worth, 4x the first experiment's 40), evaluated `evals_per_branch` times along the way, so
+one run per branch gives pass@1 against samples and `frontier` the best pass@1 reached at each
+compute. Responses here are at most 8 tokens and about equally long across N, so samples are the
+generation cost; generated tokens are logged beside them (compute_tokens). Prompts per step: equal
+samples per step (B0 = 16 x 512) while that leaves at least 128 prompts, then 128 prompts (the
+paper's BroRL batch, N=512 x 128: 8x ProRL's samples per step, so 1/8 of its steps). Learning rate:
+η x m for each multiplier m, the same for every N (`--lr-scaling sqrt` scales it by sqrt(B / B0),
+the paper's rule, Sec. 4.2; m = 3 is about that rule's 2.8 for BroRL's 8x batch). The number of
+PPO mini-batches per step stays 2 for every N, as the paper keeps it. The estimator is the paper's,
+REINFORCE++-baseline (`--advantage grpo` was the first experiment's). Nothing else differs between
+branches; seeds set data order and sampling, and branches with the same seed see the same prompt
+order.
 
-Where the paper is silent, sized to reach a saturated branch point inside 90 minutes on 2 CPU cores
-(measured while choosing): the paper's ProRL starts from a distilled model that already solves much
-of its data, and a 300-step warm-up (the default model's) left the graded task at pass@1 0.02, where
-80 ProRL steps only reached 0.10, still rising; 600 steps start it at 0.26 (levels 0-3:
-45/47/10/2%). From there lr 1e-4 still gained a point per 10 steps at step 110 (0.55), and 3e-4
-reached the same pass@1 2.3x sooner and flattened near 0.58 by step 90 with the paper's ProRL
-signature: pass rate 0.34, half the groups all correct, 17% all wrong. Evals use 16 samples per
-problem so that the plateau rule's interval (about +/-0.015) is below the gains it must see. The
-rule's window is 8 evals (70 steps): with 5 it fired at step 110 on a pause (0.566 0.579 0.583 0.577
-0.585), after which ProRL gained 5 more points in 40 steps.
+Where the paper is silent, sized for 2 CPU cores (measured while choosing): the paper's ProRL starts
+from a distilled model that already solves much of its data, and a 300-step warm-up (the default
+model's) left the graded task at pass@1 0.02, where 80 ProRL steps only reached 0.10, still rising;
+600 steps start it at 0.26 (levels 0-3: 45/47/10/2%). Evals use 16 samples per problem so that the
+plateau rule's interval (about +/-0.015) is below the gains it must see. The rule's window is 8
+evals (70 steps): with 5 it fired at step 110 on a pause (0.566 0.579 0.583 0.577 0.585), after
+which ProRL gained 5 more points in 40 steps.
 
 Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied into every branch
 (train_brorl.py --probe-prompts, the analog of Fig. 3 (ii)/(iii)).
 
-    # the full experiment -> runs/revive/{results.json,revive.png}
+    # the full experiment -> runs/revive/{results.json,frontier.png,revive_START_lrM.png}
     python experiments/revive.py
-    # continue an interrupted experiment; finished branches are kept
+    # continue it in another sitting; finished runs are kept (results are written after each)
     python experiments/revive.py --resume
-    # the same branch point, every branch at η0
-    python experiments/revive.py --resume --lr-scaling constant
+    # one seed, from the plateau only
+    python experiments/revive.py --seeds 0 --starts plateau
     # the whole pipeline in a few minutes
     python experiments/revive.py --quick --out /tmp/revive-quick
 """
