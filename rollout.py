@@ -409,7 +409,7 @@ class VLLMEngine:
         return [vllm.SamplingParams(n=count, temperature=params.temperature, top_p=params.top_p,
                                     max_tokens=params.max_new_tokens, logprobs=0,
                                     flat_logprobs=True, detokenize=False,
-                                    # sample j of the step: seed + j
+                                    # sample j of this call: seed + j
                                     seed=None if base is None else base + first)
                 for count, first in zip(counts, first_sample) if count > 0]
 

@@ -291,9 +291,9 @@ def validate(cfg: Config) -> None:
         (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
         (cfg.n_rollouts >= 2,
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
-        (cfg.allocation == "fixed" or 2 <= cfg.screen_rollouts <= cfg.n_rollouts,
-         f"screen_rollouts must be in [2, n_rollouts={cfg.n_rollouts}] (a screened group needs two "
-         f"rollouts and the screening is part of the budget), got {cfg.screen_rollouts}"),
+        (cfg.allocation == "fixed" or 2 <= cfg.screen_rollouts < cfg.n_rollouts,
+         f"screen_rollouts must be in [2, n_rollouts={cfg.n_rollouts}) (a screened group needs two "
+         f"rollouts, and some of the budget must be left to allocate), got {cfg.screen_rollouts}"),
         (cfg.allocation == "fixed" or cfg.allocation_cap >= cfg.n_rollouts,
          f"allocation_cap must be >= n_rollouts={cfg.n_rollouts} (else the budget of "
          f"prompts_per_step x n_rollouts cannot be spent), got {cfg.allocation_cap}"),
@@ -447,9 +447,9 @@ class Groups:
 
 def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> torch.Generator:
     """A fresh generator per (step, purpose, process): a resumed run draws exactly what an
-    uninterrupted one would. Streams: 0 the first round's rollouts, 1 the mini-batch split
-    (merge_duplicates and ppo_update must draw the same one), 1 + r the r-th refill's rollouts,
-    10 + r the allocated rollouts of round r (refill_rounds <= 8)."""
+    uninterrupted one would. Streams: 0 the first round's rollouts (with --allocation knapsack the
+    screening, then the allocated rollouts), 1 the mini-batch split (merge_duplicates and
+    ppo_update must draw the same one), 1 + r the r-th refill's rollouts."""
     seed = cfg.seed * 1_000_003 + step * 17 + stream + process * 1_000_000_007
     return torch.Generator().manual_seed(seed)
 
@@ -488,7 +488,7 @@ def group_extremes(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Te
 
 
 def informative_groups(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """[G] bool: groups whose rewards are not all equal (0 < #correct < N), the ones with a
+    """[G] bool: groups whose rewards are not all equal (some right, some wrong), the ones with a
     learning signal."""
     lowest, highest = group_extremes(rewards, group)
     return highest > lowest
@@ -532,9 +532,11 @@ def success_rate_prior(correct: torch.Tensor, screened: int) -> tuple[float, flo
 
 def allocate_rollouts(correct: torch.Tensor, screened: int, budget: int, cap: int) -> list[int]:
     """Extra rollouts per prompt after a screening of `screened` each (`correct` [G] right), exactly
-    `budget` in all, at most `cap` per prompt: the allocation that maximises the expected number
-    of informative groups (Knapsack RL, arXiv 2509.25849; its p comes from the previous epoch,
-    here from this step's screening, which also counts toward the group). Each group's value
+    `budget` in all, at most `cap` per prompt: the allocation of these G prompts (one process's)
+    that maximises their expected number of informative groups (Knapsack RL, arXiv 2509.25849;
+    its p comes from the previous epoch, here from this step's screening, which also counts toward
+    the group). A mixed screening keeps its `screened` rollouts unless every unanimous prompt is at
+    the cap. Each group's value
     (informative_probability) is concave in its rollouts, so taking the `budget` largest marginal
     gains over all prompts is the knapsack's optimum; ties (gains of 0: groups that are
     informative already) go to the prompt with fewer rollouts, lowest index first."""
@@ -559,10 +561,10 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
     parts, part_rewards, found_so_far = [], [], 0.0
     generation = {"seconds": 0.0, "preemptions": 0}
 
-    def sample(prompt_ids, round_tasks, stream, counts):
+    def sample(prompt_ids, round_tasks, generator, counts):
         start = time.time()
-        rollouts = rollout.generate(run.sampler, run.tokenizer, prompt_ids, sampling,
-                                    step_generator(cfg, step, stream, run.rank), counts)
+        rollouts = rollout.generate(run.sampler, run.tokenizer, prompt_ids, sampling, generator,
+                                    counts)
         if run.engine is not None and run.engine.preemptions is not None:
             generation["preemptions"] += run.engine.preemptions
         generation["seconds"] += time.time() - start
@@ -577,17 +579,17 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         run.data_position += cfg.prompts_per_step
         prompt_ids = rollout.encode_prompts(run.tokenizer, [t["prompt"] for t in round_tasks],
                                             cfg.chat_template)
-        stream = 0 if refill == 0 else 1 + refill
+        generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, run.rank)
         if cfg.allocation == "fixed":
-            rollouts, rewards = sample(prompt_ids, round_tasks, stream, None)
+            rollouts, rewards = sample(prompt_ids, round_tasks, generator, None)
         else:  # screen every prompt, then spend the rest of this process's budget by value
             screened = [cfg.screen_rollouts] * len(round_tasks)
-            rollouts, rewards = sample(prompt_ids, round_tasks, stream, screened)
+            rollouts, rewards = sample(prompt_ids, round_tasks, generator, screened)
             correct = torch.zeros(len(round_tasks)).index_add_(0, rollouts.group, rewards)
             budget = len(round_tasks) * (cfg.n_rollouts - cfg.screen_rollouts)
             extra = allocate_rollouts(correct, cfg.screen_rollouts, budget,
                                       cfg.allocation_cap - cfg.screen_rollouts)
-            more, more_rewards = sample(prompt_ids, round_tasks, 10 + refill, extra)
+            more, more_rewards = sample(prompt_ids, round_tasks, generator, extra)
             rollouts = rollout.concat_rollouts([rollouts, more], run.tokenizer.pad_token_id,
                                                same_prompts=True)
             rewards = torch.cat([rewards, more_rewards])
@@ -671,7 +673,7 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
     n_per_prompt = torch.bincount(rollouts.group).float()
     return {
         "reward_mean": float(rewards.mean()),
-        # the paper's dynamic-sampling pass rate (Table 2): groups with 0 < #correct < N
+        # the paper's dynamic-sampling pass rate (Table 2): groups with some right, some wrong
         "pass_rate": float(informative.float().mean()),
         "solve_all_frac": float((lowest == 1).float().mean()),
         "solve_none_frac": float((highest == 0).float().mean()),

@@ -42,6 +42,8 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--tis-cap", "0.5"], "tis_cap must be 0 (off) or >= 1"),
     (["--gpu-memory-utilization", "1.5"], "gpu_memory_utilization must be in (0, 1]"),
     (["--allocation", "knapsack", "--screen-rollouts", "1"], "screen_rollouts must be in [2, "),
+    # nothing left to allocate
+    (["--allocation", "knapsack", "--screen-rollouts", "256"], "screen_rollouts must be in [2, "),
     (["--allocation", "knapsack", "--allocation-cap", "100"], "allocation_cap must be >= n_rol"),
 ])
 def test_bad_config_values_are_rejected_with_one_clear_line(args, message):
