@@ -394,7 +394,10 @@ def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
                              "--total-steps", "50", "--eval-every", "100",
                              "--output-dir", str(out)],
                             cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True,
+                            # as in a terminal: a test run in the background (`cmd &`) inherits
+                            # SIGINT ignored, and Python then never raises KeyboardInterrupt
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     # any checkpoint: step 1's lives only until step 3's is saved (--keep-checkpoints 2)
     while (not any((out / "checkpoints").glob("step_*")) and time.time() < deadline
