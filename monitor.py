@@ -72,8 +72,7 @@ def correct_fraction_histogram(rewards: torch.Tensor, group: torch.Tensor) -> di
     """Share of the step's prompts by the fraction of their rollouts that were correct (rollout s
     answers prompt group[s]): all wrong, four quarters of (0, 1), all right. The two ends are
     compute spent on groups with no signal (Sec. 3)."""
-    sizes = torch.bincount(group).float()
-    fraction = torch.zeros_like(sizes).index_add_(0, group, rewards.float()) / sizes
+    fraction = update.group_sums(rewards.float(), group) / torch.bincount(group)
     bins = {"correct_frac/0": fraction == 0, "correct_frac/1": fraction == 1}
     for lo, hi in CORRECT_FRACTION_QUARTERS:
         bins[f"correct_frac/{lo:g}-{hi:g}"] = (fraction > lo) & (fraction <= hi) & (fraction < 1)

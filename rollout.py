@@ -405,7 +405,7 @@ class VLLMEngine:
 
         seeded = self.request_seeds and generator is not None
         base = int(torch.randint(0, 2**30, (1,), generator=generator)) if seeded else None
-        first_sample = [sum(counts[:p]) for p in range(len(counts))]
+        first_sample = [0, *itertools.accumulate(counts)]
         return [vllm.SamplingParams(n=count, temperature=params.temperature, top_p=params.top_p,
                                     max_tokens=params.max_new_tokens, logprobs=0,
                                     flat_logprobs=True, detokenize=False,

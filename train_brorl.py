@@ -558,16 +558,16 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
     of the budget: every engine generates as many samples as with fixed N and no prompt moves
     between processes."""
     verify_stats, prompts, tasks = reward.VerifyStats(), set(), []
-    parts, part_rewards, found_so_far = [], [], 0.0
-    generation = {"seconds": 0.0, "preemptions": 0}
+    parts, part_rewards, gen_time, found_so_far, preemptions = [], [], 0.0, 0.0, 0
 
     def sample(prompt_ids, round_tasks, generator, counts):
+        nonlocal gen_time, preemptions
         start = time.time()
         rollouts = rollout.generate(run.sampler, run.tokenizer, prompt_ids, sampling, generator,
                                     counts)
         if run.engine is not None and run.engine.preemptions is not None:
-            generation["preemptions"] += run.engine.preemptions
-        generation["seconds"] += time.time() - start
+            preemptions += run.engine.preemptions
+        gen_time += time.time() - start
         return rollouts, score_rollouts(round_tasks, rollouts, cfg, verify_cfg, verify_stats)
 
     for refill in range(1 + cfg.refill_rounds):
@@ -585,7 +585,7 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         else:  # screen every prompt, then spend the rest of this process's budget by value
             screened = [cfg.screen_rollouts] * len(round_tasks)
             rollouts, rewards = sample(prompt_ids, round_tasks, generator, screened)
-            correct = torch.zeros(len(round_tasks)).index_add_(0, rollouts.group, rewards)
+            correct = update.group_sums(rewards, rollouts.group)
             budget = len(round_tasks) * (cfg.n_rollouts - cfg.screen_rollouts)
             extra = allocate_rollouts(correct, cfg.screen_rollouts, budget,
                                       cfg.allocation_cap - cfg.screen_rollouts)
@@ -601,8 +601,8 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
             break
     rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id) if len(parts) > 1
                 else parts[0])
-    return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), generation["seconds"],
-                  prompts, generation["preemptions"], verify_stats)
+    return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), gen_time, prompts,
+                  preemptions, verify_stats)
 
 
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:

@@ -82,15 +82,23 @@ def whiten(values: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return (values - mean) / (variance**0.5 + eps)
 
 
+def group_sums(values: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """[G]: the sum of each group's elements (group[s] is the prompt of rollout s).
+
+    >>> group_sums(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+    tensor([1., 1.])
+    """
+    return values.new_zeros(len(torch.bincount(group))).index_add_(0, group, values)
+
+
 def group_mean(values: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-    """[S]: the mean of each element's group (group[s] is the prompt of rollout s).
+    """[S]: the mean of each element's group.
 
     >>> group_mean(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
     tensor([0.5000, 0.5000, 1.0000])
     """
     sizes = torch.bincount(group).to(values.dtype)
-    sums = torch.zeros_like(sizes).index_add_(0, group, values)
-    return (sums / sizes.clamp(min=1))[group]
+    return (group_sums(values, group) / sizes.clamp(min=1))[group]
 
 
 def group_centered(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tensor:

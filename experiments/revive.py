@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT))
 
 import monitor  # noqa: E402
 import train_brorl  # noqa: E402
+import update  # noqa: E402
 from rollout import latest_checkpoint  # noqa: E402
 from tasks import InputError, read_jsonl  # noqa: E402
 from tiny_model import TinySpec, ensure_tiny_model  # noqa: E402
@@ -168,6 +169,18 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [row for _, row in read_jsonl(path)] if path.is_file() else []
 
 
+def eval_interval(level: float, problems_x_samples: int) -> float:
+    """One eval's 95% interval at pass@1 `level` (binomial, over problems x samples)."""
+    return 1.96 * math.sqrt(max(level * (1 - level), 1e-4) / problems_x_samples)
+
+
+def eval_draws(plan: Plan) -> int:
+    """Samples behind one eval: test problems x eval_samples."""
+    problems = (sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems
+                else plan.eval_max_problems)
+    return problems * plan.eval_samples
+
+
 def plateaued(steps: list[int], pass1: list[float], window: int, problems_x_samples: int) -> bool:
     """The least-squares line through the last `window` evals rises, across them, by less than one
     eval's 95% interval (1.96 x the binomial standard error over problems x samples at their mean
@@ -181,29 +194,21 @@ def plateaued(steps: list[int], pass1: list[float], window: int, problems_x_samp
     x_mean, y_mean = sum(x) / len(x), sum(y) / len(y)
     slope = (sum((a - x_mean) * (b - y_mean) for a, b in zip(x, y))
              / sum((a - x_mean) ** 2 for a in x))
-    interval = 1.96 * math.sqrt(max(y_mean * (1 - y_mean), 1e-4) / problems_x_samples)
-    return slope * (x[-1] - x[0]) < interval
-
-
-def eval_interval(level: float, problems_x_samples: int) -> float:
-    """One eval's 95% interval at pass@1 `level` (binomial, over problems x samples)."""
-    return 1.96 * math.sqrt(max(level * (1 - level), 1e-4) / problems_x_samples)
+    return slope * (x[-1] - x[0]) < eval_interval(y_mean, problems_x_samples)
 
 
 def stage1_run(plan: Plan, model: str, run_dir: Path, seed: int, lr: float,
-               init_from: Path | None, max_steps: int, until_plateau: bool) -> list[dict]:
+               init_from: Path | None, max_steps: int, until_plateau: bool
+               ) -> tuple[list[dict], bool]:
     """ProRL at `lr`, eval_every steps at a time, until max_steps or (until_plateau) the plateau
-    rule holds; its evals."""
-    problems = (sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems
-                else plan.eval_max_problems)
+    rule holds; its evals, and whether they plateaued."""
     while True:
         evals = [r for r in read_metrics(run_dir) if "eval_pass1" in r]
         steps = evals[-1]["step"] if evals else 0
-        flat = until_plateau and plateaued([r["step"] for r in evals],
-                                           [r["eval_pass1"] for r in evals], plan.plateau_evals,
-                                           problems * plan.eval_samples)
-        if flat or steps >= max_steps:
-            return evals
+        flat = plateaued([r["step"] for r in evals], [r["eval_pass1"] for r in evals],
+                         plan.plateau_evals, eval_draws(plan))
+        if (until_plateau and flat) or steps >= max_steps:
+            return evals, flat
         print(f"[revive] stage 1 (ProRL N={plan.stage1_n} x {plan.stage1_prompts}, lr {lr:.3g}): "
               f"steps {steps} -> {steps + plan.eval_every}, pass@1 so far "
               f"{[round(r['eval_pass1'], 3) for r in evals]}", flush=True)
@@ -221,13 +226,11 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
     two evals against the plateau's last plateau_evals) becomes the next stretch of stage 1, one
     that does not confirms the plateau, whose checkpoint is the branch point. Returns every stretch,
     the probe and the branch point."""
-    problems = (sum(1 for _ in open(TEST_DATA)) if not plan.eval_max_problems
-                else plan.eval_max_problems)
     start, lr, run_dir, init_from, stretches = time.time(), plan.lr, out / "stage1", None, []
     mean = lambda values: sum(values) / len(values)
     while True:
-        evals = stage1_run(plan, model, run_dir, seed, lr, init_from, plan.stage1_max_steps,
-                           until_plateau=True)
+        evals, flat = stage1_run(plan, model, run_dir, seed, lr, init_from,
+                                 plan.stage1_max_steps, until_plateau=True)
         level = mean([r["eval_pass1"] for r in evals[-plan.plateau_evals:]])
         checkpoint = latest_checkpoint(run_dir, say=lambda message: None)
         if checkpoint is None:
@@ -235,17 +238,13 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
                              ">= eval_every)")
         stretches.append({"lr": lr, "run": str(run_dir), "eval_steps": [r["step"] for r in evals],
                           "eval_pass1": [r["eval_pass1"] for r in evals], "level": level,
-                          "plateaued": plateaued([r["step"] for r in evals],
-                                                 [r["eval_pass1"] for r in evals],
-                                                 plan.plateau_evals, problems * plan.eval_samples),
-                          "checkpoint": str(checkpoint)})
+                          "plateaued": flat, "checkpoint": str(checkpoint)})
         probe_lr, probe_dir = lr / plan.lr_decay, out / f"stage1_lr{lr / plan.lr_decay:.3g}"
-        probe_evals = stage1_run(plan, model, probe_dir, seed, probe_lr, checkpoint,
-                                 plan.probe_steps, until_plateau=False)
+        probe_evals, _ = stage1_run(plan, model, probe_dir, seed, probe_lr, checkpoint,
+                                    plan.probe_steps, until_plateau=False)
         lift = mean([r["eval_pass1"] for r in probe_evals[-2:]]) - level
         # the difference of a two-eval mean and a plateau_evals mean
-        noise = (eval_interval(level, problems * plan.eval_samples)
-                 * math.sqrt(1 / 2 + 1 / plan.plateau_evals))
+        noise = eval_interval(level, eval_draws(plan)) * math.sqrt(1 / 2 + 1 / plan.plateau_evals)
         probe = {"lr": probe_lr, "run": str(probe_dir),
                  "eval_steps": [r["step"] for r in probe_evals],
                  "eval_pass1": [r["eval_pass1"] for r in probe_evals], "lift": lift,
@@ -448,12 +447,19 @@ def plot_frontier(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def start_point(plan: Plan, stage1_result: dict, start: str) -> tuple[float, str | None]:
+    """A start's base lr and the checkpoint its branches continue (None: the model itself)."""
+    if start == "plateau":
+        return stage1_result["lr"], stage1_result["checkpoint"]
+    return plan.lr, None
+
+
 def summarise(plan: Plan, out: Path, model: str, stage1_result: dict) -> dict:
     """results.json from every finished branch run (so far: a resumed experiment adds to it)."""
     results = {"plan": dataclasses.asdict(plan), "model": model, "stage1": stage1_result,
                "starts": {}}
     for start in plan.starts:
-        base_lr = stage1_result["lr"] if start == "plateau" else plan.lr
+        base_lr, _ = start_point(plan, stage1_result, start)
         branches = {}
         for multiplier in plan.lr_multipliers:
             for shape in branch_shapes(plan, base_lr * multiplier):
@@ -485,18 +491,20 @@ def main() -> None:
     parser.add_argument("--model",
                         help="starting policy (default: the tiny model warmed up on the graded "
                              "task)")
-    for field in ("advantage", "lr_scaling", "budget_steps", "max_decays"):
-        default = getattr(QUICK if "--quick" in sys.argv else Plan(), field)
-        parser.add_argument(f"--{field.replace('_', '-')}", type=type(default), default=default,
-                            help=f"Plan.{field} (default {default})")
+    # Plan fields a flag may override (default: the plan's, full or --quick)
+    parser.add_argument("--advantage", choices=list(update.ADVANTAGES), help="Plan.advantage")
+    parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING), help="Plan.lr_scaling")
+    parser.add_argument("--budget-steps", type=int, help="Plan.budget_steps")
+    parser.add_argument("--max-decays", type=int, help="Plan.max_decays")
     parser.add_argument("--seeds", type=int, nargs="+", help="Plan.seeds")
     parser.add_argument("--starts", nargs="+", choices=["plateau", "start"], help="Plan.starts")
     args = parser.parse_args()
-    plan = dataclasses.replace(QUICK if args.quick else Plan(), advantage=args.advantage,
-                               lr_scaling=args.lr_scaling, budget_steps=args.budget_steps,
-                               max_decays=args.max_decays)
-    plan = dataclasses.replace(plan, seeds=tuple(args.seeds or plan.seeds),
-                               starts=tuple(args.starts or plan.starts))
+    overrides = {field: getattr(args, field) for field in
+                 ("advantage", "lr_scaling", "budget_steps", "max_decays", "seeds", "starts")
+                 if getattr(args, field) is not None}
+    overrides.update({field: tuple(overrides[field]) for field in ("seeds", "starts")
+                      if field in overrides})
+    plan = dataclasses.replace(QUICK if args.quick else Plan(), **overrides)
     try:
         if (args.out / "stage1").exists() and not args.resume:
             raise InputError(f"{args.out} already holds an experiment: pass --resume to continue "
@@ -507,8 +515,7 @@ def main() -> None:
         # seed by seed: one seed of every branch first
         for seed in plan.seeds:
             for start in plan.starts:
-                base_lr = stage1_result["lr"] if start == "plateau" else plan.lr
-                checkpoint = stage1_result["checkpoint"] if start == "plateau" else None
+                base_lr, checkpoint = start_point(plan, stage1_result, start)
                 for multiplier in plan.lr_multipliers:
                     for shape in branch_shapes(plan, base_lr * multiplier):
                         run_dir = branch_dir(args.out, start, shape, seed)
