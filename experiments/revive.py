@@ -447,6 +447,52 @@ def plot_frontier(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def report(results: dict) -> str:
+    """results.md: stage 1's stretches and probe, then per start every branch's pass@1 at the
+    budget (seed mean ± std, each seed) at each lr multiplier, and the frontier."""
+    plan, stage1_result = results["plan"], results["stage1"]
+    steps_worth = plan["stage1_n"] * plan["stage1_prompts"]  # samples of one stage-1 step
+    lines = ["## Stage 1 (ProRL)", "", "| lr | steps | last evals | level | plateaued |",
+             "| --- | --- | --- | --- | --- |"]
+    for s in stage1_result["stretches"]:
+        lines.append(f"| {s['lr']:.3g} | {s['eval_steps'][-1]} | "
+                     f"{' '.join(f'{p:.3f}' for p in s['eval_pass1'][-plan['plateau_evals']:])} "
+                     f"| {s['level']:.3f} | {'yes' if s['plateaued'] else 'no'} |")
+    probe = stage1_result["probe"]
+    lines += ["", f"Probe at lr {probe['lr']:.3g} for {probe['eval_steps'][-1]} steps: "
+              f"{' '.join(f'{p:.3f}' for p in probe['eval_pass1'])}, lift {probe['lift']:+.3f} "
+              f"(noise ±{probe['noise']:.3f}): "
+              + ("saturated." if stage1_result["saturated"] else "NOT saturated.")]
+    for start, found in results["starts"].items():
+        branches = found["branches"]
+        multipliers = sorted({b["lr_multiplier"] for b in branches.values()})
+        names = list(dict.fromkeys(b["name"] for b in branches.values()))
+        origin = [b["eval_pass1"][0] for b in branches.values()]
+        lines += ["", f"## From the {start} (lr η = {found['lr']:.3g}; pass@1 at step 0, mean "
+                  f"over branches: {sum(origin) / len(origin):.3f})", "",
+                  "pass@1 at the budget, mean ± std over seeds (each seed); pass rate at the "
+                  "lowest lr:", "",
+                  "| branch | prompts × steps | pass rate | "
+                  + " | ".join(f"lr {m:g}η" for m in multipliers) + " |",
+                  "| --- " * (3 + len(multipliers)) + "|"]
+        for name in names:
+            cells, shape = [], None
+            for m in multipliers:
+                b = branches.get(f"{name}@lr{m:g}")
+                shape = shape or b
+                final = b and b["final_eval_pass1"]
+                cells.append("" if not b else
+                             f"{final['mean']:.3f} ± {final['std']:.3f} "
+                             f"({' / '.join(f'{v:.3f}' for v in final['per_seed'].values())})")
+            lines.append(f"| {name} | {shape['prompts_per_step']} × {shape['steps']} | "
+                         f"{shape['pass_rate']:.2f} | " + " | ".join(cells) + " |")
+        lines += ["", "Frontier: the best seed-mean pass@1 reached within each compute:", "",
+                  "| samples (stage-1 steps' worth) | pass@1 | branch |", "| --- | --- | --- |"]
+        lines += [f"| {p['compute'] / steps_worth:g} | {p['pass1']:.3f} | {p['branch']} |"
+                  for p in found["frontier"]]
+    return "\n".join(lines) + "\n"
+
+
 def start_point(plan: Plan, stage1_result: dict, start: str) -> tuple[float, str | None]:
     """A start's base lr and the checkpoint its branches continue (None: the model itself)."""
     if start == "plateau":
@@ -541,8 +587,10 @@ def main() -> None:
 
 
 def write_results(results: dict, out: Path) -> None:
-    """results.json, frontier.png and, per start and lr, the branches' revive_START_lrM.png."""
+    """results.json, results.md, frontier.png and, per start and lr, the branches'
+    revive_START_lrM.png."""
     (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "results.md").write_text(report(results))
     if not results["starts"]:
         return
     plot_frontier(results, out / "frontier.png")

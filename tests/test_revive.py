@@ -82,6 +82,35 @@ def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
         {"compute": 20, "pass1": 0.7, "branch": "N512@lr1"}]
 
 
+def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_frontier():
+    plan = revive.Plan()
+    branches = {}
+    for multiplier, finals in ((1.0, (0.6, 0.8)), (3.0, (0.65, 0.65))):
+        for n in (16, 512):
+            shape = revive.branch_shape(plan, n, lr=1e-4 * multiplier)
+            # ProRL 5 points below BroRL
+            seeds = {seed: fake_seed(final - (0.05 if n == 16 else 0))
+                     for seed, final in enumerate(finals)}
+            branches[f"N{n}@lr{multiplier:g}"] = {**revive.branch_summary(shape, seeds),
+                                                  "lr_multiplier": multiplier}
+    stretch = {"lr": 3e-4, "eval_steps": [0, 10], "eval_pass1": [0.5, 0.6], "level": 0.55,
+               "plateaued": True}
+    probe = {"lr": 1e-4, "eval_steps": [0, 40], "eval_pass1": [0.55, 0.56], "lift": 0.005,
+             "noise": 0.011}
+    results = {"plan": dataclasses.asdict(plan),
+               "stage1": {"stretches": [stretch], "probe": probe, "saturated": True},
+               "starts": {"plateau": {"lr": 1e-4, "branches": branches,
+                                      "frontier": revive.frontier(branches)}}}
+    table = revive.report(results)
+    assert "| 0.0003 | 10 | 0.500 0.600 | 0.550 | yes |" in table
+    assert "lift +0.005 (noise ±0.011): saturated." in table
+    assert ("| N512 | 128 × 20 | 0.70 | 0.700 ± 0.100 (0.600 / 0.800) | "
+            "0.650 ± 0.000 (0.650 / 0.650) |") in table
+    # fake compute of 100 samples: 100 / (16 x 512) stage-1 steps' worth
+    assert "| N16 | 512 × 160 | 0.70 | 0.650 ± 0.100 (0.550 / 0.750) |" in table
+    assert f"| {100 / 8192:g} | 0.700 | N512@lr1 |" in table
+
+
 def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_runs(
         tmp_path):
     import tiny_model
@@ -104,6 +133,7 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
             assert branch["compute"][-1] == 128
             assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
     assert (out / "frontier.png").is_file() and (out / "revive_plateau_lr3.png").is_file()
+    assert "## From the start" in (out / "results.md").read_text()
     refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
                          check=False)
     assert refused.returncode != 0 and "pass --resume" in refused.stderr
