@@ -666,11 +666,16 @@ THROUGHPUTS = ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_g
 def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
                  batch: update.TrainBatch, kept_rows: int, update_stats: dict, shrink: dict,
                  step_time: float) -> dict[str, float]:
-    """The step's row of metrics.jsonl (this process's values)."""
+    """The step's row of metrics.jsonl (this process's values, but for `n_per_prompt/*`: over
+    every process, from the histogram of rollouts per prompt summed over them)."""
     rewards, rollouts = groups.rewards, groups.rollouts
     lengths = rollouts.response_mask.sum(-1).float()
     lowest, highest = group_extremes(rewards, rollouts.group)
-    n_per_prompt = torch.bincount(rollouts.group).float()
+    n_per_prompt = torch.bincount(rollouts.group)
+    largest = int(update.all_max(n_per_prompt.max()))
+    n_histogram = update.all_sum(torch.bincount(n_per_prompt, minlength=largest + 1))
+    n_all = torch.repeat_interleave(torch.arange(largest + 1), n_histogram).float()
+    n_kept = update.all_sum(torch.stack([n_per_prompt[kept].sum(), kept.sum()]).float())
     return {
         "reward_mean": float(rewards.mean()),
         # the paper's dynamic-sampling pass rate (Table 2): groups with some right, some wrong
@@ -679,11 +684,11 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
         "solve_none_frac": float((highest == 0).float().mean()),
         "rollouts": rewards.numel(),  # the step's sample budget (summed over processes)
         # rollouts given per prompt (all N with fixed allocation)
-        "n_per_prompt/min": float(n_per_prompt.min()),
-        "n_per_prompt/median": float(n_per_prompt.median()),
-        "n_per_prompt/p90": float(n_per_prompt.quantile(0.9)),
-        "n_per_prompt/max": float(n_per_prompt.max()),
-        "n_per_prompt/kept_mean": float(n_per_prompt[kept].mean()) if kept.any() else 0.0,
+        "n_per_prompt/min": float(n_all.min()),
+        "n_per_prompt/median": float(n_all.quantile(0.5, interpolation="lower")),
+        "n_per_prompt/p90": float(n_all.quantile(0.9, interpolation="lower")),
+        "n_per_prompt/max": largest,
+        "n_per_prompt/kept_mean": float(n_kept[0] / n_kept[1]) if n_kept[1] else 0.0,
         "samples_per_s": rewards.numel() / step_time,
         "gen_samples_per_s": rewards.numel() / groups.gen_time,
         "response_len": float(lengths.mean()),

@@ -79,3 +79,6 @@ def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_with_unequal_groups
     assert all(r["rollouts"] == 8 * 16 * r["gen_rounds"] for r in rows)
     assert all(r["kept_groups"] <= 8 for r in rows)
     assert any(r["n_per_prompt/max"] > 16 for r in rows)
+    # the quantiles are of every process's prompts together, so each is some prompt's count
+    assert all(float(r[f"n_per_prompt/{q}"]).is_integer()
+               for r in rows for q in ("min", "median", "p90", "max"))
