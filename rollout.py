@@ -238,9 +238,10 @@ def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int],
     )
 
 
-def concat_rollouts(parts: list[Rollouts], pad_id: int, same_prompts: bool = False) -> Rollouts:
-    """One Rollouts from several generation rounds, re-padded to the widest: groups renumbered in
-    order, or kept when every part sampled the same prompts (`same_prompts`)."""
+def concat_rollouts(parts: list[Rollouts], pad_id: int, group_offsets: list[int]) -> Rollouts:
+    """One Rollouts from several generation rounds, re-padded to the widest; part i's group ids
+    shifted by group_offsets[i] (the prompts of the rounds before it; all 0 when every part
+    sampled the same prompts)."""
     width_p = max(r.prompt_ids.shape[1] for r in parts)
     width_r = max(r.response_ids.shape[1] for r in parts)
 
@@ -250,9 +251,6 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int, same_prompts: bool = Fal
     def right(t, value):
         return torch.nn.functional.pad(t, (0, width_r - t.shape[1]), value=value)
 
-    offsets = [0]
-    for r in parts[:-1]:
-        offsets.append(0 if same_prompts else offsets[-1] + int(r.group.max()) + 1)
     return Rollouts(
         prompt_ids=torch.cat([left(r.prompt_ids, pad_id) for r in parts]),
         prompt_mask=torch.cat([left(r.prompt_mask, 0) for r in parts]),
@@ -260,7 +258,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int, same_prompts: bool = Fal
         response_mask=torch.cat([right(r.response_mask, 0) for r in parts]),
         logprobs=torch.cat([right(r.logprobs, 0.0) for r in parts]),
         truncated=torch.cat([r.truncated for r in parts]),
-        group=torch.cat([r.group + offset for r, offset in zip(parts, offsets)]),
+        group=torch.cat([r.group + offset for r, offset in zip(parts, group_offsets)]),
         texts=[text for r in parts for text in r.texts],
     )
 

@@ -558,7 +558,7 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
     of the budget: every engine generates as many samples as with fixed N and no prompt moves
     between processes."""
     verify_stats, prompts, tasks = reward.VerifyStats(), set(), []
-    parts, part_rewards, gen_time, found_so_far, preemptions = [], [], 0.0, 0.0, 0
+    parts, part_offsets, part_rewards, gen_time, found_so_far, preemptions = [], [], [], 0.0, 0.0, 0
 
     def sample(prompt_ids, round_tasks, generator, counts):
         nonlocal gen_time, preemptions
@@ -591,16 +591,17 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
                                       cfg.allocation_cap - cfg.screen_rollouts)
             more, more_rewards = sample(prompt_ids, round_tasks, generator, extra)
             rollouts = rollout.concat_rollouts([rollouts, more], run.tokenizer.pad_token_id,
-                                               same_prompts=True)
+                                               group_offsets=[0, 0])
             rewards = torch.cat([rewards, more_rewards])
         parts.append(rollouts)
+        part_offsets.append(len(tasks) - len(round_tasks))  # group ids index into tasks
         part_rewards.append(rewards)
         found = informative_groups(rewards, rollouts.group).sum().float()
         found_so_far += float(update.all_sum(found))
         if not cfg.dynamic_sampling or found_so_far >= cfg.prompts_per_step:
             break
-    rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id) if len(parts) > 1
-                else parts[0])
+    rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id, part_offsets)
+                if len(parts) > 1 else parts[0])
     return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), gen_time, prompts,
                   preemptions, verify_stats)
 

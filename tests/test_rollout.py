@@ -53,11 +53,15 @@ def test_samples_per_prompt_follow_counts_and_rounds_concatenate_onto_the_same_p
                              counts=[5, 0, 1])
     assert extra.group.tolist() == [0, 0, 0, 0, 0, 2]
     assert (extra.prompt_ids[-1] == screen.prompt_ids[-1]).all()
-    both = rollout.concat_rollouts([screen, extra], tokenizer.pad_token_id, same_prompts=True)
+    both = rollout.concat_rollouts([screen, extra], tokenizer.pad_token_id, group_offsets=[0, 0])
     assert torch.bincount(both.group).tolist() == [7, 2, 3]
     assert both.texts == screen.texts + extra.texts
-    rounds = rollout.concat_rollouts([screen, extra], tokenizer.pad_token_id)
-    assert rounds.group.tolist() == [0, 0, 1, 1, 2, 2, 3, 3, 3, 3, 3, 5]
+    # rounds of different prompts: the second round's prompts follow the first's three, also when
+    # the first round's last prompts got no sample
+    first = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(3),
+                             counts=[2, 0, 0])
+    rounds = rollout.concat_rollouts([first, screen], tokenizer.pad_token_id, group_offsets=[0, 3])
+    assert rounds.group.tolist() == [0, 0, 3, 3, 4, 4, 5, 5]
 
 
 def test_top_p_samples_only_from_the_nucleus():
