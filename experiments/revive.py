@@ -242,6 +242,8 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
         probe_lr, probe_dir = lr / plan.lr_decay, out / f"stage1_lr{lr / plan.lr_decay:.3g}"
         probe_evals, _ = stage1_run(plan, model, probe_dir, seed, probe_lr, checkpoint,
                                     plan.probe_steps, until_plateau=False)
+        # the probe's own steps (a probe that went on as stage 1 has more when resumed)
+        probe_evals = [r for r in probe_evals if r["step"] <= plan.probe_steps]
         lift = mean([r["eval_pass1"] for r in probe_evals[-2:]]) - level
         # the difference of a two-eval mean and a plateau_evals mean
         noise = eval_interval(level, eval_draws(plan)) * math.sqrt(1 / 2 + 1 / plan.plateau_evals)

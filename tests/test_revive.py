@@ -49,6 +49,27 @@ def test_plateau_is_read_from_the_trend_of_the_last_evals_not_from_one_noisy_eva
     assert not revive.plateaued(steps, flat, window=9, problems_x_samples=1024)
 
 
+def write_evals(run_dir, pass1_by_step: dict[int, float]) -> None:
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": step, "eval_pass1": p}) + "\n" for step, p in pass1_by_step.items()))
+
+
+def test_a_resumed_stage1_judges_a_probe_by_its_own_steps_only(tmp_path, monkeypatch):
+    # stage 1 flat at 0.70; the probe at lr/3 flat over its 40 steps, then (had it gone on as
+    # stage 1) higher: resumed, the decision must be the one its own 40 steps give
+    write_evals(tmp_path / "stage1", {step: 0.70 for step in range(0, 160, 10)})
+    write_evals(tmp_path / "stage1_lr0.0001",
+                {step: 0.70 if step <= 40 else 0.80 for step in range(0, 120, 10)})
+    monkeypatch.setattr(revive, "run", lambda argv: pytest.fail("nothing is left to train"))
+    monkeypatch.setattr(revive, "latest_checkpoint", lambda run_dir, say: run_dir / "step_x")
+    monkeypatch.setattr(revive, "pass1_by_level", lambda run_dir: {})
+    found = revive.stage1(revive.Plan(), "model", tmp_path, seed=0)
+    assert found["saturated"] and found["lr"] == 3e-4
+    assert found["probe"]["lift"] == pytest.approx(0.0)
+    assert found["probe"]["eval_steps"] == [0, 10, 20, 30, 40]
+
+
 def fake_seed(final: float) -> dict:
     return {"compute": [0, 100], "compute_tokens": [0, 700], "eval_pass1": [0.5, final],
             "probe_compute": [0, 100],
