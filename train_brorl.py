@@ -634,13 +634,24 @@ def keep_target_groups(informative: torch.Tensor, target: int, rank: int, proces
     return keep
 
 
-def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Tensor | None = None
-               ) -> update.TrainBatch:
+def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Tensor | None = None,
+               weights: torch.Tensor | None = None) -> update.TrainBatch:
     """Some rows of the step's rollouts as the update's batch (advantages 0 when not given)."""
     advantages = torch.zeros(len(rows)) if advantages is None else advantages
     return update.TrainBatch(rollouts.prompt_ids[rows], rollouts.prompt_mask[rows],
                              rollouts.response_ids[rows], rollouts.response_mask[rows], advantages,
-                             None, rollouts.logprobs[rows])
+                             weights, rollouts.logprobs[rows])
+
+
+def prompt_weights(group: torch.Tensor, n_rollouts: int) -> torch.Tensor:
+    """[S] N / n_g for a rollout of a prompt given n_g rollouts: the objective is a mean over
+    prompts, so an allocation changes how well a prompt's gradient is estimated, not how much the
+    prompt counts (all 1 at fixed N).
+
+    >>> prompt_weights(torch.tensor([0, 0, 1, 1, 1, 1, 1, 1, 1, 1]), n_rollouts=5).unique().tolist()
+    [0.625, 2.5]
+    """
+    return n_rollouts / torch.bincount(group)[group].float()
 
 
 def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateConfig,
@@ -769,7 +780,8 @@ def train(cfg: Config) -> Path:
         # within each mini-batch (split first, as the update will split them)
         kept_rows = kept[group].nonzero().squeeze(-1).tolist()  # rows of groups.rollouts
         advantages = update.ADVANTAGES[cfg.advantage](groups.rewards[kept_rows], group[kept_rows])
-        batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows, advantages),
+        weights = prompt_weights(group, cfg.n_rollouts)[kept_rows]
+        batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows, advantages, weights),
                                         cfg.minibatches, step_generator(cfg, step, 1, run.rank))
 
         # ALGO LOGIC: the clipped policy-gradient step, watched by the knowledge-shrinkage monitor

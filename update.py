@@ -328,7 +328,8 @@ class TrainBatch:
     response_ids: torch.Tensor  # [B, R] right-padded
     response_mask: torch.Tensor  # [B, R]
     advantages: torch.Tensor  # [B]
-    # [B] multiplicity of each row (see merge_duplicates); None: all 1
+    # [B] each row's weight in the loss: N / n_g for a prompt given n_g rollouts (1 at fixed N)
+    # times its multiplicity (see merge_duplicates); None: all 1
     weights: torch.Tensor | None = None
     # [B, R] the inference engine's log-probs, when known
     sampler_logprobs: torch.Tensor | None = None
