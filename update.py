@@ -66,14 +66,18 @@ def all_max(tensor: torch.Tensor) -> torch.Tensor:
 # its loop both read it). Estimators with batch-wide statistics take them over every process.
 
 
-def whiten(values: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def whiten(values: torch.Tensor, eps: float = 1e-6, weights: torch.Tensor | None = None
+           ) -> torch.Tensor:
     """(x - mean) / (std + eps), with the mean and the unbiased std (as torch.std) of every element
-    on every process. Nothing to whiten (no process holds an element) gives zeros.
+    on every process, each counted `weights` times (default 1). Nothing to whiten (no process holds
+    an element) gives zeros.
 
     >>> whiten(torch.tensor([1.0, 2.0, 3.0]), eps=0.0)
     tensor([-1.,  0.,  1.])
     """
-    moments = torch.stack([torch.tensor(float(values.numel())), values.sum(), (values**2).sum()])
+    weights = torch.ones_like(values) if weights is None else weights
+    moments = torch.stack([weights.sum(), (weights * values).sum(),
+                           (weights * values**2).sum()])
     count, total, squares = all_sum(moments.double()).tolist()
     if count == 0:
         return torch.zeros_like(values)
@@ -143,9 +147,15 @@ def reinforce_pp_baseline_advantages(rewards: torch.Tensor, group: torch.Tensor,
     rewards, group: [S]. verl whitens over tokens; we whiten over samples (each rollout counts
     once), which differs only when response lengths differ within the batch. When no process kept
     a group (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages
-    are zeros.
+    are zeros. Groups of different sizes (the per-prompt allocation) are whitened with each prompt
+    counted once, as the loss counts them (train_brorl.prompt_weights): a rollout of a prompt
+    given n_g weighs N/n_g, N the mean over every process's prompts (all 1 at fixed N).
     """
-    return whiten(group_centered(rewards, group), eps)
+    sizes = torch.bincount(group)
+    rows, prompts = all_sum(torch.tensor([len(group), int((sizes > 0).sum())],
+                                         dtype=torch.float64)).tolist()
+    weights = (rows / max(prompts, 1) / sizes[group].double()).to(rewards.dtype)
+    return whiten(group_centered(rewards, group), eps, weights)
 
 
 # name -> advantage estimator, all called as ADVANTAGES[name](rewards [S], group [S]) -> [S]

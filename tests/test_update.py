@@ -78,6 +78,16 @@ def test_reinforce_pp_baseline_centres_per_group_then_whitens_over_the_batch():
                        update.whiten(update.group_centered(rewards, group)))
 
 
+def test_reinforce_pp_baseline_whitens_allocated_groups_with_every_prompt_counted_once():
+    # the per-prompt allocation: a prompt with 4 rollouts beside one with 400 (a rare success);
+    # counted per sample, the large group alone would set the scale (mean A² per prompt near 22)
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0] + [0.0] * 399)
+    group = torch.tensor([0] * 4 + [1] * 400)
+    advantages = update.reinforce_pp_baseline_advantages(rewards, group)
+    per_prompt = update.group_sums(advantages**2, group) / torch.bincount(group)
+    assert float(per_prompt.mean()) == pytest.approx(1.0, abs=0.01)
+
+
 def test_advantages_of_a_step_that_kept_no_group_are_empty_not_a_crash():
     # dynamic sampling dropped every group
     for name, advantage in update.ADVANTAGES.items():
