@@ -226,6 +226,9 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
     two evals against the plateau's last plateau_evals) becomes the next stretch of stage 1, one
     that does not confirms the plateau, whose checkpoint is the branch point. Returns every stretch,
     the probe and the branch point."""
+    if plan.probe_steps % plan.eval_every:
+        raise InputError(f"probe_steps ({plan.probe_steps}) must be a multiple of eval_every "
+                         f"({plan.eval_every}): a probe is judged by its last two evals")
     start, lr, run_dir, init_from, stretches = time.time(), plan.lr, out / "stage1", None, []
     mean = lambda values: sum(values) / len(values)
     while True:
@@ -251,6 +254,7 @@ def stage1(plan: Plan, model: str, out: Path, seed: int) -> dict:
                  "eval_steps": [r["step"] for r in probe_evals],
                  "eval_pass1": [r["eval_pass1"] for r in probe_evals], "lift": lift,
                  "noise": noise}
+        stretches[-1]["probe"] = probe
         print(f"[revive] stage 1 at lr {lr:.3g}: plateau {level:.3f}; a probe at lr "
               f"{probe_lr:.3g} moved it {lift:+.3f} (noise ±{noise:.3f})", flush=True)
         if lift <= noise or len(stretches) > plan.max_decays:
@@ -454,17 +458,19 @@ def report(results: dict) -> str:
     budget (seed mean ± std, each seed) at each lr multiplier, and the frontier."""
     plan, stage1_result = results["plan"], results["stage1"]
     steps_worth = plan["stage1_n"] * plan["stage1_prompts"]  # samples of one stage-1 step
-    lines = ["## Stage 1 (ProRL)", "", "| lr | steps | last evals | level | plateaued |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = ["## Stage 1 (ProRL)", "",
+             "| lr | steps | last evals | level | plateaued | probe at lr/3: its evals | lift "
+             "(noise) |", "| --- " * 7 + "|"]
     for s in stage1_result["stretches"]:
+        probe = s["probe"]
         lines.append(f"| {s['lr']:.3g} | {s['eval_steps'][-1]} | "
                      f"{' '.join(f'{p:.3f}' for p in s['eval_pass1'][-plan['plateau_evals']:])} "
-                     f"| {s['level']:.3f} | {'yes' if s['plateaued'] else 'no'} |")
-    probe = stage1_result["probe"]
-    lines += ["", f"Probe at lr {probe['lr']:.3g} for {probe['eval_steps'][-1]} steps: "
-              f"{' '.join(f'{p:.3f}' for p in probe['eval_pass1'])}, lift {probe['lift']:+.3f} "
-              f"(noise ±{probe['noise']:.3f}): "
-              + ("saturated." if stage1_result["saturated"] else "NOT saturated.")]
+                     f"| {s['level']:.3f} | {'yes' if s['plateaued'] else 'no'} | "
+                     f"{' '.join(f'{p:.3f}' for p in probe['eval_pass1'][1:])} | "
+                     f"{probe['lift']:+.3f} (±{probe['noise']:.3f}) |")
+    lines += ["", "The branch point: " + ("saturated (the last probe stayed within the noise)."
+                                          if stage1_result["saturated"] else
+                                          "NOT saturated (a lower lr still lifted it).")]
     for start, found in results["starts"].items():
         branches = found["branches"]
         multipliers = sorted({b["lr_multiplier"] for b in branches.values()})
@@ -472,8 +478,8 @@ def report(results: dict) -> str:
         origin = [b["eval_pass1"][0] for b in branches.values()]
         lines += ["", f"## From the {start} (lr η = {found['lr']:.3g}; pass@1 at step 0, mean "
                   f"over branches: {sum(origin) / len(origin):.3f})", "",
-                  "pass@1 at the budget, mean ± std over seeds (each seed); pass rate at the "
-                  "lowest lr:", "",
+                  "pass@1 at the budget, mean ± std over seeds (population std, ÷ seeds; each "
+                  "seed); pass rate at the lowest lr:", "",
                   "| branch | prompts × steps | pass rate | "
                   + " | ".join(f"lr {m:g}η" for m in multipliers) + " |",
                   "| --- " * (3 + len(multipliers)) + "|"]

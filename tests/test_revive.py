@@ -68,6 +68,10 @@ def test_a_resumed_stage1_judges_a_probe_by_its_own_steps_only(tmp_path, monkeyp
     assert found["saturated"] and found["lr"] == 3e-4
     assert found["probe"]["lift"] == pytest.approx(0.0)
     assert found["probe"]["eval_steps"] == [0, 10, 20, 30, 40]
+    assert found["stretches"][0]["probe"] == found["probe"]
+    # a probe that ends between two evals would be judged on older ones: refused
+    with pytest.raises(revive.InputError, match="multiple of eval_every"):
+        revive.stage1(dataclasses.replace(revive.Plan(), probe_steps=45), "model", tmp_path, 0)
 
 
 def fake_seed(final: float) -> dict:
@@ -114,17 +118,17 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
                      for seed, final in enumerate(finals)}
             branches[f"N{n}@lr{multiplier:g}"] = {**revive.branch_summary(shape, seeds),
                                                   "lr_multiplier": multiplier}
-    stretch = {"lr": 3e-4, "eval_steps": [0, 10], "eval_pass1": [0.5, 0.6], "level": 0.55,
-               "plateaued": True}
     probe = {"lr": 1e-4, "eval_steps": [0, 40], "eval_pass1": [0.55, 0.56], "lift": 0.005,
              "noise": 0.011}
+    stretch = {"lr": 3e-4, "eval_steps": [0, 10], "eval_pass1": [0.5, 0.6], "level": 0.55,
+               "plateaued": True, "probe": probe}
     results = {"plan": dataclasses.asdict(plan),
                "stage1": {"stretches": [stretch], "probe": probe, "saturated": True},
                "starts": {"plateau": {"lr": 1e-4, "branches": branches,
                                       "frontier": revive.frontier(branches)}}}
     table = revive.report(results)
-    assert "| 0.0003 | 10 | 0.500 0.600 | 0.550 | yes |" in table
-    assert "lift +0.005 (noise ±0.011): saturated." in table
+    assert "| 0.0003 | 10 | 0.500 0.600 | 0.550 | yes | 0.560 | +0.005 (±0.011) |" in table
+    assert "The branch point: saturated" in table
     assert ("| N512 | 128 × 20 | 0.70 | 0.700 ± 0.100 (0.600 / 0.800) | "
             "0.650 ± 0.000 (0.650 / 0.650) |") in table
     # fake compute of 100 samples: 100 / (16 x 512) stage-1 steps' worth
