@@ -258,7 +258,7 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int, group_offsets: list[int]
         response_mask=torch.cat([right(r.response_mask, 0) for r in parts]),
         logprobs=torch.cat([right(r.logprobs, 0.0) for r in parts]),
         truncated=torch.cat([r.truncated for r in parts]),
-        group=torch.cat([r.group + offset for r, offset in zip(parts, group_offsets)]),
+        group=torch.cat([r.group + offset for r, offset in zip(parts, group_offsets, strict=True)]),
         texts=[text for r in parts for text in r.texts],
     )
 
