@@ -643,17 +643,6 @@ def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Te
                              weights, rollouts.logprobs[rows])
 
 
-def prompt_weights(group: torch.Tensor, n_rollouts: int) -> torch.Tensor:
-    """[S] N / n_g for a rollout of a prompt given n_g rollouts: the objective is a mean over
-    prompts, so an allocation changes how well a prompt's gradient is estimated, not how much the
-    prompt counts (all 1 at fixed N).
-
-    >>> prompt_weights(torch.tensor([0, 0, 1, 1, 1, 1, 1, 1, 1, 1]), n_rollouts=5).unique().tolist()
-    [0.625, 2.5]
-    """
-    return n_rollouts / torch.bincount(group)[group].float()
-
-
 def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateConfig,
                   generator: torch.Generator) -> dict:
     """The clipped policy-gradient step against π_old (and π_ref if β > 0), when any process kept
@@ -685,9 +674,11 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
     lowest, highest = group_extremes(rewards, rollouts.group)
     n_per_prompt = torch.bincount(rollouts.group)
     largest = int(update.all_max(n_per_prompt.max()))
-    n_histogram = update.all_sum(torch.bincount(n_per_prompt, minlength=largest + 1))
-    n_all = torch.repeat_interleave(torch.arange(largest + 1), n_histogram).float()
-    n_kept = update.all_sum(torch.stack([n_per_prompt[kept].sum(), kept.sum()]).float())
+    # one collective: the histogram of rollouts per prompt, then the kept prompts' rollouts, count
+    summed = update.all_sum(torch.cat([torch.bincount(n_per_prompt, minlength=largest + 1),
+                                       torch.stack([n_per_prompt[kept].sum(), kept.sum()])]))
+    n_all = torch.repeat_interleave(torch.arange(largest + 1), summed[:-2]).float()
+    n_kept = summed[-2:].float()
     return {
         "reward_mean": float(rewards.mean()),
         # the paper's dynamic-sampling pass rate (Table 2): groups with some right, some wrong
@@ -780,7 +771,7 @@ def train(cfg: Config) -> Path:
         # within each mini-batch (split first, as the update will split them)
         kept_rows = kept[group].nonzero().squeeze(-1).tolist()  # rows of groups.rollouts
         advantages = update.ADVANTAGES[cfg.advantage](groups.rewards[kept_rows], group[kept_rows])
-        weights = prompt_weights(group, cfg.n_rollouts)[kept_rows]
+        weights = update.prompt_weights(group, cfg.n_rollouts)[kept_rows]
         batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows, advantages, weights),
                                         cfg.minibatches, step_generator(cfg, step, 1, run.rank))
 

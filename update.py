@@ -139,6 +139,17 @@ def dr_grpo_advantages(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tens
     return group_centered(rewards, group)
 
 
+def prompt_weights(group: torch.Tensor, n_rollouts: float) -> torch.Tensor:
+    """[S] N / n_g for a rollout of a prompt given n_g rollouts: the objective is a mean over
+    prompts, so an allocation changes how well a prompt's gradient is estimated, not how much the
+    prompt counts (all 1 at fixed N).
+
+    >>> prompt_weights(torch.tensor([0, 0, 1, 1, 1, 1, 1, 1, 1, 1]), n_rollouts=5).unique().tolist()
+    [0.625, 2.5]
+    """
+    return n_rollouts / torch.bincount(group)[group].float()
+
+
 def reinforce_pp_baseline_advantages(rewards: torch.Tensor, group: torch.Tensor, *,
                                      eps: float = 1e-6) -> torch.Tensor:
     """REINFORCE++-baseline (arXiv 2501.03262; the ProRLv2/BroRL estimator, arXiv 2510.01180
@@ -148,13 +159,13 @@ def reinforce_pp_baseline_advantages(rewards: torch.Tensor, group: torch.Tensor,
     once), which differs only when response lengths differ within the batch. When no process kept
     a group (dynamic sampling dropped them all) there is nothing to whiten: the (empty) advantages
     are zeros. Groups of different sizes (the per-prompt allocation) are whitened with each prompt
-    counted once, as the loss counts them (train_brorl.prompt_weights): a rollout of a prompt
-    given n_g weighs N/n_g, N the mean over every process's prompts (all 1 at fixed N).
+    counted once, as the loss counts them: `prompt_weights` with N the mean group size over every
+    process (all 1 at fixed N).
     """
     sizes = torch.bincount(group)
     rows, prompts = all_sum(torch.tensor([len(group), int((sizes > 0).sum())],
                                          dtype=torch.float64)).tolist()
-    weights = (rows / max(prompts, 1) / sizes[group].double()).to(rewards.dtype)
+    weights = prompt_weights(group, rows / max(prompts, 1)).to(rewards.dtype)
     return whiten(group_centered(rewards, group), eps, weights)
 
 

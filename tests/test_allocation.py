@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import train_brorl
+import update
 from conftest import accelerate_launch, run_script
 
 
@@ -59,11 +60,11 @@ def test_rare_successes_are_hunted_where_the_batch_says_they_are_likely():
 
 def test_a_prompt_counts_the_same_in_the_loss_however_many_rollouts_it_was_given():
     group = torch.tensor([0] * 4 + [1] * 40 + [2] * 4)  # 48 rollouts, N=16 on average
-    weights = train_brorl.prompt_weights(group, n_rollouts=16)
+    weights = update.prompt_weights(group, n_rollouts=16)
     per_prompt = torch.zeros(3).index_add_(0, group, weights)
     assert per_prompt.tolist() == pytest.approx([16.0, 16.0, 16.0])
     # fixed N: every row weighs 1, the plain mean over samples
-    assert (train_brorl.prompt_weights(torch.arange(8).repeat_interleave(16), 16) == 1).all()
+    assert (update.prompt_weights(torch.arange(8).repeat_interleave(16), 16) == 1).all()
 
 
 def metric_rows(run_dir):

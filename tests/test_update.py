@@ -38,8 +38,12 @@ def test_groups_of_different_sizes_in_any_row_order_get_their_own_statistics():
         for g in (3, 7):
             rows = group == g
             expected[rows] = advantage(rewards[rows], torch.zeros(int(rows.sum()), dtype=int))
-        if name == "reinforce_pp_baseline":  # whitened over the batch, not per group
-            expected = update.whiten(update.group_centered(rewards, group))
+        if name == "reinforce_pp_baseline":
+            # whitened over the batch, not per group, each prompt counted once: a row of the
+            # 2-rollout prompt weighs 3.5 / 2, one of the 5-rollout prompt 3.5 / 5
+            centered = update.group_centered(rewards, group)
+            weights = torch.where(group == 3, 3.5 / 2, 3.5 / 5)
+            expected = centered / ((weights * centered**2).sum() / (weights.sum() - 1)).sqrt()
         assert torch.allclose(advantage(rewards, group), expected), name
     assert torch.allclose(update.grpo_advantages(rewards, group, eps=0.0)[group == 7],
                           (rewards[group == 7] - 0.4) / torch.tensor([1.0, 0, 0, 0, 1]).std())
