@@ -96,6 +96,7 @@ class Plan:
     lr: float = 3e-4  # η0, at stage 1's B0 = stage1_n x stage1_prompts samples per step
     eval_every: int = 10
     stage1_max_steps: int = 320  # per learning rate of stage 1
+    stage1_seed: int = 0  # one stage 1, shared by every seed's branches
     plateau_evals: int = 8
     # stage 1 anneals: at a plateau, a probe at lr / lr_decay for probe_steps; if it lifts pass@1,
     # stage 1 goes on at that lr (at most max_decays times), else the plateau is the branch point
@@ -509,15 +510,17 @@ def start_point(plan: Plan, stage1_result: dict, start: str) -> tuple[float, str
 
 
 def summarise(plan: Plan, out: Path, model: str, stage1_result: dict) -> dict:
-    """results.json from every finished branch run (so far: a resumed experiment adds to it)."""
+    """results.json from every finished branch run in `out`, whichever invocation ran it (so far:
+    a resumed experiment adds to it; one run with --seeds 1 keeps seed 0's)."""
     results = {"plan": dataclasses.asdict(plan), "model": model, "stage1": stage1_result,
                "starts": {}}
-    for start in plan.starts:
+    for start in ("plateau", "start"):
         base_lr, _ = start_point(plan, stage1_result, start)
         branches = {}
         for multiplier in plan.lr_multipliers:
             for shape in branch_shapes(plan, base_lr * multiplier):
-                per_seed = {seed: seed_summary(run_dir, shape) for seed in plan.seeds
+                per_seed = {seed: seed_summary(run_dir, shape)
+                            for seed in branch_seeds(out, start, shape)
                             if branch_finished(run_dir := branch_dir(out, start, shape, seed),
                                                shape["steps"])}
                 if per_seed:
@@ -531,6 +534,13 @@ def summarise(plan: Plan, out: Path, model: str, stage1_result: dict) -> dict:
 
 def branch_dir(out: Path, start: str, shape: dict, seed: int) -> Path:
     return out / "branches" / start / f"{shape['name']}_lr{shape['lr']:.3g}_seed{seed}"
+
+
+def branch_seeds(out: Path, start: str, shape: dict) -> list[int]:
+    """The seeds with a run folder of this branch in `out`."""
+    prefix = branch_dir(out, start, shape, seed=0).name.removesuffix("0")
+    return sorted(int(run_dir.name.removeprefix(prefix))
+                  for run_dir in (out / "branches" / start).glob(prefix + "*"))
 
 
 def main() -> None:
@@ -565,7 +575,7 @@ def main() -> None:
                              "it, or another --out")
         model = args.model or str(ensure_tiny_model(spec=GRADED_WARMUP, train_data=TRAIN_DATA))
         start_time = time.time()
-        stage1_result = stage1(plan, model, args.out, seed=plan.seeds[0])
+        stage1_result = stage1(plan, model, args.out, seed=plan.stage1_seed)
         # seed by seed: one seed of every branch first
         for seed in plan.seeds:
             for start in plan.starts:

@@ -162,9 +162,11 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
                          check=False)
     assert refused.returncode != 0 and "pass --resume" in refused.stderr
+    # a sitting that continues one seed from one start keeps the others in the results
     resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
-                         "--resume")
-    assert resumed.stdout.count("finished earlier, kept") == 16
+                         "--resume", "--seeds", "1", "--starts", "plateau")
+    assert resumed.stdout.count("finished earlier, kept") == 4
+    assert json.loads((out / "results.json").read_text())["starts"] == results["starts"]
 
 
 def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
