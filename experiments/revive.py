@@ -456,7 +456,8 @@ def plot_frontier(results: dict, path: Path) -> None:
 
 def report(results: dict) -> str:
     """results.md: stage 1's stretches and probe, then per start every branch's pass@1 at the
-    budget (seed mean ± std, each seed) at each lr multiplier, and the frontier."""
+    budget (seed mean ± std, each seed) at each lr multiplier, each branch minus ProRL's N seed by
+    seed, and the frontier."""
     plan, stage1_result = results["plan"], results["stage1"]
     steps_worth = plan["stage1_n"] * plan["stage1_prompts"]  # samples of one stage-1 step
     lines = ["## Stage 1 (ProRL)", "",
@@ -495,6 +496,22 @@ def report(results: dict) -> str:
                              f"({' / '.join(f'{v:.3f}' for v in final['per_seed'].values())})")
             lines.append(f"| {name} | {shape['prompts_per_step']} × {shape['steps']} | "
                          f"{shape['pass_rate']:.2f} | " + " | ".join(cells) + " |")
+        reference = names[0]  # ProRL's N
+        lines += ["", f"Each branch minus {reference} at the same lr, seed by seed (a seed's "
+                  "branches see the same prompts): the mean (each seed):", "",
+                  "| branch | " + " | ".join(f"lr {m:g}η" for m in multipliers) + " |",
+                  "| --- " * (1 + len(multipliers)) + "|"]
+        for name in names[1:]:
+            cells = []
+            for m in multipliers:
+                pair = [branches.get(f"{n}@lr{m:g}") for n in (name, reference)]
+                mine, theirs = ({} if b is None else b["final_eval_pass1"]["per_seed"]
+                                for b in pair)
+                differences = [mine[seed] - theirs[seed] for seed in mine if seed in theirs]
+                cells.append("" if not differences else
+                             f"{sum(differences) / len(differences):+.3f} "
+                             f"({' / '.join(f'{d:+.3f}' for d in differences)})")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines += ["", "Frontier: the best seed-mean pass@1 reached within each compute:", "",
                   "| samples (stage-1 steps' worth) | pass@1 | branch |", "| --- | --- | --- |"]
         lines += [f"| {p['compute'] / steps_worth:g} | {p['pass1']:.3f} | {p['branch']} |"

@@ -133,6 +133,8 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
             "0.650 ± 0.000 (0.650 / 0.650) |") in table
     # fake compute of 100 samples: 100 / (16 x 512) stage-1 steps' worth
     assert "| N16 | 512 × 160 | 0.70 | 0.650 ± 0.100 (0.550 / 0.750) |" in table
+    # each branch against ProRL's N seed by seed: the paired difference, not the two spreads
+    assert "| N512 | +0.050 (+0.050 / +0.050) | +0.050 (+0.050 / +0.050) |" in table
     assert f"| {100 / 8192:g} | 0.700 | N512@lr1 |" in table
 
 
