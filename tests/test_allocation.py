@@ -58,6 +58,33 @@ def test_rare_successes_are_hunted_where_the_batch_says_they_are_likely():
     assert extra[-1] > extra[0] > 0
 
 
+def test_a_beta_prior_cannot_see_unsolvable_prompts_so_on_a_plateau_fixed_n_finds_more_signal():
+    # the limit measured on the revive experiment's saturated policy (docs/revive.md), in
+    # miniature: prompts always solved, solved 90-100% of the time, never solved (as its N=512
+    # groups showed at the branch point). A Beta fit to 4-rollout screenings is U-shaped and reads
+    # an all-wrong screening as a rare success to hunt, so the allocation moves rollouts from the
+    # prompts that can still fail to ones that can never succeed: it predicts more informative
+    # groups than fixed N=16 and gets fewer.
+    generator = torch.Generator().manual_seed(0)
+    p = torch.cat([torch.ones(230), 0.9 + 0.099 * torch.rand(246, generator=generator),
+                   torch.zeros(36)]).double()
+    correct = torch.binomial(torch.full_like(p, 4.0), p, generator=generator)
+    prior = train_brorl.success_rate_prior(correct, screened=4)
+    extra = torch.tensor(train_brorl.allocate_rollouts(correct, screened=4, budget=512 * 12,
+                                                       cap=508), dtype=torch.float64)
+    fixed = torch.full_like(extra, 12.0)
+
+    def predicted(more):
+        return float(train_brorl.informative_probability(correct, 4, more[:, None], prior).sum())
+
+    def expected(more):  # with the true success rates
+        return float((1 - p ** (4 + more) - (1 - p) ** (4 + more)).sum())
+
+    assert predicted(extra) > predicted(fixed)
+    assert expected(extra) < 0.9 * expected(fixed)
+    assert extra[p == 0].mean() > 3 * extra[(0 < p) & (p < 1)].mean()  # the never-solved took them
+
+
 def test_a_prompt_counts_the_same_in_the_loss_however_many_rollouts_it_was_given():
     group = torch.tensor([0] * 4 + [1] * 40 + [2] * 4)  # 48 rollouts, N=16 on average
     weights = update.prompt_weights(group, n_rollouts=16)
