@@ -674,7 +674,7 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
     lowest, highest = group_extremes(rewards, rollouts.group)
     n_per_prompt = torch.bincount(rollouts.group)
     largest = int(update.all_max(n_per_prompt.max()))
-    # one collective: the histogram of rollouts per prompt, then the kept prompts' rollouts, count
+    # then one all_sum: the histogram of rollouts per prompt, the kept prompts' rollouts, count
     summed = update.all_sum(torch.cat([torch.bincount(n_per_prompt, minlength=largest + 1),
                                        torch.stack([n_per_prompt[kept].sum(), kept.sum()])]))
     n_all = torch.repeat_interleave(torch.arange(largest + 1), summed[:-2]).float()

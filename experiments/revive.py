@@ -61,6 +61,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -85,6 +86,9 @@ GRADED_WARMUP = TinySpec(warmup_steps=600)
 
 # a branch's learning rate is η x LR_SCALING[rule](B / B0), B its samples per step
 LR_SCALING = {"sqrt": math.sqrt, "constant": lambda ratio: 1.0}
+
+
+STARTS = ("plateau", "start")  # the saturated branch point; the model before stage 1
 
 
 @dataclass
@@ -121,7 +125,7 @@ class Plan:
     # the lr axis: every branch at η x m for each m; η is stage 1's last lr (from the plateau) or
     # η0 (from the start)
     lr_multipliers: tuple[float, ...] = (1.0, 3.0)
-    starts: tuple[str, ...] = ("plateau", "start")
+    starts: tuple[str, ...] = STARTS
     advantage: str = "reinforce_pp_baseline"  # the paper's estimator (ProRLv2/BroRL, Sec. 3)
 
 
@@ -496,21 +500,22 @@ def report(results: dict) -> str:
                              f"({' / '.join(f'{v:.3f}' for v in final['per_seed'].values())})")
             lines.append(f"| {name} | {shape['prompts_per_step']} × {shape['steps']} | "
                          f"{shape['pass_rate']:.2f} | " + " | ".join(cells) + " |")
-        reference = names[0]  # ProRL's N
+        reference = f"N{plan['stage1_n']}"  # ProRL's shape
         lines += ["", f"Each branch minus {reference} at the same lr, seed by seed (a seed's "
-                  "branches see the same prompts): the mean (each seed):", "",
+                  "branches see the same prompts): the mean over the seeds both finished (each "
+                  "seed):", "",
                   "| branch | " + " | ".join(f"lr {m:g}η" for m in multipliers) + " |",
                   "| --- " * (1 + len(multipliers)) + "|"]
-        for name in names[1:]:
+        for name in [n for n in names if n != reference]:
             cells = []
             for m in multipliers:
                 pair = [branches.get(f"{n}@lr{m:g}") for n in (name, reference)]
                 mine, theirs = ({} if b is None else b["final_eval_pass1"]["per_seed"]
                                 for b in pair)
-                differences = [mine[seed] - theirs[seed] for seed in mine if seed in theirs]
+                differences = {seed: mine[seed] - theirs[seed] for seed in mine if seed in theirs}
                 cells.append("" if not differences else
-                             f"{sum(differences) / len(differences):+.3f} "
-                             f"({' / '.join(f'{d:+.3f}' for d in differences)})")
+                             f"{sum(differences.values()) / len(differences):+.3f} (" + " / ".join(
+                                 f"s{seed} {d:+.3f}" for seed, d in differences.items()) + ")")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines += ["", "Frontier: the best seed-mean pass@1 reached within each compute:", "",
                   "| samples (stage-1 steps' worth) | pass@1 | branch |", "| --- | --- | --- |"]
@@ -527,11 +532,11 @@ def start_point(plan: Plan, stage1_result: dict, start: str) -> tuple[float, str
 
 
 def summarise(plan: Plan, out: Path, model: str, stage1_result: dict) -> dict:
-    """results.json from every finished branch run in `out`, whichever invocation ran it (so far:
-    a resumed experiment adds to it; one run with --seeds 1 keeps seed 0's)."""
+    """results.json from every finished branch run in `out`, whichever invocation ran it (its
+    `plan` is this invocation's; the seeds are those found)."""
     results = {"plan": dataclasses.asdict(plan), "model": model, "stage1": stage1_result,
                "starts": {}}
-    for start in ("plateau", "start"):
+    for start in STARTS:
         base_lr, _ = start_point(plan, stage1_result, start)
         branches = {}
         for multiplier in plan.lr_multipliers:
@@ -554,10 +559,11 @@ def branch_dir(out: Path, start: str, shape: dict, seed: int) -> Path:
 
 
 def branch_seeds(out: Path, start: str, shape: dict) -> list[int]:
-    """The seeds with a run folder of this branch in `out`."""
-    prefix = branch_dir(out, start, shape, seed=0).name.removesuffix("0")
-    return sorted(int(run_dir.name.removeprefix(prefix))
-                  for run_dir in (out / "branches" / start).glob(prefix + "*"))
+    """The seeds with a run folder of this branch in `out` (other names there are ignored)."""
+    prefix = branch_dir(out, start, shape, seed=0).name.removesuffix("_seed0") + "_seed"
+    found = (re.fullmatch(re.escape(prefix) + r"(\d+)", run_dir.name)
+             for run_dir in (out / "branches" / start).glob(prefix + "*"))
+    return sorted(int(match[1]) for match in found if match)
 
 
 def main() -> None:
@@ -578,7 +584,7 @@ def main() -> None:
     parser.add_argument("--budget-steps", type=int, help="Plan.budget_steps")
     parser.add_argument("--max-decays", type=int, help="Plan.max_decays")
     parser.add_argument("--seeds", type=int, nargs="+", help="Plan.seeds")
-    parser.add_argument("--starts", nargs="+", choices=["plateau", "start"], help="Plan.starts")
+    parser.add_argument("--starts", nargs="+", choices=STARTS, help="Plan.starts")
     args = parser.parse_args()
     overrides = {field: getattr(args, field) for field in
                  ("advantage", "lr_scaling", "budget_steps", "max_decays", "seeds", "starts")

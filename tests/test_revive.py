@@ -107,6 +107,17 @@ def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
         {"compute": 20, "pass1": 0.7, "branch": "N512@lr1"}]
 
 
+def test_a_branchs_seeds_are_its_run_folders_and_nothing_else(tmp_path):
+    shape = revive.branch_shape(revive.Plan(), 16, lr=1e-4)
+    for seed in (0, 2):
+        revive.branch_dir(tmp_path, "plateau", shape, seed).mkdir(parents=True)
+    # a copy set aside, and another branch whose name starts the same way
+    (tmp_path / "branches" / "plateau" / "N16_lr0.0001_seed0.bak").mkdir()
+    (tmp_path / "branches" / "plateau" / "N160_lr0.0001_seed1").mkdir()
+    assert revive.branch_seeds(tmp_path, "plateau", shape) == [0, 2]
+    assert revive.branch_seeds(tmp_path, "start", shape) == []
+
+
 def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_frontier():
     plan = revive.Plan()
     branches = {}
@@ -134,7 +145,7 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
     # fake compute of 100 samples: 100 / (16 x 512) stage-1 steps' worth
     assert "| N16 | 512 × 160 | 0.70 | 0.650 ± 0.100 (0.550 / 0.750) |" in table
     # each branch against ProRL's N seed by seed: the paired difference, not the two spreads
-    assert "| N512 | +0.050 (+0.050 / +0.050) | +0.050 (+0.050 / +0.050) |" in table
+    assert "| N512 | +0.050 (s0 +0.050 / s1 +0.050) | +0.050 (s0 +0.050 / s1 +0.050) |" in table
     assert f"| {100 / 8192:g} | 0.700 | N512@lr1 |" in table
 
 
