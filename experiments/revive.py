@@ -555,12 +555,17 @@ def summarise(plan: Plan, out: Path, model: str, stage1_result: dict) -> dict:
 
 
 def branch_dir(out: Path, start: str, shape: dict, seed: int) -> Path:
-    return out / "branches" / start / f"{shape['name']}_lr{shape['lr']:.3g}_seed{seed}"
+    return out / "branches" / start / f"{seed_prefix(shape)}{seed}"
+
+
+def seed_prefix(shape: dict) -> str:
+    """A branch's run folder name, but for its seed."""
+    return f"{shape['name']}_lr{shape['lr']:.3g}_seed"
 
 
 def branch_seeds(out: Path, start: str, shape: dict) -> list[int]:
     """The seeds with a run folder of this branch in `out` (other names there are ignored)."""
-    prefix = branch_dir(out, start, shape, seed=0).name.removesuffix("_seed0") + "_seed"
+    prefix = seed_prefix(shape)
     found = (re.fullmatch(re.escape(prefix) + r"(\d+)", run_dir.name)
              for run_dir in (out / "branches" / start).glob(prefix + "*"))
     return sorted(int(match[1]) for match in found if match)
