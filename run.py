@@ -59,6 +59,9 @@ class Run:
     # the shards after every update (like a vLLM engine's weights); None otherwise
     hf_sampler: torch.nn.Module | None = None
     reference_step: int = 0  # π_ref is the policy of this step (its last reset; 0: the start)
+    # --allocation-history: [T, 2] right and all rollouts at each training task's latest visit
+    # (zeros: not drawn yet), the same on every process; None without the option
+    prompt_history: torch.Tensor | None = None
 
     @property
     def sharded(self) -> bool:
@@ -128,7 +131,8 @@ class Run:
     def save(self, step: int, cfg) -> None:
         """An atomic checkpoint of this step (every process calls this)."""
         trainer_state = {"step": step, "data_position": self.data_position,
-                         "config": dataclasses.asdict(cfg), "reference_step": self.reference_step}
+                         "config": dataclasses.asdict(cfg), "reference_step": self.reference_step,
+                         "prompt_history": self.prompt_history}
         sharded = sharded_state(self.policy, self.optimizer) if self.sharded else None
         save_checkpoint(self.output_dir, step, self.accelerator, self.policy, self.tokenizer,
                         trainer_state, cfg.keep_checkpoints, sharded)
@@ -236,6 +240,8 @@ def setup(cfg) -> Run:
                                     gpu_memory_utilization=cfg.gpu_memory_utilization,
                                     count_preemptions=cfg.vllm_count_preemptions)
     step, data_position, reference_step = 0, 0, 0
+    prompt_history = (torch.zeros(len(train_tasks), 2, dtype=torch.float64)
+                      if cfg.allocation_history else None)
     seed_everything(cfg.seed)
     if checkpoint:
         # policy, optimizer, this process's RNG
@@ -244,6 +250,7 @@ def setup(cfg) -> Run:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
         state = rollout.read_plain_data(checkpoint / "trainer_state.pt")
         step, data_position = state["step"], state["data_position"]
+        prompt_history = state.get("prompt_history", prompt_history)
         if ref_policy is not None:
             if "reference_step" not in state:
                 raise InputError(f"{checkpoint} holds its reference policy in state/ (written by "
@@ -265,7 +272,8 @@ def setup(cfg) -> Run:
     if hf_sampler is not None:
         copy_full_weights(policy, hf_sampler)
     return Run(accelerator, output_dir, train_tasks, test_tasks, tokenizer, policy, ref_policy,
-               optimizer, engine, step, data_position, metrics, hf_sampler, reference_step)
+               optimizer, engine, step, data_position, metrics, hf_sampler, reference_step,
+               prompt_history)
 
 
 # ---- FSDP2: the project shards with torch's fully_shard itself, on CPU (gloo) and GPU alike ------

@@ -116,6 +116,9 @@ class Config:
     """knapsack allocation: rollouts per prompt in the screening pass (part of its group)"""
     allocation_cap: int = 1024
     """knapsack allocation: most rollouts one prompt gets, screening included"""
+    allocation_history: bool = False
+    """knapsack allocation: also count each prompt's rollouts at its previous visit (Knapsack RL's
+    previous-epoch success rate) as evidence beside the screening"""
     temperature: float = rollout.SamplingParams.temperature
     """rollout sampling temperature"""
     top_p: float = rollout.SamplingParams.top_p
@@ -297,6 +300,9 @@ def validate(cfg: Config) -> None:
         (cfg.allocation == "fixed" or cfg.allocation_cap >= cfg.n_rollouts,
          f"allocation_cap must be >= n_rollouts={cfg.n_rollouts} (else the budget of "
          f"prompts_per_step x n_rollouts cannot be spent), got {cfg.allocation_cap}"),
+        (cfg.allocation == "knapsack" or not cfg.allocation_history,
+         "allocation_history is evidence for --allocation knapsack, and this run's allocation is "
+         "fixed"),
         (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
@@ -454,16 +460,17 @@ def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> tor
     return torch.Generator().manual_seed(seed)
 
 
-def next_prompts(tasks: list[dict], position: int, count: int, seed: int) -> list[dict]:
-    """Tasks `position .. position + count` of an endless stream of seeded per-epoch shuffles."""
+def next_prompts(n_tasks: int, position: int, count: int, seed: int) -> list[int]:
+    """The task indices `position .. position + count` of an endless stream of seeded per-epoch
+    shuffles of `n_tasks` tasks."""
     orders: dict[int, torch.Tensor] = {}
     batch = []
     for p in range(position, position + count):
-        epoch, index = divmod(p, len(tasks))
+        epoch, index = divmod(p, n_tasks)
         if epoch not in orders:
-            orders[epoch] = torch.randperm(len(tasks),
+            orders[epoch] = torch.randperm(n_tasks,
                                            generator=torch.Generator().manual_seed(seed + epoch))
-        batch.append(tasks[int(orders[epoch][index])])
+        batch.append(int(orders[epoch][index]))
     return batch
 
 
@@ -495,18 +502,23 @@ def informative_groups(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tens
 
 
 def informative_probability(correct: torch.Tensor, screened: int, extra: torch.Tensor,
-                            prior: tuple[float, float]) -> torch.Tensor:
+                            prior: tuple[float, float],
+                            history: torch.Tensor | None = None) -> torch.Tensor:
     """P(a group is informative once it has `extra` more rollouts | `correct` of its `screened`
     were correct), its success rate p ~ Beta(a + correct, b + screened - correct) from the
-    Beta(a, b) `prior`. A mixed screening already is (1); a unanimous one stays unanimous only if
-    every extra rollout agrees: 1 - E[p^n] (all right so far) or 1 - E[(1 - p)^n] (all wrong), by
-    E[p^n] = B(a + n, b) / B(a, b). Knapsack RL's value 1 - p^n - (1 - p)^n (arXiv 2509.25849),
-    made conditional on what the screening saw. correct: [G]; extra: [G, K]; float64."""
+    Beta(a, b) `prior`, and with `history` ([G, 2]: right and all rollouts of each prompt's
+    previous visit) their counts added as evidence too. A mixed screening already is (1); a
+    unanimous one stays unanimous only if every extra rollout agrees: 1 - E[p^n] (all right so
+    far) or 1 - E[(1 - p)^n] (all wrong), by E[p^n] = B(a + n, b) / B(a, b). Knapsack RL's value
+    1 - p^n - (1 - p)^n (arXiv 2509.25849), made conditional on what was seen. correct: [G];
+    extra: [G, K]; float64."""
     def log_beta(x, y):
         return torch.lgamma(x) + torch.lgamma(y) - torch.lgamma(x + y)
 
-    a = (prior[0] + correct.double())[:, None]
-    b = (prior[1] + screened - correct.double())[:, None]
+    right, seen = correct.double(), torch.full_like(correct, screened, dtype=torch.float64)
+    if history is not None:
+        right, seen = right + history[:, 0], seen + history[:, 1]
+    a, b = (prior[0] + right)[:, None], (prior[1] + seen - right)[:, None]
     stays_right = torch.exp(log_beta(a + extra, b) - log_beta(a, b))
     stays_wrong = torch.exp(log_beta(a, b + extra) - log_beta(a, b))
     unanimous_right, unanimous_wrong = (correct == screened)[:, None], (correct == 0)[:, None]
@@ -530,19 +542,21 @@ def success_rate_prior(correct: torch.Tensor, screened: int) -> tuple[float, flo
     return mean * strength, (1 - mean) * strength
 
 
-def allocate_rollouts(correct: torch.Tensor, screened: int, budget: int, cap: int) -> list[int]:
+def allocate_rollouts(correct: torch.Tensor, screened: int, budget: int, cap: int,
+                      history: torch.Tensor | None = None) -> list[int]:
     """Extra rollouts per prompt after a screening of `screened` each (`correct` [G] right), exactly
     `budget` in all, at most `cap` per prompt: the allocation of these G prompts (one process's)
-    that maximises their expected number of informative groups (Knapsack RL, arXiv 2509.25849;
-    its p comes from the previous epoch, here from this step's screening, which also counts toward
-    the group). A mixed screening keeps its `screened` rollouts unless every unanimous prompt is at
-    the cap. Each group's value
+    that maximises their expected number of informative groups (Knapsack RL, arXiv 2509.25849).
+    Knapsack RL reads p from the prompt's previous epoch; here the evidence is this step's
+    screening, which also counts toward the group, and with `history` ([G, 2], see
+    informative_probability) the previous visit's rollouts too. A mixed screening keeps its
+    `screened` rollouts unless every unanimous prompt is at the cap. Each group's value
     (informative_probability) is concave in its rollouts, so taking the `budget` largest marginal
     gains over all prompts is the knapsack's optimum; ties (gains of 0: groups that are
     informative already) go to the prompt with fewer rollouts, lowest index first."""
     prior = success_rate_prior(correct, screened)
     extra = torch.arange(cap + 1, dtype=torch.float64).expand(len(correct), -1)
-    gains = informative_probability(correct, screened, extra, prior).diff(dim=1)  # [G, cap]
+    gains = informative_probability(correct, screened, extra, prior, history).diff(dim=1)
     # column-major: a stable sort then breaks ties by rollouts already given, then prompt
     order = gains.T.flatten().sort(descending=True, stable=True).indices[:budget]
     return torch.bincount(order % len(correct), minlength=len(correct)).tolist()
@@ -556,8 +570,9 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
     dynamic sampling and refill_rounds, more rounds of prompts are drawn until `prompts_per_step`
     informative groups were found over all processes (DAPO). Each process allocates its own share
     of the budget: every engine generates as many samples as with fixed N and no prompt moves
-    between processes."""
-    verify_stats, prompts, tasks = reward.VerifyStats(), set(), []
+    between processes. With `allocation_history`, each prompt's counts are remembered for its
+    next visit (record_visits)."""
+    verify_stats, prompts, tasks, task_ids = reward.VerifyStats(), set(), [], []
     parts, part_offsets, part_rewards, gen_time, found_so_far, preemptions = [], [], [], 0.0, 0.0, 0
 
     def sample(prompt_ids, round_tasks, generator, counts):
@@ -571,11 +586,13 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         return rollouts, score_rollouts(round_tasks, rollouts, cfg, verify_cfg, verify_stats)
 
     for refill in range(1 + cfg.refill_rounds):
-        round_prompts = next_prompts(run.train_tasks, run.data_position, cfg.prompts_per_step,
-                                     cfg.seed)
-        round_tasks = round_prompts[run.rank :: run.processes]  # this process's share
+        round_ids = next_prompts(len(run.train_tasks), run.data_position, cfg.prompts_per_step,
+                                 cfg.seed)
+        prompts.update(run.train_tasks[i]["prompt"] for i in round_ids)
+        round_ids = round_ids[run.rank :: run.processes]  # this process's share
+        round_tasks = [run.train_tasks[i] for i in round_ids]
         tasks += round_tasks
-        prompts.update(task["prompt"] for task in round_prompts)
+        task_ids += round_ids
         run.data_position += cfg.prompts_per_step
         prompt_ids = rollout.encode_prompts(run.tokenizer, [t["prompt"] for t in round_tasks],
                                             cfg.chat_template)
@@ -587,8 +604,10 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
             rollouts, rewards = sample(prompt_ids, round_tasks, generator, screened)
             correct = update.group_sums(rewards, rollouts.group)
             budget = len(round_tasks) * (cfg.n_rollouts - cfg.screen_rollouts)
+            history = (run.prompt_history[round_ids] if run.prompt_history is not None
+                       else None)
             extra = allocate_rollouts(correct, cfg.screen_rollouts, budget,
-                                      cfg.allocation_cap - cfg.screen_rollouts)
+                                      cfg.allocation_cap - cfg.screen_rollouts, history)
             more, more_rewards = sample(prompt_ids, round_tasks, generator, extra)
             rollouts = rollout.concat_rollouts([rollouts, more], run.tokenizer.pad_token_id,
                                                group_offsets=[0, 0])
@@ -602,8 +621,24 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
             break
     rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id, part_offsets)
                 if len(parts) > 1 else parts[0])
-    return Groups(tasks, rollouts, torch.cat(part_rewards), len(parts), gen_time, prompts,
-                  preemptions, verify_stats)
+    rewards = torch.cat(part_rewards)
+    if run.prompt_history is not None:
+        record_visits(run.prompt_history, task_ids, rewards, rollouts.group)
+    return Groups(tasks, rollouts, rewards, len(parts), gen_time, prompts, preemptions,
+                  verify_stats)
+
+
+def record_visits(history: torch.Tensor, task_ids: list[int], rewards: torch.Tensor,
+                  group: torch.Tensor) -> None:
+    """Each prompt this step drew on any process (group g is task task_ids[g] of this one's) gets
+    its right and all rollouts in `history` ([T, 2], the training tasks'), in place of its previous
+    visit's."""
+    counts = torch.stack([update.group_sums(rewards.double(), group),
+                          torch.bincount(group).double()], dim=1)
+    ids = torch.tensor(task_ids, dtype=torch.long)
+    visits = update.all_sum(torch.zeros_like(history).index_add_(0, ids, counts))
+    visited = visits[:, 1] > 0
+    history[visited] = visits[visited]
 
 
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:

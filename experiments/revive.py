@@ -18,9 +18,9 @@ training loop):
   stage 2  branches with --init-from (weights AND AdamW state: restarting the optimizer cost a
            large-N continuation 15-25 points in its first step): N=16, 64, 256, 512 and the
            per-prompt allocation (train_brorl.py --allocation knapsack at ProRL's shape, N=16 on
-           average over 512 prompts), each at every lr of `lr_multipliers` x the branch point's
-           lr, for every seed; and the same branches from the start (the warmed model, at
-           multiples of η0).
+           average over 512 prompts; knapsack16+history adds --allocation-history), each at every
+           lr of `lr_multipliers` x the branch point's lr, for every seed; and the same branches
+           from the start (the warmed model, at multiples of η0).
 
 Equal rollout compute: every branch generates the same number of samples (`budget_steps` ProRL
 steps' worth, 4x the first experiment's 40), evaluated `evals_per_branch` times along the way, so
@@ -108,9 +108,11 @@ class Plan:
     max_decays: int = 3
     probe_steps: int = 40
     branch_ns: tuple[int, ...] = (16, 64, 256, 512)
-    # the allocation branch: stage 1's shape (allocation_n mean rollouts x stage1_prompts) with
-    # --allocation knapsack (0: none)
+    # the allocation branches: stage 1's shape (allocation_n mean rollouts x stage1_prompts) with
+    # --allocation knapsack (0: none), for each of allocation_history: without, with
+    # --allocation-history (the previous visit's rollouts as evidence beside the screening)
     allocation_n: int = 16
+    allocation_history: tuple[bool, ...] = (False, True)
     screen_rollouts: int = 4
     allocation_cap: int = 512
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -131,27 +133,33 @@ class Plan:
 
 QUICK = Plan(stage1_n=4, stage1_prompts=16, eval_every=2, stage1_max_steps=4, plateau_evals=2,
              max_decays=1, probe_steps=2, branch_ns=(4,), allocation_n=4, screen_rollouts=2,
-             allocation_cap=16, seeds=(0, 1), budget_steps=2, min_prompts=8, evals_per_branch=2,
-             eval_samples=2, eval_max_problems=16, probe_prompts=8)
+             allocation_cap=16, allocation_history=(True,), seeds=(0, 1), budget_steps=2,
+             min_prompts=8, evals_per_branch=2, eval_samples=2, eval_max_problems=16,
+             probe_prompts=8)
 
 
-def branch_shape(plan: Plan, n: int, lr: float, allocation: bool = False) -> dict:
+def branch_shape(plan: Plan, n: int, lr: float, allocation: bool = False,
+                 history: bool = False) -> dict:
     """Prompts per step, steps, learning rate and eval interval of the branch with N = n (the mean
-    N with `allocation`) from a policy trained at `lr` (see the docstring)."""
+    N with `allocation`, whose evidence includes each prompt's previous visit with `history`)
+    from a policy trained at `lr` (see the docstring)."""
     base = plan.stage1_n * plan.stage1_prompts
     prompts = plan.stage1_prompts if allocation else max(plan.min_prompts, base // n)
     steps = max(1, round(plan.budget_steps * base / (n * prompts)))
-    return {"name": f"knapsack{n}" if allocation else f"N{n}", "n_rollouts": n,
-            "prompts_per_step": prompts, "steps": steps, "samples_per_step": n * prompts,
+    name = (f"knapsack{n}" + ("+history" if history else "")) if allocation else f"N{n}"
+    return {"name": name, "n_rollouts": n, "prompts_per_step": prompts, "steps": steps,
+            "samples_per_step": n * prompts,
             "lr": lr * LR_SCALING[plan.lr_scaling](n * prompts / base),
-            "allocation": allocation, "eval_every": max(1, steps // plan.evals_per_branch)}
+            "allocation": allocation, "history": history,
+            "eval_every": max(1, steps // plan.evals_per_branch)}
 
 
 def branch_shapes(plan: Plan, lr: float) -> list[dict]:
-    """Every branch at one lr: each fixed N, then the per-prompt allocation."""
+    """Every branch at one lr: each fixed N, then the per-prompt allocations."""
     shapes = [branch_shape(plan, n, lr) for n in plan.branch_ns]
     if plan.allocation_n:
-        shapes.append(branch_shape(plan, plan.allocation_n, lr, allocation=True))
+        shapes += [branch_shape(plan, plan.allocation_n, lr, allocation=True, history=history)
+                   for history in plan.allocation_history]
     return shapes
 
 
@@ -297,6 +305,7 @@ def run_branch(plan: Plan, model: str, checkpoint: str | None, run_dir: Path, sh
     """One branch run from `checkpoint` (weights and AdamW state), or from `model` when None."""
     allocation = (["--allocation", "knapsack", "--screen-rollouts", str(plan.screen_rollouts),
                    "--allocation-cap", str(plan.allocation_cap)] if shape["allocation"] else [])
+    allocation += ["--allocation-history"] if shape["history"] else []
     run(common_flags(plan, model) + allocation + [
         "--output-dir", str(run_dir), "--resume", "--seed", str(seed),
         "--n-rollouts", str(shape["n_rollouts"]), "--prompts-per-step",

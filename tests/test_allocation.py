@@ -58,17 +58,33 @@ def test_rare_successes_are_hunted_where_the_batch_says_they_are_likely():
     assert extra[-1] > extra[0] > 0
 
 
-def test_a_beta_prior_cannot_see_unsolvable_prompts_so_on_a_plateau_fixed_n_finds_more_signal():
-    # the limit measured on the revive experiment's saturated policy (docs/revive.md), in
-    # miniature: prompts always solved, solved 90-100% of the time, never solved (as its N=512
-    # groups showed at the branch point). A Beta fit to 4-rollout screenings is U-shaped and reads
-    # an all-wrong screening as a rare success to hunt, so the allocation moves rollouts from the
-    # prompts that can still fail to ones that can never succeed: it predicts more informative
-    # groups than fixed N=16 and gets fewer.
-    generator = torch.Generator().manual_seed(0)
+def plateau_batch(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The revive experiment's saturated policy (docs/revive.md) in miniature, as its N=512 groups
+    showed it at the branch point: 512 prompts always solved, solved 90-100% of the time, or never
+    solved. Returns their success rates p, a 4-rollout screening's right answers, and a previous
+    visit of 16 rollouts ([G, 2]: right, rollouts)."""
+    generator = torch.Generator().manual_seed(seed)
     p = torch.cat([torch.ones(230), 0.9 + 0.099 * torch.rand(246, generator=generator),
                    torch.zeros(36)]).double()
     correct = torch.binomial(torch.full_like(p, 4.0), p, generator=generator)
+    previous = torch.stack([torch.binomial(torch.full_like(p, 16.0), p, generator=generator),
+                            torch.full_like(p, 16.0)], dim=1)
+    return p, correct, previous
+
+
+def informative_given_screening(p, correct, extra):
+    """The expected informative groups once `extra` rollouts follow the screening, with the true
+    success rates."""
+    return float(torch.where(correct == 4, 1 - p**extra,
+                             torch.where(correct == 0, 1 - (1 - p) ** extra, 1.0)).sum())
+
+
+def test_a_beta_prior_cannot_see_unsolvable_prompts_so_on_a_plateau_fixed_n_finds_more_signal():
+    # A Beta fit to 4-rollout screenings is U-shaped and reads an all-wrong screening as a rare
+    # success to hunt, so the allocation moves rollouts from the prompts that can still fail to
+    # ones that can never succeed: it predicts more informative groups than fixed N=16 and gets
+    # fewer.
+    p, correct, _ = plateau_batch(seed=0)
     prior = train_brorl.success_rate_prior(correct, screened=4)
     extra = torch.tensor(train_brorl.allocate_rollouts(correct, screened=4, budget=512 * 12,
                                                        cap=508), dtype=torch.float64)
@@ -77,13 +93,49 @@ def test_a_beta_prior_cannot_see_unsolvable_prompts_so_on_a_plateau_fixed_n_find
     def predicted(more):
         return float(train_brorl.informative_probability(correct, 4, more[:, None], prior).sum())
 
-    def expected(more):  # with the true success rates, given what the screening saw
-        return float(torch.where(correct == 4, 1 - p**more,
-                                 torch.where(correct == 0, 1 - (1 - p) ** more, 1.0)).sum())
-
     assert predicted(extra) > predicted(fixed)
-    assert expected(extra) < 0.95 * expected(fixed)
+    assert (informative_given_screening(p, correct, extra)
+            < 0.95 * informative_given_screening(p, correct, fixed))
     assert extra[p == 0].mean() > 3 * extra[(0 < p) & (p < 1)].mean()  # the never-solved took them
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_with_each_prompts_previous_visit_as_evidence_the_allocation_beats_fixed_n_on_a_plateau(
+        seed):
+    # 0 right of 16 last time and 0 of 4 now reads as unsolvable, not as a rare success to hunt
+    p, correct, previous = plateau_batch(seed)
+
+    def informative(history):
+        extra = train_brorl.allocate_rollouts(correct, 4, 512 * 12, 508, history)
+        return informative_given_screening(p, correct, torch.tensor(extra, dtype=torch.float64))
+
+    fixed = informative_given_screening(p, correct, torch.full_like(p, 12.0))
+    assert informative(previous) > fixed > informative(None)
+
+
+def test_a_prompt_never_solved_at_its_last_visit_gets_fewer_rollouts_than_one_solved_sometimes():
+    # the batch of the test above; the four all-wrong screenings' prompts were seen before: two
+    # never solved in 16, two solved 3 times
+    correct = torch.tensor([4.0] * 30 + [2.0] * 6 + [0.0] * 4)
+    history = torch.zeros(40, 2)
+    history[36:] = torch.tensor([[0.0, 16.0], [0.0, 16.0], [3.0, 16.0], [3.0, 16.0]])
+    extra = train_brorl.allocate_rollouts(correct, screened=4, budget=200, cap=64,
+                                          history=history)
+    assert sum(extra) == 200
+    assert extra[38] == extra[39] > extra[36] == extra[37]
+    # a prompt not drawn before (zeros) has only its screening, as without a history
+    assert extra[:36] == train_brorl.allocate_rollouts(correct[:36], 4, sum(extra[:36]), 64)
+
+
+def test_each_prompt_drawn_remembers_its_latest_visit():
+    history = torch.zeros(5, 2, dtype=torch.float64)
+    # tasks 3 and 1: 2 of 3 right, 0 of 2
+    train_brorl.record_visits(history, [3, 1], torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0]),
+                              torch.tensor([0, 0, 0, 1, 1]))
+    assert history.tolist() == [[0, 0], [0, 2], [0, 0], [2, 3], [0, 0]]
+    # task 3 again: its new visit replaces the old one; task 1 keeps its own
+    train_brorl.record_visits(history, [3], torch.tensor([1.0] * 4), torch.tensor([0] * 4))
+    assert history.tolist() == [[0, 0], [0, 2], [0, 0], [4, 4], [0, 0]]
 
 
 def test_a_prompt_counts_the_same_in_the_loss_however_many_rollouts_it_was_given():
@@ -100,19 +152,31 @@ def metric_rows(run_dir):
     return [r for r in rows if "rollouts" in r]
 
 
+def latest_history(run_dir):
+    """The prompt history in the run's latest checkpoint: [T, 2] right and all rollouts."""
+    checkpoint = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
+    return torch.load(checkpoint / "trainer_state.pt", weights_only=True)["prompt_history"]
+
+
 def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_with_unequal_groups(tmp_path):
     allocation = ["--allocation", "knapsack", "--screen-rollouts", "4", "--allocation-cap", "64",
-                  "--prompts-per-step", "8", "--total-steps", "3"]
+                  "--prompts-per-step", "8", "--allocation-history"]
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "one"),
-               *allocation)
+               *allocation, "--total-steps", "2")
+    # resumed: the history of the prompts drawn comes back with the checkpoint
+    run_script("train_brorl.py", "--output-dir", str(tmp_path / "one"), "--resume",
+               "--total-steps", "3")
     rows = metric_rows(tmp_path / "one")
     assert [r["rollouts"] for r in rows] == [8 * 16] * 3  # prompts_per_step x n_rollouts
     assert all(r["n_per_prompt/min"] >= 4 and r["n_per_prompt/max"] <= 64 for r in rows)
     assert any(r["n_per_prompt/max"] > 16 for r in rows)  # the allocation moved samples
+    history = latest_history(tmp_path / "one")
+    assert int((history[:, 1] > 0).sum()) == 8 * 3 and history[:, 1].sum() == 8 * 16 * 3
     # two processes (DDP over gloo) with dynamic sampling refills: each process spends its own
     # share of every round's budget
     accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir",
-                      str(tmp_path / "two"), *allocation, "--refill-rounds", "2")
+                      str(tmp_path / "two"), *allocation, "--total-steps", "3",
+                      "--refill-rounds", "2")
     rows = metric_rows(tmp_path / "two")
     assert all(r["rollouts"] == 8 * 16 * r["gen_rounds"] for r in rows)
     assert all(r["kept_groups"] <= 8 for r in rows)
@@ -120,3 +184,5 @@ def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_with_unequal_groups
     # the quantiles are of every process's prompts together, so each is some prompt's count
     assert all(float(r[f"n_per_prompt/{q}"]).is_integer()
                for r in rows for q in ("min", "median", "p90", "max"))
+    # the history holds every process's prompts
+    assert latest_history(tmp_path / "two")[:, 1].sum() == sum(r["rollouts"] for r in rows)

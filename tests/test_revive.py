@@ -21,12 +21,13 @@ BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_
 def test_every_branch_generates_the_same_samples_and_lr_follows_the_chosen_rule():
     plan = dataclasses.replace(revive.Plan(), lr_scaling="sqrt")
     shapes = {s["name"]: s for s in revive.branch_shapes(plan, lr=1e-4)}
-    assert set(shapes) == {"N16", "N64", "N256", "N512", "knapsack16"}
+    assert set(shapes) == {"N16", "N64", "N256", "N512", "knapsack16", "knapsack16+history"}
     budget = plan.budget_steps * plan.stage1_n * plan.stage1_prompts
     assert all(s["steps"] * s["samples_per_step"] == budget for s in shapes.values())
     # the paper's two shapes, and the allocation at ProRL's: N=16 on average over 512 prompts
     assert (shapes["N16"]["prompts_per_step"], shapes["N512"]["prompts_per_step"]) == (512, 128)
     assert shapes["knapsack16"]["prompts_per_step"] == 512 and shapes["knapsack16"]["allocation"]
+    assert shapes["knapsack16+history"]["history"] and not shapes["knapsack16"]["history"]
     assert shapes["N512"]["steps"] == plan.budget_steps // 8  # 8x ProRL's samples per step
     assert shapes["N512"]["lr"] == pytest.approx(1e-4 * math.sqrt(8))
     assert shapes["N64"]["lr"] == shapes["knapsack16"]["lr"] == 1e-4
@@ -163,7 +164,8 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     assert set(results["starts"]) == {"plateau", "start"}
     for start in results["starts"].values():
         branches = start["branches"]
-        assert set(branches) == {"N4@lr1", "N4@lr3", "knapsack4@lr1", "knapsack4@lr3"}
+        assert set(branches) == {"N4@lr1", "N4@lr3", "knapsack4+history@lr1",
+                                 "knapsack4+history@lr3"}
         assert start["frontier"][-1]["compute"] == 128  # equal samples for every branch
         for branch in branches.values():
             assert (BRANCH_KEYS <= set(branch)

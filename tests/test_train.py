@@ -45,6 +45,7 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     # nothing left to allocate
     (["--allocation", "knapsack", "--screen-rollouts", "256"], "screen_rollouts must be in [2, "),
     (["--allocation", "knapsack", "--allocation-cap", "100"], "allocation_cap must be >= n_rol"),
+    (["--allocation-history"], "allocation_history is evidence for --allocation knapsack"),
 ])
 def test_bad_config_values_are_rejected_with_one_clear_line(args, message):
     with pytest.raises(tasks.InputError,
