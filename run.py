@@ -251,6 +251,10 @@ def setup(cfg) -> Run:
         state = rollout.read_plain_data(checkpoint / "trainer_state.pt")
         step, data_position = state["step"], state["data_position"]
         prompt_history = state.get("prompt_history", prompt_history)
+        if prompt_history is not None and prompt_history.shape != (len(train_tasks), 2):
+            raise InputError(f"{checkpoint} remembers {len(prompt_history)} training prompts and "
+                             f"{cfg.train_data} holds {len(train_tasks)}: resume with the run's "
+                             "own training data")
         if ref_policy is not None:
             if "reference_step" not in state:
                 raise InputError(f"{checkpoint} holds its reference policy in state/ (written by "

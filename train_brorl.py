@@ -586,10 +586,10 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         return rollouts, score_rollouts(round_tasks, rollouts, cfg, verify_cfg, verify_stats)
 
     for refill in range(1 + cfg.refill_rounds):
-        round_ids = next_prompts(len(run.train_tasks), run.data_position, cfg.prompts_per_step,
-                                 cfg.seed)
-        prompts.update(run.train_tasks[i]["prompt"] for i in round_ids)
-        round_ids = round_ids[run.rank :: run.processes]  # this process's share
+        drawn = next_prompts(len(run.train_tasks), run.data_position, cfg.prompts_per_step,
+                             cfg.seed)
+        prompts.update(run.train_tasks[i]["prompt"] for i in drawn)
+        round_ids = drawn[run.rank :: run.processes]  # this process's share
         round_tasks = [run.train_tasks[i] for i in round_ids]
         tasks += round_tasks
         task_ids += round_ids
@@ -604,8 +604,7 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
             rollouts, rewards = sample(prompt_ids, round_tasks, generator, screened)
             correct = update.group_sums(rewards, rollouts.group)
             budget = len(round_tasks) * (cfg.n_rollouts - cfg.screen_rollouts)
-            history = (run.prompt_history[round_ids] if run.prompt_history is not None
-                       else None)
+            history = None if run.prompt_history is None else run.prompt_history[round_ids]
             extra = allocate_rollouts(correct, cfg.screen_rollouts, budget,
                                       cfg.allocation_cap - cfg.screen_rollouts, history)
             more, more_rewards = sample(prompt_ids, round_tasks, generator, extra)
@@ -632,7 +631,7 @@ def record_visits(history: torch.Tensor, task_ids: list[int], rewards: torch.Ten
                   group: torch.Tensor) -> None:
     """Each prompt this step drew on any process (group g is task task_ids[g] of this one's) gets
     its right and all rollouts in `history` ([T, 2], the training tasks'), in place of its previous
-    visit's."""
+    visit's; a prompt drawn twice in the step (an epoch ends inside it) gets both groups' sum."""
     counts = torch.stack([update.group_sums(rewards.double(), group),
                           torch.bincount(group).double()], dim=1)
     ids = torch.tensor(task_ids, dtype=torch.long)

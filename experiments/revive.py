@@ -143,6 +143,7 @@ def branch_shape(plan: Plan, n: int, lr: float, allocation: bool = False,
     """Prompts per step, steps, learning rate and eval interval of the branch with N = n (the mean
     N with `allocation`, whose evidence includes each prompt's previous visit with `history`)
     from a policy trained at `lr` (see the docstring)."""
+    assert allocation or not history, "history is evidence for the allocation"
     base = plan.stage1_n * plan.stage1_prompts
     prompts = plan.stage1_prompts if allocation else max(plan.min_prompts, base // n)
     steps = max(1, round(plan.budget_steps * base / (n * prompts)))

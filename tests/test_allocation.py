@@ -114,8 +114,8 @@ def test_with_each_prompts_previous_visit_as_evidence_the_allocation_beats_fixed
 
 
 def test_a_prompt_never_solved_at_its_last_visit_gets_fewer_rollouts_than_one_solved_sometimes():
-    # the batch of the test above; the four all-wrong screenings' prompts were seen before: two
-    # never solved in 16, two solved 3 times
+    # the batch of test_rare_successes_are_hunted_where_the_batch_says_they_are_likely; the four
+    # all-wrong screenings' prompts were seen before: two never solved in 16, two solved 3 times
     correct = torch.tensor([4.0] * 30 + [2.0] * 6 + [0.0] * 4)
     history = torch.zeros(40, 2)
     history[36:] = torch.tensor([[0.0, 16.0], [0.0, 16.0], [3.0, 16.0], [3.0, 16.0]])
@@ -123,8 +123,9 @@ def test_a_prompt_never_solved_at_its_last_visit_gets_fewer_rollouts_than_one_so
                                           history=history)
     assert sum(extra) == 200
     assert extra[38] == extra[39] > extra[36] == extra[37]
-    # a prompt not drawn before (zeros) has only its screening, as without a history
-    assert extra[:36] == train_brorl.allocate_rollouts(correct[:36], 4, sum(extra[:36]), 64)
+    # prompts not drawn before (zeros) have only their screening, as without a history
+    assert (train_brorl.allocate_rollouts(correct, 4, 200, 64, torch.zeros(40, 2))
+            == train_brorl.allocate_rollouts(correct, 4, 200, 64))
 
 
 def test_each_prompt_drawn_remembers_its_latest_visit():
@@ -136,6 +137,10 @@ def test_each_prompt_drawn_remembers_its_latest_visit():
     # task 3 again: its new visit replaces the old one; task 1 keeps its own
     train_brorl.record_visits(history, [3], torch.tensor([1.0] * 4), torch.tensor([0] * 4))
     assert history.tolist() == [[0, 0], [0, 2], [0, 0], [4, 4], [0, 0]]
+    # task 0 twice in one step (an epoch ended inside it): both groups count
+    train_brorl.record_visits(history, [0, 0], torch.tensor([1.0, 0.0, 0.0]),
+                              torch.tensor([0, 1, 1]))
+    assert history[0].tolist() == [1, 3]
 
 
 def test_a_prompt_counts_the_same_in_the_loss_however_many_rollouts_it_was_given():
@@ -158,25 +163,22 @@ def latest_history(run_dir):
     return torch.load(checkpoint / "trainer_state.pt", weights_only=True)["prompt_history"]
 
 
-def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_with_unequal_groups(tmp_path):
+def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_and_can_remember_each_visit(
+        tmp_path):
     allocation = ["--allocation", "knapsack", "--screen-rollouts", "4", "--allocation-cap", "64",
-                  "--prompts-per-step", "8", "--allocation-history"]
+                  "--prompts-per-step", "8"]
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "one"),
-               *allocation, "--total-steps", "2")
-    # resumed: the history of the prompts drawn comes back with the checkpoint
-    run_script("train_brorl.py", "--output-dir", str(tmp_path / "one"), "--resume",
-               "--total-steps", "3")
+               *allocation, "--total-steps", "3")
     rows = metric_rows(tmp_path / "one")
     assert [r["rollouts"] for r in rows] == [8 * 16] * 3  # prompts_per_step x n_rollouts
     assert all(r["n_per_prompt/min"] >= 4 and r["n_per_prompt/max"] <= 64 for r in rows)
     assert any(r["n_per_prompt/max"] > 16 for r in rows)  # the allocation moved samples
-    history = latest_history(tmp_path / "one")
-    assert int((history[:, 1] > 0).sum()) == 8 * 3 and history[:, 1].sum() == 8 * 16 * 3
     # two processes (DDP over gloo) with dynamic sampling refills: each process spends its own
-    # share of every round's budget
-    accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir",
-                      str(tmp_path / "two"), *allocation, "--total-steps", "3",
-                      "--refill-rounds", "2")
+    # share of every round's budget; with --allocation-history, resumed after step 2
+    two = ["--output-dir", str(tmp_path / "two")]
+    accelerate_launch("train_brorl.py", "--preset", "smoke", *two, *allocation,
+                      "--allocation-history", "--refill-rounds", "2", "--total-steps", "2")
+    accelerate_launch("train_brorl.py", *two, "--resume", "--total-steps", "3")
     rows = metric_rows(tmp_path / "two")
     assert all(r["rollouts"] == 8 * 16 * r["gen_rounds"] for r in rows)
     assert all(r["kept_groups"] <= 8 for r in rows)
@@ -184,5 +186,18 @@ def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_with_unequal_groups
     # the quantiles are of every process's prompts together, so each is some prompt's count
     assert all(float(r[f"n_per_prompt/{q}"]).is_integer()
                for r in rows for q in ("min", "median", "p90", "max"))
-    # the history holds every process's prompts
+    # every prompt drawn, on either process and before or after the resume, is remembered
     assert latest_history(tmp_path / "two")[:, 1].sum() == sum(r["rollouts"] for r in rows)
+
+
+def test_a_resumed_run_whose_training_file_changed_size_is_refused_in_one_line(tmp_path):
+    train = tmp_path / "train.jsonl"
+    lines = open("data/arith_train.jsonl").readlines()
+    train.write_text("".join(lines[:16]))
+    flags = ["--output-dir", str(tmp_path / "run"), "--train-data", str(train)]
+    run_script("train_brorl.py", "--preset", "smoke", *flags, "--allocation", "knapsack",
+               "--allocation-history", "--total-steps", "1")
+    train.write_text("".join(lines[:20]))
+    refused = run_script("train_brorl.py", *flags, "--resume", check=False)
+    assert refused.returncode != 0
+    assert "remembers 16 training prompts and" in refused.stderr.strip().splitlines()[-1]
