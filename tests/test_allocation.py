@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+import rollout
 import train_brorl
 import update
 from conftest import accelerate_launch, run_script
@@ -159,8 +160,8 @@ def metric_rows(run_dir):
 
 def latest_history(run_dir):
     """The prompt history in the run's latest checkpoint: [T, 2] right and all rollouts."""
-    checkpoint = sorted((run_dir / "checkpoints").glob("step_*"))[-1]
-    return torch.load(checkpoint / "trainer_state.pt", weights_only=True)["prompt_history"]
+    checkpoint = rollout.latest_checkpoint(run_dir)
+    return rollout.read_plain_data(checkpoint / "trainer_state.pt")["prompt_history"]
 
 
 def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_and_can_remember_each_visit(
