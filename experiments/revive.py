@@ -408,15 +408,18 @@ def plot(results: dict, path: Path) -> None:
         ax.set(xlabel="samples generated since the branch point", title=title)
         ax.legend()
     names = list(branches)
-    axes[1, 0].bar(names, [branches[n]["pass_rate"] for n in names])
+    labels = [branches[n]["name"] for n in names]  # one lr per figure
+    axes[1, 0].bar(labels, [branches[n]["pass_rate"] for n in names])
     axes[1, 0].set(title="dynamic-sampling pass rate (informative groups)")
-    axes[1, 1].bar(names, [branches[n]["samples_per_s"] for n in names])
+    axes[1, 1].bar(labels, [branches[n]["samples_per_s"] for n in names])
     axes[1, 1].set(title="samples / s (whole step)")
+    for ax in axes[1, :2]:
+        ax.tick_params(axis="x", labelrotation=20)
     ax = axes[1, 2]
     width = 0.8 / max(len(names), 1)
     for i, n in enumerate(names):
         ax.bar([j + i * width for j in range(len(HIST_BINS))],
-               [branches[n]["correct_frac_hist"][b] for b in HIST_BINS], width, label=n)
+               [branches[n]["correct_frac_hist"][b] for b in HIST_BINS], width, label=labels[i])
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(HIST_BINS))], HIST_BINS)
     ax.set(xlabel="a prompt's correct fraction among its N samples", ylabel="share of prompts",
            title="per-prompt histogram")
