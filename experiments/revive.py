@@ -53,12 +53,21 @@ Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied
     python experiments/revive.py --resume
     # one seed, from the plateau only
     python experiments/revive.py --seeds 0 --starts plateau
+    # one seed from the start only: stage 1 is not run (a finished one in --out is read)
+    python experiments/revive.py --seeds 2 --starts start --out runs/start-seed2
+    # ... joined with another sitting's results (its run folders gone), skipping what it ran
+    python experiments/revive.py --seeds 2 --starts start --out runs/start-seed2 \
+        --merge docs/broaden/results.json
+    # only the results, from the finished runs and --merge
+    python experiments/revive.py --report-only --out runs/start-seed2 \
+        --merge docs/broaden/results.json
     # the whole pipeline in a few minutes
     python experiments/revive.py --quick --out /tmp/revive-quick
 """
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import re
@@ -66,6 +75,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -304,6 +315,12 @@ def branch_finished(run_dir: Path, steps: int) -> bool:
 def run_branch(plan: Plan, model: str, checkpoint: str | None, run_dir: Path, shape: dict,
                seed: int) -> None:
     """One branch run from `checkpoint` (weights and AdamW state), or from `model` when None."""
+    origin, origin_file = run_origin(model), run_dir / "origin.json"
+    if origin_file.is_file() and json.loads(origin_file.read_text()) != origin:
+        raise InputError(f"{run_dir} began from {origin_file.read_text().strip()}, this machine "
+                         f"has {json.dumps(origin)}: finish it where it began, or delete it")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    origin_file.write_text(json.dumps(origin))
     allocation = (["--allocation", "knapsack", "--screen-rollouts", str(plan.screen_rollouts),
                    "--allocation-cap", str(plan.allocation_cap)] if shape["allocation"] else [])
     allocation += ["--allocation-history"] if shape["history"] else []
@@ -314,6 +331,26 @@ def run_branch(plan: Plan, model: str, checkpoint: str | None, run_dir: Path, sh
         "--lr", repr(shape["lr"]), "--total-steps", str(shape["steps"]), "--eval-every",
         str(shape["eval_every"]), "--save-every", str(shape["eval_every"])]
         + (["--init-from", checkpoint] if checkpoint else []))
+
+
+def check_seed_origin(earlier: dict | None, start: str, seed: int, origin: dict) -> None:
+    """A seed's branches are compared with each other, so they must begin alike: no branch runs
+    where the merged results' runs of its seed began from other weights or CPU kernels."""
+    for key, b in (earlier or {}).get("starts", {}).get(start, {}).get("branches", {}).items():
+        theirs = b["seeds"].get(str(seed), {}).get("origin")
+        if theirs is not None and theirs != origin:
+            raise InputError(f"--merge: seed {seed}'s {key} from the {start} began from "
+                             f"{json.dumps(theirs)}, this machine has {json.dumps(origin)}: run "
+                             "its other branches where it ran, or another seed")
+
+
+def run_origin(model: str) -> dict:
+    """What a run depends on beyond its seed and flags: the warmed model's weights (the tiny model
+    is built on each machine, and its floating point differs between CPUs) and the CPU kernels."""
+    weights = Path(model) / "model.safetensors"
+    return {"model_sha256": (hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+                             if weights.is_file() else None),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
 
 
 def seed_summary(run_dir: Path, shape: dict) -> dict:
@@ -328,7 +365,9 @@ def seed_summary(run_dir: Path, shape: dict) -> dict:
     evals = [r for r in rows if "eval_pass1" in r]
     probes = [r for r in rows if "probe_improved_frac" in r]
     mean = lambda values: sum(values) / len(values) if values else float("nan")
+    origin_file = run_dir / "origin.json"
     return {
+        "origin": json.loads(origin_file.read_text()) if origin_file.is_file() else None,
         "compute": [r["step"] * shape["samples_per_step"] for r in evals],
         "compute_tokens": [tokens_by_step.get(r["step"], float("nan")) for r in evals],
         "eval_pass1": [r["eval_pass1"] for r in evals],
@@ -477,26 +516,31 @@ def report(results: dict) -> str:
     seed, and the frontier."""
     plan, stage1_result = results["plan"], results["stage1"]
     steps_worth = plan["stage1_n"] * plan["stage1_prompts"]  # samples of one stage-1 step
-    lines = ["## Stage 1 (ProRL)", "",
-             "| lr | steps | last evals | level | plateaued | probe at lr/3: its evals | lift "
-             "(noise) |", "| --- " * 7 + "|"]
-    for s in stage1_result["stretches"]:
-        probe = s["probe"]
-        lines.append(f"| {s['lr']:.3g} | {s['eval_steps'][-1]} | "
-                     f"{' '.join(f'{p:.3f}' for p in s['eval_pass1'][-plan['plateau_evals']:])} "
-                     f"| {s['level']:.3f} | {'yes' if s['plateaued'] else 'no'} | "
-                     f"{' '.join(f'{p:.3f}' for p in probe['eval_pass1'][1:])} | "
-                     f"{probe['lift']:+.3f} (±{probe['noise']:.3f}) |")
-    lines += ["", "The branch point: " + ("saturated (the last probe stayed within the noise)."
-                                          if stage1_result["saturated"] else
-                                          "NOT saturated (a lower lr still lifted it).")]
+    lines = ["## Stage 1 (ProRL)", ""]
+    if stage1_result is None:
+        lines.append("Not run: only the start's branches were asked for.")
+    else:
+        lines += ["| lr | steps | last evals | level | plateaued | probe at lr/3: its evals | "
+                  "lift (noise) |", "| --- " * 7 + "|"]
+        for s in stage1_result["stretches"]:
+            probe = s["probe"]
+            lines.append(f"| {s['lr']:.3g} | {s['eval_steps'][-1]} | "
+                         f"{' '.join(f'{p:.3f}' for p in s['eval_pass1'][-plan['plateau_evals']:])}"
+                         f" | {s['level']:.3f} | {'yes' if s['plateaued'] else 'no'} | "
+                         f"{' '.join(f'{p:.3f}' for p in probe['eval_pass1'][1:])} | "
+                         f"{probe['lift']:+.3f} (±{probe['noise']:.3f}) |")
+        lines += ["", "The branch point: " + ("saturated (the last probe stayed within the noise)."
+                                              if stage1_result["saturated"] else
+                                              "NOT saturated (a lower lr still lifted it).")]
     for start, found in results["starts"].items():
         branches = found["branches"]
         multipliers = sorted({b["lr_multiplier"] for b in branches.values()})
         names = list(dict.fromkeys(b["name"] for b in branches.values()))
-        origin = [b["eval_pass1"][0] for b in branches.values()]
+        step0 = [b["eval_pass1"][0] for b in branches.values()]
         lines += ["", f"## From the {start} (lr η = {found['lr']:.3g}; pass@1 at step 0, mean "
-                  f"over branches: {sum(origin) / len(origin):.3f})", "",
+                  f"over branches: {sum(step0) / len(step0):.3f})", "",
+                  "Runs' origin (the warmed model's sha256 on a CPU's kernels), by seed: "
+                  + origins(branches), "",
                   "pass@1 at the budget, mean ± std over seeds (population std, ÷ seeds; each "
                   "seed); pass rate at the lowest lr:", "",
                   "| branch | prompts × steps | pass rate | "
@@ -537,34 +581,72 @@ def report(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def start_point(plan: Plan, stage1_result: dict, start: str) -> tuple[float, str | None]:
+def origins(branches: dict) -> str:
+    """Each seed's run origins over the branches; a seed's paired differences are like for like
+    only where all its runs share one."""
+    found: dict[str, set] = {}
+    for b in branches.values():
+        for seed, summary in b["seeds"].items():
+            origin = summary.get("origin")
+            found.setdefault(seed, set()).add(
+                "unrecorded" if origin is None else
+                f"{origin['model_sha256']} on {origin['cpu_capability']}")
+    return "; ".join(f"s{seed} " + (" / ".join(sorted(kinds)) if len(kinds) == 1 else
+                                   "MIXED " + " / ".join(sorted(kinds)))
+                     for seed, kinds in sorted(found.items()))
+
+
+def start_point(plan: Plan, stage1_result: dict | None, start: str) -> tuple[float, str | None]:
     """A start's base lr and the checkpoint its branches continue (None: the model itself)."""
     if start == "plateau":
         return stage1_result["lr"], stage1_result["checkpoint"]
     return plan.lr, None
 
 
-def summarise(plan: Plan, out: Path, model: str, stage1_result: dict) -> dict:
-    """results.json from every finished branch run in `out`, whichever invocation ran it (its
-    `plan` is this invocation's; the seeds are those found)."""
+def summarise(plan: Plan, out: Path, model: str, stage1_result: dict | None,
+              earlier: dict | None = None) -> dict:
+    """results.json from every finished branch run in `out`, whichever invocation ran it, and the
+    seeds of `earlier` (another sitting's results.json, --merge) that `out` does not hold. Its
+    `plan` is this invocation's but for the seeds, which are those found."""
+    if earlier is not None and earlier["model"] != model:
+        raise InputError(f"--merge: its runs started from {earlier['model']}, this one from "
+                         f"{model}")
     results = {"plan": dataclasses.asdict(plan), "model": model, "stage1": stage1_result,
                "starts": {}}
-    for start in STARTS:
+    for start in STARTS if stage1_result else ("start",):
         base_lr, _ = start_point(plan, stage1_result, start)
         branches = {}
         for multiplier in plan.lr_multipliers:
             for shape in branch_shapes(plan, base_lr * multiplier):
-                per_seed = {seed: seed_summary(run_dir, shape)
-                            for seed in branch_seeds(out, start, shape)
-                            if branch_finished(run_dir := branch_dir(out, start, shape, seed),
-                                               shape["steps"])}
+                key = f"{shape['name']}@lr{multiplier:g}"
+                per_seed = merged_seeds(earlier, start, key, shape)
+                per_seed.update({seed: seed_summary(run_dir, shape)
+                                 for seed in branch_seeds(out, start, shape)
+                                 if branch_finished(run_dir := branch_dir(out, start, shape, seed),
+                                                    shape["steps"])})
                 if per_seed:
-                    branches[f"{shape['name']}@lr{multiplier:g}"] = {
-                        **branch_summary(shape, per_seed), "lr_multiplier": multiplier}
+                    branches[key] = {**branch_summary(shape, dict(sorted(per_seed.items()))),
+                                     "lr_multiplier": multiplier}
         if branches:
             results["starts"][start] = {"lr": base_lr, "branches": branches,
                                         "frontier": frontier(branches)}
+    results["plan"]["seeds"] = sorted({int(seed) for found in results["starts"].values()
+                                       for b in found["branches"].values() for seed in b["seeds"]})
     return results
+
+
+def merged_seeds(earlier: dict | None, start: str, key: str, shape: dict) -> dict[int, dict]:
+    """One branch's per-seed summaries in an earlier sitting's results.json (its run folders may
+    be gone), checked to be the same branch."""
+    branch = (earlier or {}).get("starts", {}).get(start, {}).get("branches", {}).get(key)
+    if branch is None:
+        return {}
+    differs = [field for field in ("n_rollouts", "prompts_per_step", "steps", "lr", "allocation",
+                                   "history") if not math.isclose(branch[field], shape[field])]
+    if differs:
+        raise InputError(f"--merge: its {key} from the {start} differs from this plan's in "
+                         f"{', '.join(differs)}")
+    return {int(seed): summary for seed, summary in branch["seeds"].items()}
 
 
 def branch_dir(out: Path, start: str, shape: dict, seed: int) -> Path:
@@ -593,6 +675,12 @@ def main() -> None:
                         help="the whole pipeline at toy sizes, in a few minutes")
     parser.add_argument("--resume", action="store_true",
                         help="continue an experiment in --out; finished runs are kept")
+    parser.add_argument("--merge", type=Path,
+                        help="another sitting's results.json (its run folders may be gone): its "
+                             "seeds join the results, and its finished branches are not run again")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the results from finished runs (and --merge) without running "
+                             "anything")
     parser.add_argument("--model",
                         help="starting policy (default: the tiny model warmed up on the graded "
                              "task)")
@@ -603,22 +691,35 @@ def main() -> None:
     parser.add_argument("--max-decays", type=int, help="Plan.max_decays")
     parser.add_argument("--seeds", type=int, nargs="+", help="Plan.seeds")
     parser.add_argument("--starts", nargs="+", choices=STARTS, help="Plan.starts")
+    parser.add_argument("--lr-multipliers", type=float, nargs="+", help="Plan.lr_multipliers")
     args = parser.parse_args()
     overrides = {field: getattr(args, field) for field in
-                 ("advantage", "lr_scaling", "budget_steps", "max_decays", "seeds", "starts")
+                 ("advantage", "lr_scaling", "budget_steps", "max_decays", "seeds", "starts",
+                  "lr_multipliers")
                  if getattr(args, field) is not None}
-    overrides.update({field: tuple(overrides[field]) for field in ("seeds", "starts")
-                      if field in overrides})
+    overrides.update({field: tuple(overrides[field])
+                      for field in ("seeds", "starts", "lr_multipliers") if field in overrides})
     plan = dataclasses.replace(QUICK if args.quick else Plan(), **overrides)
     try:
-        if (args.out / "stage1").exists() and not args.resume:
+        if (args.out / "stage1").exists() and not (args.resume or args.report_only):
             raise InputError(f"{args.out} already holds an experiment: pass --resume to continue "
                              "it, or another --out")
         model = args.model or str(ensure_tiny_model(spec=GRADED_WARMUP, train_data=TRAIN_DATA))
+        earlier = read_results(args.merge) if args.merge else None
         start_time = time.time()
-        stage1_result = stage1(plan, model, args.out, seed=plan.stage1_seed)
+        # only the plateau's branches need stage 1 (about 40 minutes); a finished one is read, and
+        # a merged one is taken as it is
+        known_stage1 = earlier["stage1"] if earlier else None
+        if args.report_only:
+            args.out.mkdir(parents=True, exist_ok=True)
+            stage1_result = known_stage1 or (read_results(args.out / "results.json")["stage1"]
+                                             if (args.out / "results.json").is_file() else None)
+        elif (args.out / "stage1").exists() or ("plateau" in plan.starts and not known_stage1):
+            stage1_result = stage1(plan, model, args.out, seed=plan.stage1_seed)
+        else:
+            stage1_result = known_stage1
         # seed by seed: one seed of every branch first
-        for seed in plan.seeds:
+        for seed in plan.seeds if not args.report_only else ():
             for start in plan.starts:
                 base_lr, checkpoint = start_point(plan, stage1_result, start)
                 for multiplier in plan.lr_multipliers:
@@ -630,19 +731,32 @@ def main() -> None:
                         if branch_finished(run_dir, shape["steps"]):
                             print(f"[revive] {label}: finished earlier, kept")
                             continue
+                        if seed in merged_seeds(earlier, start, f"{shape['name']}@lr"
+                                                f"{multiplier:g}", shape):
+                            print(f"[revive] {label}: in {args.merge}, kept")
+                            continue
+                        check_seed_origin(earlier, start, seed, run_origin(model))
                         print(f"[revive] {label}", flush=True)
                         branch_start = time.time()
                         run_branch(plan, model, checkpoint, run_dir, shape, seed)
                         print(f"[revive] {label}: took {time.time() - branch_start:.0f}s, pass@1 "
                               f"{seed_summary(run_dir, shape)['eval_pass1'][-1]:.3f}", flush=True)
-                        write_results(summarise(plan, args.out, model, stage1_result), args.out)
-        results = summarise(plan, args.out, model, stage1_result)
+                        write_results(summarise(plan, args.out, model, stage1_result, earlier),
+                                      args.out)
+        results = summarise(plan, args.out, model, stage1_result, earlier)
         results["wall_s"] = time.time() - start_time  # this invocation's
         write_results(results, args.out)
     except InputError as e:
         sys.exit(f"error: {e}")
     print(f"done in {results['wall_s']:.0f}s: {args.out / 'results.json'}, "
           f"{args.out / 'frontier.png'}")
+
+
+def read_results(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise InputError(f"cannot read results from {path}: {e}") from None
 
 
 def write_results(results: dict, out: Path) -> None:

@@ -119,6 +119,24 @@ def test_a_branchs_seeds_are_its_run_folders_and_nothing_else(tmp_path):
     assert revive.branch_seeds(tmp_path, "start", shape) == []
 
 
+def test_merged_results_give_their_seeds_only_to_the_same_branch_from_the_same_model(tmp_path):
+    plan = revive.Plan()
+    shape = revive.branch_shape(plan, 512, lr=plan.lr)
+    earlier = {"model": "warmed", "stage1": None, "starts": {"start": {"branches": {
+        "N512@lr1": revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})}}}}
+    results = revive.summarise(plan, tmp_path, "warmed", None, earlier)
+    branch = results["starts"]["start"]["branches"]["N512@lr1"]
+    assert branch["final_eval_pass1"]["per_seed"] == {"0": 0.6, "1": 0.8}
+    assert results["plan"]["seeds"] == [0, 1] and list(results["starts"]["start"]["branches"]) == [
+        "N512@lr1"]
+    with pytest.raises(revive.InputError, match="started from warmed"):
+        revive.summarise(plan, tmp_path, "another", None, earlier)
+    # the same name at another budget is another branch
+    with pytest.raises(revive.InputError, match="N512@lr1 from the start differs .* in steps"):
+        revive.summarise(dataclasses.replace(plan, budget_steps=320), tmp_path, "warmed", None,
+                         earlier)
+
+
 def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_frontier():
     plan = revive.Plan()
     branches = {}
@@ -148,6 +166,27 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
     # each branch against ProRL's N seed by seed: the paired difference, not the two spreads
     assert "| N512 | +0.050 (s0 +0.050 / s1 +0.050) | +0.050 (s0 +0.050 / s1 +0.050) |" in table
     assert f"| {100 / 8192:g} | 0.700 | N512@lr1 |" in table
+    assert "by seed: s0 unrecorded; s1 unrecorded" in table
+
+
+def test_a_run_is_continued_only_from_the_weights_and_cpu_it_began_with(tmp_path):
+    plan, run_dir = revive.Plan(), tmp_path / "N16_lr0.0003_seed2"
+    run_dir.mkdir()
+    began = {"model_sha256": "0123456789ab", "cpu_capability": "AVX2"}
+    (run_dir / "origin.json").write_text(json.dumps(began))
+    shape = revive.branch_shape(plan, 16, lr=3e-4)
+    with pytest.raises(revive.InputError, match="began from .*0123456789ab.*finish it where"):
+        revive.run_branch(plan, str(tmp_path), None, run_dir, shape, seed=2)
+    # the report names the seeds whose runs did not all begin alike
+    mixed = {"N16@lr1": revive.branch_summary(shape, {2: {**fake_seed(0.6), "origin": began}}),
+             "N64@lr1": revive.branch_summary(shape, {2: fake_seed(0.6)})}
+    assert revive.origins(mixed) == "s2 MIXED 0123456789ab on AVX2 / unrecorded"
+    # nor does a merged sitting's seed go on elsewhere
+    earlier = {"starts": {"start": {"branches": mixed}}}
+    revive.check_seed_origin(earlier, "start", 2, began)
+    revive.check_seed_origin(earlier, "start", 1, {**began, "cpu_capability": "AVX512"})
+    with pytest.raises(revive.InputError, match="seed 2's N16@lr1 from the start began from"):
+        revive.check_seed_origin(earlier, "start", 2, {**began, "cpu_capability": "AVX512"})
 
 
 def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_runs(
@@ -182,6 +221,30 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
                          "--resume", "--seeds", "1", "--starts", "plateau")
     assert resumed.stdout.count("finished earlier, kept") == 4
     assert json.loads((out / "results.json").read_text())["starts"] == results["starts"]
+    # the start's branches alone need no stage 1
+    start_only = tmp_path / "start-only"
+    run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model", model,
+               "--seeds", "0", "--starts", "start")
+    results = json.loads((start_only / "results.json").read_text())
+    assert results["stage1"] is None and not (start_only / "stage1").exists()
+    assert set(results["starts"]) == {"start"} and len(results["starts"]["start"]["branches"]) == 4
+    assert "Not run: only the start's branches" in (start_only / "results.md").read_text()
+    # another sitting's results join in (its run folders may be gone): what it ran is not run
+    # again, and a seed found in both comes from this sitting's runs
+    merged = run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model",
+                        model, "--seeds", "1", "--starts", "start", "--merge",
+                        str(out / "results.json"))
+    assert merged.stdout.count("results.json, kept") == 4 and "took" not in merged.stdout
+    (start_only / "results.json").unlink()
+    run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model", model,
+               "--report-only", "--merge", str(out / "results.json"))
+    joined = json.loads((start_only / "results.json").read_text())
+    earlier = json.loads((out / "results.json").read_text())
+    assert joined["stage1"] == earlier["stage1"] and joined["plan"]["seeds"] == [0, 1]
+    assert joined["starts"]["plateau"] == earlier["starts"]["plateau"]
+    for key, branch in joined["starts"]["start"]["branches"].items():
+        assert branch["seeds"]["0"] == results["starts"]["start"]["branches"][key]["seeds"]["0"]
+        assert branch["seeds"]["1"] == earlier["starts"]["start"]["branches"][key]["seeds"]["1"]
 
 
 def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
