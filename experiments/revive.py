@@ -468,6 +468,19 @@ def plot(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def shared_seed_curves(branches: dict) -> tuple[list[str], dict]:
+    """The seeds every branch has, and each branch's pass@1 curve averaged over them: branches
+    compared over different seeds would differ by their seeds."""
+    seeds = sorted(set.intersection(*(set(b["seeds"]) for b in branches.values())), key=int)
+    curves = {}
+    for key, b in branches.items():
+        runs = [b["seeds"][seed]["eval_pass1"] for seed in seeds]
+        curves[key] = {"compute": b["compute"],
+                       "eval_pass1": [sum(run[i] for run in runs) / len(runs)
+                                      for i in range(min(map(len, runs)))] if runs else []}
+    return seeds, curves
+
+
 def frontier(branches: dict) -> list[dict]:
     """The compute frontier: at each eval's sample count, the best seed-mean pass@1 any branch (at
     any lr) reached with at most that many samples, and which one."""
@@ -482,8 +495,8 @@ def frontier(branches: dict) -> list[dict]:
 
 
 def plot_frontier(results: dict, path: Path) -> None:
-    """frontier.png: per start, every branch's pass@1 against samples (seed mean; solid at the
-    lower lr, dashed at the higher) and the frontier."""
+    """frontier.png: per start, every branch's pass@1 against samples (mean over the seeds every
+    branch has; solid at the lower lr, dashed at the higher) and the frontier."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -493,15 +506,18 @@ def plot_frontier(results: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(starts), figsize=(8 * len(starts), 5.5), squeeze=False)
     for ax, (start, found) in zip(axes[0], starts.items()):
         colors, multipliers = {}, sorted({b["lr_multiplier"] for b in found["branches"].values()})
+        seeds, curves = shared_seed_curves(found["branches"])
         for key, b in found["branches"].items():
             color = colors.setdefault(b["name"], f"C{len(colors)}")
             style = "-" if b["lr_multiplier"] == multipliers[0] else "--"
-            ax.plot(b["compute"], b["eval_pass1"], style, color=color, marker=".",
-                    label=f"{b['name']} lr {b['lr']:.2g} ({len(b['seeds'])} seeds)")
+            curve = curves[key]["eval_pass1"]
+            ax.plot(b["compute"][: len(curve)], curve, style, color=color, marker=".",
+                    label=f"{b['name']} lr {b['lr']:.2g}")
         edge = found["frontier"]
         ax.step([p["compute"] for p in edge], [p["pass1"] for p in edge], "k:", where="post",
                 lw=2, label="frontier")
-        ax.set(xlabel="samples generated", ylabel="held-out pass@1 (seed mean)",
+        ax.set(xlabel="samples generated",
+               ylabel=f"held-out pass@1 (mean over seeds {', '.join(seeds)})",
                title=f"from the {start}" + (" (saturated ProRL)" if start == "plateau" else
                                             " (the warmed model before stage 1)"))
         ax.legend(fontsize=7)
@@ -574,7 +590,8 @@ def report(results: dict) -> str:
                              f"{sum(differences.values()) / len(differences):+.3f} (" + " / ".join(
                                  f"s{seed} {d:+.3f}" for seed, d in differences.items()) + ")")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines += ["", "Frontier: the best seed-mean pass@1 reached within each compute:", "",
+        lines += ["", "Frontier: the best pass@1 reached within each compute, mean over the seeds "
+                  f"every branch has ({', '.join(found['frontier_seeds'])}):", "",
                   "| samples (stage-1 steps' worth) | pass@1 | branch |", "| --- | --- | --- |"]
         lines += [f"| {p['compute'] / steps_worth:g} | {p['pass1']:.3f} | {p['branch']} |"
                   for p in found["frontier"]]
@@ -628,8 +645,9 @@ def summarise(plan: Plan, out: Path, model: str, stage1_result: dict | None,
                     branches[key] = {**branch_summary(shape, dict(sorted(per_seed.items()))),
                                      "lr_multiplier": multiplier}
         if branches:
+            seeds, curves = shared_seed_curves(branches)
             results["starts"][start] = {"lr": base_lr, "branches": branches,
-                                        "frontier": frontier(branches)}
+                                        "frontier": frontier(curves), "frontier_seeds": seeds}
     results["plan"]["seeds"] = sorted({int(seed) for found in results["starts"].values()
                                        for b in found["branches"].values() for seed in b["seeds"]})
     return results

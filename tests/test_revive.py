@@ -108,6 +108,18 @@ def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
         {"compute": 20, "pass1": 0.7, "branch": "N512@lr1"}]
 
 
+def test_the_frontier_compares_branches_over_the_seeds_they_all_have():
+    shape = revive.branch_shape(revive.Plan(), 16, lr=1e-4)
+    three = revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8), 2: fake_seed(0.1)})
+    two = revive.branch_summary(shape, {0: fake_seed(0.5), 1: fake_seed(0.6)})
+    seeds, curves = revive.shared_seed_curves({"N16@lr1": three, "N64@lr1": two})
+    # seed 2's low run leaves N16's mean over its own seeds (0.5) below N64's (0.55)
+    assert seeds == ["0", "1"] and three["eval_pass1"][-1] == pytest.approx(0.5)
+    assert curves["N16@lr1"]["eval_pass1"] == pytest.approx([0.5, 0.7])
+    assert revive.frontier(curves)[-1] == {"compute": 100, "pass1": pytest.approx(0.7),
+                                           "branch": "N16@lr1"}
+
+
 def test_a_branchs_seeds_are_its_run_folders_and_nothing_else(tmp_path):
     shape = revive.branch_shape(revive.Plan(), 16, lr=1e-4)
     for seed in (0, 2):
@@ -155,7 +167,8 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
     results = {"plan": dataclasses.asdict(plan),
                "stage1": {"stretches": [stretch], "probe": probe, "saturated": True},
                "starts": {"plateau": {"lr": 1e-4, "branches": branches,
-                                      "frontier": revive.frontier(branches)}}}
+                                      "frontier": revive.frontier(branches),
+                                      "frontier_seeds": ["0", "1"]}}}
     table = revive.report(results)
     assert "| 0.0003 | 10 | 0.500 0.600 | 0.550 | yes | 0.560 | +0.005 (±0.011) |" in table
     assert "The branch point: saturated" in table
