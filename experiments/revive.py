@@ -53,7 +53,7 @@ Shrinkage is measured on one probe set drawn by stage 1 at its step 0 and copied
     python experiments/revive.py --resume
     # one seed, from the plateau only
     python experiments/revive.py --seeds 0 --starts plateau
-    # one seed from the start only: stage 1 is not run (a finished one in --out is read)
+    # one seed from the start only: stage 1 is not run (one in --out is continued or read)
     python experiments/revive.py --seeds 2 --starts start --out runs/start-seed2
     # ... joined with another sitting's results (its run folders gone), skipping what it ran
     python experiments/revive.py --seeds 2 --starts start --out runs/start-seed2 \
@@ -319,8 +319,9 @@ def run_branch(plan: Plan, model: str, checkpoint: str | None, run_dir: Path, sh
     if origin_file.is_file() and json.loads(origin_file.read_text()) != origin:
         raise InputError(f"{run_dir} began from {origin_file.read_text().strip()}, this machine "
                          f"has {json.dumps(origin)}: finish it where it began, or delete it")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    origin_file.write_text(json.dumps(origin))
+    if not (run_dir / "metrics.jsonl").is_file():  # a run begun unrecorded stays so
+        run_dir.mkdir(parents=True, exist_ok=True)
+        origin_file.write_text(json.dumps(origin))
     allocation = (["--allocation", "knapsack", "--screen-rollouts", str(plan.screen_rollouts),
                    "--allocation-cap", str(plan.allocation_cap)] if shape["allocation"] else [])
     allocation += ["--allocation-history"] if shape["history"] else []
@@ -333,13 +334,19 @@ def run_branch(plan: Plan, model: str, checkpoint: str | None, run_dir: Path, sh
         + (["--init-from", checkpoint] if checkpoint else []))
 
 
-def check_seed_origin(earlier: dict | None, start: str, seed: int, origin: dict) -> None:
+def check_seed_origin(earlier: dict | None, out: Path, start: str, seed: int,
+                      origin: dict) -> None:
     """A seed's branches are compared with each other, so they must begin alike: no branch runs
-    where the merged results' runs of its seed began from other weights or CPU kernels."""
-    for key, b in (earlier or {}).get("starts", {}).get(start, {}).get("branches", {}).items():
-        theirs = b["seeds"].get(str(seed), {}).get("origin")
+    where the seed's other runs, merged or in `out`, began from other weights or CPU kernels."""
+    branches = (earlier or {}).get("starts", {}).get(start, {}).get("branches", {})
+    found = {f"{key} in --merge": b["seeds"].get(str(seed), {}).get("origin")
+             for key, b in branches.items()}
+    found.update({str(run_dir): json.loads((run_dir / "origin.json").read_text())
+                  for run_dir in (out / "branches" / start).glob(f"*_seed{seed}")
+                  if (run_dir / "origin.json").is_file()})
+    for where, theirs in found.items():
         if theirs is not None and theirs != origin:
-            raise InputError(f"--merge: seed {seed}'s {key} from the {start} began from "
+            raise InputError(f"seed {seed}'s {where} from the {start} began from "
                              f"{json.dumps(theirs)}, this machine has {json.dumps(origin)}: run "
                              "its other branches where it ran, or another seed")
 
@@ -471,7 +478,8 @@ def plot(results: dict, path: Path) -> None:
 def shared_seed_curves(branches: dict) -> tuple[list[str], dict]:
     """The seeds every branch has, and each branch's pass@1 curve averaged over them: branches
     compared over different seeds would differ by their seeds."""
-    seeds = sorted(set.intersection(*(set(b["seeds"]) for b in branches.values())), key=int)
+    seeds = sorted(set.intersection(*(set(b["seeds"]) for b in branches.values()))
+                   if branches else (), key=int)
     curves = {}
     for key, b in branches.items():
         runs = [b["seeds"][seed]["eval_pass1"] for seed in seeds]
@@ -488,7 +496,9 @@ def frontier(branches: dict) -> list[dict]:
     best = []
     for c in points:
         reached = [(max(p for x, p in zip(b["compute"], b["eval_pass1"]) if x <= c), key)
-                   for key, b in branches.items()]
+                   for key, b in branches.items() if b["eval_pass1"]]
+        if not reached:  # no seed shared by every branch: no curve to compare
+            return []
         pass1, key = max(reached)
         best.append({"compute": c, "pass1": pass1, "branch": key})
     return best
@@ -591,7 +601,7 @@ def report(results: dict) -> str:
                                  f"s{seed} {d:+.3f}" for seed, d in differences.items()) + ")")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines += ["", "Frontier: the best pass@1 reached within each compute, mean over the seeds "
-                  f"every branch has ({', '.join(found['frontier_seeds'])}):", "",
+                  f"every branch has ({', '.join(found['frontier_seeds']) or 'none'}):", "",
                   "| samples (stage-1 steps' worth) | pass@1 | branch |", "| --- | --- | --- |"]
         lines += [f"| {p['compute'] / steps_worth:g} | {p['pass1']:.3f} | {p['branch']} |"
                   for p in found["frontier"]]
@@ -623,11 +633,9 @@ def start_point(plan: Plan, stage1_result: dict | None, start: str) -> tuple[flo
 def summarise(plan: Plan, out: Path, model: str, stage1_result: dict | None,
               earlier: dict | None = None) -> dict:
     """results.json from every finished branch run in `out`, whichever invocation ran it, and the
-    seeds of `earlier` (another sitting's results.json, --merge) that `out` does not hold. Its
-    `plan` is this invocation's but for the seeds, which are those found."""
-    if earlier is not None and earlier["model"] != model:
-        raise InputError(f"--merge: its runs started from {earlier['model']}, this one from "
-                         f"{model}")
+    seeds of `earlier` (another sitting's results.json, --merge, checked by `check_merge`) that
+    `out` does not hold. Its `plan` is this invocation's but for the seeds, which are those
+    found."""
     results = {"plan": dataclasses.asdict(plan), "model": model, "stage1": stage1_result,
                "starts": {}}
     for start in STARTS if stage1_result else ("start",):
@@ -651,6 +659,24 @@ def summarise(plan: Plan, out: Path, model: str, stage1_result: dict | None,
     results["plan"]["seeds"] = sorted({int(seed) for found in results["starts"].values()
                                        for b in found["branches"].values() for seed in b["seeds"]})
     return results
+
+
+def check_merge(earlier: object, plan: Plan, model: str) -> None:
+    """Another sitting's results join this one's only if they are of the same experiment: the same
+    warmed model (by its cache name: the spec and data it was built from) and the same plan but for
+    what a sitting chooses to run (seeds, starts, lr multipliers)."""
+    if not isinstance(earlier, dict) or not {"plan", "model", "stage1", "starts"} <= set(earlier):
+        raise InputError("--merge: not a results.json of this experiment (it needs plan, model, "
+                         "stage1 and starts)")
+    if Path(earlier["model"]).name != Path(model).name:
+        raise InputError(f"--merge: its runs started from {earlier['model']}, this one from "
+                         f"{model}")
+    ours = json.loads(json.dumps(dataclasses.asdict(plan)))
+    differs = sorted(field for field, value in ours.items()
+                     if field not in ("seeds", "starts", "lr_multipliers")
+                     and earlier["plan"].get(field) != value)
+    if differs:
+        raise InputError(f"--merge: its plan differs from this one in {', '.join(differs)}")
 
 
 def merged_seeds(earlier: dict | None, start: str, key: str, shape: dict) -> dict[int, dict]:
@@ -724,10 +750,15 @@ def main() -> None:
                              "it, or another --out")
         model = args.model or str(ensure_tiny_model(spec=GRADED_WARMUP, train_data=TRAIN_DATA))
         earlier = read_results(args.merge) if args.merge else None
+        if earlier is not None:
+            check_merge(earlier, plan, model)
         start_time = time.time()
-        # only the plateau's branches need stage 1 (about 40 minutes); a finished one is read, and
-        # a merged one is taken as it is
+        # only the plateau's branches need stage 1 (about 40 minutes); one in --out is continued or
+        # read, a merged one is taken as it is
         known_stage1 = earlier["stage1"] if earlier else None
+        if known_stage1 and (args.out / "stage1").exists():
+            raise InputError(f"--merge: both it and {args.out} hold a stage 1; branches from two "
+                             "branch points are not one experiment")
         if args.report_only:
             args.out.mkdir(parents=True, exist_ok=True)
             stage1_result = known_stage1 or (read_results(args.out / "results.json")["stage1"]
@@ -753,7 +784,7 @@ def main() -> None:
                                                 f"{multiplier:g}", shape):
                             print(f"[revive] {label}: in {args.merge}, kept")
                             continue
-                        check_seed_origin(earlier, start, seed, run_origin(model))
+                        check_seed_origin(earlier, args.out, start, seed, run_origin(model))
                         print(f"[revive] {label}", flush=True)
                         branch_start = time.time()
                         run_branch(plan, model, checkpoint, run_dir, shape, seed)

@@ -141,12 +141,36 @@ def test_merged_results_give_their_seeds_only_to_the_same_branch_from_the_same_m
     assert branch["final_eval_pass1"]["per_seed"] == {"0": 0.6, "1": 0.8}
     assert results["plan"]["seeds"] == [0, 1] and list(results["starts"]["start"]["branches"]) == [
         "N512@lr1"]
-    with pytest.raises(revive.InputError, match="started from warmed"):
-        revive.summarise(plan, tmp_path, "another", None, earlier)
     # the same name at another budget is another branch
     with pytest.raises(revive.InputError, match="N512@lr1 from the start differs .* in steps"):
         revive.summarise(dataclasses.replace(plan, budget_steps=320), tmp_path, "warmed", None,
                          earlier)
+    # the frontier compares the branches over the seeds they all have
+    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive.branch_summary(
+        revive.branch_shape(plan, 16, lr=plan.lr), {0: fake_seed(0.7)})
+    found = revive.summarise(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
+    assert found["frontier_seeds"] == ["0"] and found["frontier"][-1]["branch"] == "N16@lr1"
+    # and none when no seed is shared
+    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive.branch_summary(
+        revive.branch_shape(plan, 16, lr=plan.lr), {2: fake_seed(0.7)})
+    found = revive.summarise(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
+    assert found["frontier_seeds"] == [] and found["frontier"] == []
+
+
+def test_a_merge_is_of_the_same_experiment_or_refused_in_one_line():
+    plan = revive.Plan()
+    earlier = {"plan": json.loads(json.dumps(dataclasses.asdict(plan))), "stage1": None,
+               "starts": {}, "model": "/home/a/.cache/brorl/tiny-arith-4a3164a05a6c"}
+    # seeds, starts and lrs are each sitting's own; the model's folder may be elsewhere
+    revive.check_merge({**earlier, "plan": {**earlier["plan"], "seeds": [2]}},
+                       plan, "/root/.cache/brorl/tiny-arith-4a3164a05a6c")
+    with pytest.raises(revive.InputError, match="started from .*, this one from"):
+        revive.check_merge(earlier, plan, "/root/.cache/brorl/tiny-arith-000000000000")
+    with pytest.raises(revive.InputError, match="plan differs from this one in advantage"):
+        revive.check_merge(earlier, dataclasses.replace(plan, advantage="grpo"), earlier["model"])
+    for malformed in ([], {"plan": {}, "model": "m"}):
+        with pytest.raises(revive.InputError, match="not a results.json of this experiment"):
+            revive.check_merge(malformed, plan, earlier["model"])
 
 
 def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_frontier():
@@ -194,12 +218,18 @@ def test_a_run_is_continued_only_from_the_weights_and_cpu_it_began_with(tmp_path
     mixed = {"N16@lr1": revive.branch_summary(shape, {2: {**fake_seed(0.6), "origin": began}}),
              "N64@lr1": revive.branch_summary(shape, {2: fake_seed(0.6)})}
     assert revive.origins(mixed) == "s2 MIXED 0123456789ab on AVX2 / unrecorded"
-    # nor does a merged sitting's seed go on elsewhere
+    # nor does a seed go on elsewhere, whether its other runs are merged or in the experiment folder
+    elsewhere = {**began, "cpu_capability": "AVX512"}
     earlier = {"starts": {"start": {"branches": mixed}}}
-    revive.check_seed_origin(earlier, "start", 2, began)
-    revive.check_seed_origin(earlier, "start", 1, {**began, "cpu_capability": "AVX512"})
-    with pytest.raises(revive.InputError, match="seed 2's N16@lr1 from the start began from"):
-        revive.check_seed_origin(earlier, "start", 2, {**began, "cpu_capability": "AVX512"})
+    revive.check_seed_origin(earlier, tmp_path, "start", 2, began)
+    revive.check_seed_origin(earlier, tmp_path, "start", 1, elsewhere)
+    with pytest.raises(revive.InputError, match="seed 2's N16@lr1 in --merge from the start began"):
+        revive.check_seed_origin(earlier, tmp_path, "start", 2, elsewhere)
+    other_run = revive.branch_dir(tmp_path, "start", revive.branch_shape(plan, 64, 3e-4), 1)
+    other_run.mkdir(parents=True)
+    (other_run / "origin.json").write_text(json.dumps(began))
+    with pytest.raises(revive.InputError, match="seed 1's .*N64_lr0.0003_seed1 from the start"):
+        revive.check_seed_origin(None, tmp_path, "start", 1, elsewhere)
 
 
 def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_runs(
@@ -224,6 +254,7 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
                     and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"})
             assert branch["compute"][-1] == 128
             assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
+            assert all(s["origin"] == revive.run_origin(model) for s in branch["seeds"].values())
     assert (out / "frontier.png").is_file() and (out / "revive_plateau_lr3.png").is_file()
     assert "## From the start" in (out / "results.md").read_text()
     refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
