@@ -33,6 +33,10 @@ FSDP_CPU = "configs/fsdp_cpu.yaml"
 RUN = ["train_brorl.py", "--preset", "smoke", "--kl-coef", "0.01", "--ref-reset-every", "2",
        "--total-steps", "3", "--eval-every", "3", "--process-group-timeout-min", "5"]
 LOGGED = ("loss", "kl", "reward_mean", "grad_norm", "clip_frac", "entropy", "eval_pass1")
+# Weights agree to a tenth of one AdamW step (lr 1e-4): a sharding bug moves weights by whole steps,
+# while Adam divides by sqrt(v), so where a gradient is tiny (the key biases) a rounding difference
+# in it moves the weight by up to 1.3e-6 (measured on an AVX-512 CPU; under 1e-6 on AVX2).
+WEIGHTS_ATOL = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +65,7 @@ def final_weights(out_dir) -> dict:
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_fsdp2_on_two_cpu_processes_trains_exactly_what_ddp_trains(tied, tied_model_dir, tmp_path):
     """In fp32 (`--mixed_precision no`) sharding changes only the order of float sums: the same
-    rollouts, the same logged numbers and, after 3 steps, the same weights within 1e-6."""
+    rollouts, the same logged numbers and, after 3 steps, the same weights (WEIGHTS_ATOL)."""
     model = ["--model", str(tied_model_dir)] if tied else []
     accelerate_launch(*RUN, *model, "--output-dir", str(tmp_path / "ddp"))
     accelerate_launch("--mixed_precision", "no", *RUN, *model,
@@ -73,7 +77,7 @@ def test_fsdp2_on_two_cpu_processes_trains_exactly_what_ddp_trains(tied, tied_mo
     ddp, fsdp = final_weights(tmp_path / "ddp"), final_weights(tmp_path / "fsdp")
     assert ddp.keys() == fsdp.keys()
     for name in ddp:
-        assert torch.allclose(ddp[name], fsdp[name], atol=1e-6), name
+        assert torch.allclose(ddp[name], fsdp[name], atol=WEIGHTS_ATOL), name
     start = rollout.load_policy(str(tied_model_dir) if tied else str(ensure_tiny_model()))[0]
     output_layer = start.lm_head.weight
     # the output layer trained (under FSDP2 as under DDP), and stayed the embedding when tied
@@ -108,8 +112,10 @@ def test_fsdp2_in_bf16_follows_the_fp32_run_within_bf16_error(tmp_path):
     # step 1 samples from the same weights: the same rollouts, the update differs by bf16 compute
     first_ddp, first_bf16 = ddp[1], bf16[1]
     assert first_bf16["reward_mean"] == first_ddp["reward_mean"]
-    for key in ("loss", "kl", "grad_norm"):
-        assert first_bf16[key] == pytest.approx(first_ddp[key], rel=0.02), key
+    # the gradient's norm sums bf16 rounding over every weight: 4.7% apart on an AVX-512 CPU's bf16
+    # kernels, under 2% on AVX2
+    for key, rel in (("loss", 0.02), ("kl", 0.02), ("grad_norm", 0.1)):
+        assert first_bf16[key] == pytest.approx(first_ddp[key], rel=rel), key
     # the fp32 sampler against the bf16 trainer: a gap, but far below a bf16 rounding of log-probs
     assert 0 < first_bf16["mismatch_abs_mean"] < 0.01
     start = rollout.load_policy(str(ensure_tiny_model()))[0].state_dict()
@@ -147,7 +153,7 @@ def test_hybrid_sharding_trains_what_full_sharding_trains_with_each_weight_in_ha
                 assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), (a["step"], key)
     full_weights, hybrid_weights = final_weights(full), final_weights(hybrid)
     for name in full_weights:
-        assert torch.allclose(full_weights[name], hybrid_weights[name], atol=1e-6), name
+        assert torch.allclose(full_weights[name], hybrid_weights[name], atol=WEIGHTS_ATOL), name
 
     def shards(run_dir) -> int:
         sharded = rollout.latest_checkpoint(run_dir) / "state" / "sharded"
