@@ -315,13 +315,13 @@ def branch_finished(run_dir: Path, steps: int) -> bool:
 def run_branch(plan: Plan, model: str, checkpoint: str | None, run_dir: Path, shape: dict,
                seed: int) -> None:
     """One branch run from `checkpoint` (weights and AdamW state), or from `model` when None."""
-    origin, origin_file = run_origin(model), run_dir / "origin.json"
-    if origin_file.is_file() and json.loads(origin_file.read_text()) != origin:
-        raise InputError(f"{run_dir} began from {origin_file.read_text().strip()}, this machine "
-                         f"has {json.dumps(origin)}: finish it where it began, or delete it")
+    origin, began = run_origin(model), read_origin(run_dir)
+    if began is not None and began != origin:
+        raise InputError(f"{run_dir} began from {json.dumps(began)}, this machine has "
+                         f"{json.dumps(origin)}: finish it where it began, or delete it")
     if not (run_dir / "metrics.jsonl").is_file():  # a run begun unrecorded stays so
         run_dir.mkdir(parents=True, exist_ok=True)
-        origin_file.write_text(json.dumps(origin))
+        (run_dir / "origin.json").write_text(json.dumps(origin))
     allocation = (["--allocation", "knapsack", "--screen-rollouts", str(plan.screen_rollouts),
                    "--allocation-cap", str(plan.allocation_cap)] if shape["allocation"] else [])
     allocation += ["--allocation-history"] if shape["history"] else []
@@ -341,14 +341,19 @@ def check_seed_origin(earlier: dict | None, out: Path, start: str, seed: int,
     branches = (earlier or {}).get("starts", {}).get(start, {}).get("branches", {})
     found = {f"{key} in --merge": b["seeds"].get(str(seed), {}).get("origin")
              for key, b in branches.items()}
-    found.update({str(run_dir): json.loads((run_dir / "origin.json").read_text())
-                  for run_dir in (out / "branches" / start).glob(f"*_seed{seed}")
-                  if (run_dir / "origin.json").is_file()})
+    found.update({str(run_dir): read_origin(run_dir)
+                  for run_dir in (out / "branches" / start).glob(f"*_seed{seed}")})
     for where, theirs in found.items():
         if theirs is not None and theirs != origin:
             raise InputError(f"seed {seed}'s {where} from the {start} began from "
                              f"{json.dumps(theirs)}, this machine has {json.dumps(origin)}: run "
                              "its other branches where it ran, or another seed")
+
+
+def read_origin(run_dir: Path) -> dict | None:
+    """The origin a run recorded when it began (None: not recorded)."""
+    path = run_dir / "origin.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def run_origin(model: str) -> dict:
@@ -372,9 +377,8 @@ def seed_summary(run_dir: Path, shape: dict) -> dict:
     evals = [r for r in rows if "eval_pass1" in r]
     probes = [r for r in rows if "probe_improved_frac" in r]
     mean = lambda values: sum(values) / len(values) if values else float("nan")
-    origin_file = run_dir / "origin.json"
     return {
-        "origin": json.loads(origin_file.read_text()) if origin_file.is_file() else None,
+        "origin": read_origin(run_dir),
         "compute": [r["step"] * shape["samples_per_step"] for r in evals],
         "compute_tokens": [tokens_by_step.get(r["step"], float("nan")) for r in evals],
         "eval_pass1": [r["eval_pass1"] for r in evals],
@@ -392,14 +396,19 @@ def seed_summary(run_dir: Path, shape: dict) -> dict:
     }
 
 
+def mean_of_curves(curves: list[list[float]]) -> list[float]:
+    """Point by point over the curves, as far as the shortest goes (none: empty)."""
+    return [sum(c[i] for c in curves) / len(curves)
+            for i in range(min(map(len, curves), default=0))]
+
+
 def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
     """Mean over seeds, with every seed's values kept (the spread is the point of several seeds)."""
     seeds = list(per_seed.values())
     seed_mean = lambda key: sum(s[key] for s in seeds) / len(seeds)
     seed_mean_per_key = lambda key: {k: sum(s[key][k] for s in seeds) / len(seeds)
                                      for k in seeds[0][key]}
-    mean_curve = lambda key: [sum(s[key][i] for s in seeds) / len(seeds)
-                              for i in range(min(len(s[key]) for s in seeds))]
+    mean_curve = lambda key: mean_of_curves([s[key] for s in seeds])
     finals = {str(seed): s["eval_pass1"][-1] for seed, s in per_seed.items()}
     final_mean = sum(finals.values()) / len(finals)
     return {
@@ -480,13 +489,8 @@ def shared_seed_curves(branches: dict) -> tuple[list[str], dict]:
     compared over different seeds would differ by their seeds."""
     seeds = sorted(set.intersection(*(set(b["seeds"]) for b in branches.values()))
                    if branches else (), key=int)
-    curves = {}
-    for key, b in branches.items():
-        runs = [b["seeds"][seed]["eval_pass1"] for seed in seeds]
-        curves[key] = {"compute": b["compute"],
-                       "eval_pass1": [sum(run[i] for run in runs) / len(runs)
-                                      for i in range(min(map(len, runs)))] if runs else []}
-    return seeds, curves
+    return seeds, {key: {"compute": b["compute"], "eval_pass1": mean_of_curves(
+        [b["seeds"][seed]["eval_pass1"] for seed in seeds])} for key, b in branches.items()}
 
 
 def frontier(branches: dict) -> list[dict]:
@@ -575,7 +579,7 @@ def report(results: dict) -> str:
         for name in names:
             cells, shape = [], None
             for m in multipliers:
-                b = branches.get(f"{name}@lr{m:g}")
+                b = branches.get(branch_key(name, m))
                 shape = shape or b
                 final = b and b["final_eval_pass1"]
                 cells.append("" if not b else
@@ -592,7 +596,7 @@ def report(results: dict) -> str:
         for name in [n for n in names if n != reference]:
             cells = []
             for m in multipliers:
-                pair = [branches.get(f"{n}@lr{m:g}") for n in (name, reference)]
+                pair = [branches.get(branch_key(n, m)) for n in (name, reference)]
                 mine, theirs = ({} if b is None else b["final_eval_pass1"]["per_seed"]
                                 for b in pair)
                 differences = {seed: mine[seed] - theirs[seed] for seed in mine if seed in theirs}
@@ -643,7 +647,7 @@ def summarise(plan: Plan, out: Path, model: str, stage1_result: dict | None,
         branches = {}
         for multiplier in plan.lr_multipliers:
             for shape in branch_shapes(plan, base_lr * multiplier):
-                key = f"{shape['name']}@lr{multiplier:g}"
+                key = branch_key(shape["name"], multiplier)
                 per_seed = merged_seeds(earlier, start, key, shape)
                 per_seed.update({seed: seed_summary(run_dir, shape)
                                  for seed in branch_seeds(out, start, shape)
@@ -691,6 +695,11 @@ def merged_seeds(earlier: dict | None, start: str, key: str, shape: dict) -> dic
         raise InputError(f"--merge: its {key} from the {start} differs from this plan's in "
                          f"{', '.join(differs)}")
     return {int(seed): summary for seed, summary in branch["seeds"].items()}
+
+
+def branch_key(name: str, multiplier: float) -> str:
+    """A branch's key in results.json: its name and its lr multiplier."""
+    return f"{name}@lr{multiplier:g}"
 
 
 def branch_dir(out: Path, start: str, shape: dict, seed: int) -> Path:
@@ -780,8 +789,8 @@ def main() -> None:
                         if branch_finished(run_dir, shape["steps"]):
                             print(f"[revive] {label}: finished earlier, kept")
                             continue
-                        if seed in merged_seeds(earlier, start, f"{shape['name']}@lr"
-                                                f"{multiplier:g}", shape):
+                        if seed in merged_seeds(earlier, start,
+                                                branch_key(shape["name"], multiplier), shape):
                             print(f"[revive] {label}: in {args.merge}, kept")
                             continue
                         check_seed_origin(earlier, args.out, start, seed, run_origin(model))
