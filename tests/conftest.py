@@ -1,11 +1,14 @@
 """Shared fixtures: a small untrained model built locally (no hub), and a way to run the scripts."""
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,27 +32,60 @@ def untrained_policy(untrained_model_dir):
     return load_policy(str(untrained_model_dir))
 
 
-def run_script(*args: str, check: bool = True,
-               env: dict | None = None) -> subprocess.CompletedProcess:
+def run_script(*args: str, check: bool = True, env: dict | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
     """Run one of the project's scripts as a user would, from the repository root (`env`: extra
-    variables)."""
-    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600, env={**os.environ, **(env or {})})
+    variables). A run still going after `timeout` s fails the test with the Python stacks of all its
+    processes (the launcher's workers too), then none of them is left running."""
+    process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})})
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_with_stacks(process.pid)
+        stdout, stderr = process.communicate()
+        raise AssertionError(f"{args} still running after {timeout} s; its processes' stacks "
+                             f"(stderr):\n{stderr[-30000:]}") from None
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     if check and result.returncode != 0:
         raise AssertionError(f"{args} failed "
                              f"({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
 
+def signal_tree(pid: int, sig: int) -> list[psutil.Process]:
+    """Send `sig` to a process and all its descendants: torchrun starts each worker in a session of
+    its own, out of reach of `os.killpg` on the launcher's group. Returns the processes."""
+    root = psutil.Process(pid)
+    tree = [root, *root.children(recursive=True)]
+    for process in reversed(tree):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(sig)
+    return tree
+
+
+def stop_with_stacks(pid: int) -> None:
+    """SIGABRT to a process tree: with PYTHONFAULTHANDLER set, each Python process prints every
+    thread's stack before it dies; any process still there 10 s later is killed."""
+    _, alive = psutil.wait_procs(signal_tree(pid, signal.SIGABRT), timeout=10)
+    for process in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+
+
 def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):
     """`accelerate launch --config_file configs/ddp_cpu.yaml ...`: 2 processes, DDP on CPU.
 
     A free port per launch, so test runs side by side on one machine do not collide on 29500."""
+    return run_script("-m", "accelerate.commands.launch", "--config_file", config,
+                      "--main_process_port", str(free_port()), *args, check=check)
+
+
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    return run_script("-m", "accelerate.commands.launch", "--config_file", config,
-                      "--main_process_port", str(port), *args, check=check)
+        return probe.getsockname()[1]
 
 
 def trainer_logprobs(model, rollouts, temperature: float, micro_batch_tokens: int = 16384):

@@ -9,13 +9,12 @@ alike (run.fsdp2_models), so these runs take the GPU run's code path.
 """
 
 import json
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -24,7 +23,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 import rollout
 import update
-from conftest import ROOT, accelerate_launch, run_script
+from conftest import ROOT, accelerate_launch, free_port, run_script, signal_tree
 from tasks import load_tasks
 from tiny_model import DEFAULT_TRAIN_DATA, TinySpec, ensure_tiny_model, warm_up
 
@@ -198,20 +197,15 @@ def test_fsdp2_killed_with_sigkill_resumes_bit_identically(tmp_path):
     args = [*RUN, "--total-steps", "4", "--eval-every", "100"]
     accelerate_launch(*args, "--output-dir", str(tmp_path / "straight"), config=FSDP_CPU)
     crashed = tmp_path / "crashed"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                             FSDP_CPU, "--main_process_port", str(port), *args,
+                             FSDP_CPU, "--main_process_port", str(free_port()), *args,
                              "--output-dir", str(crashed)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while (not (crashed / "checkpoints" / "step_000002").exists() and time.time() < deadline
            and proc.poll() is None):
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # the launcher and both processes
-    proc.wait()
+    psutil.wait_procs(signal_tree(proc.pid, signal.SIGKILL))  # the launcher and both workers
     last = rollout.latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000004", "the kill came too late to test anything"
     accelerate_launch(*args, "--output-dir", str(crashed), "--resume", config=FSDP_CPU)
