@@ -145,7 +145,18 @@ class Run:
         if self.engine is not None:
             # before the process group goes: vLLM tears down its own groups first
             self.engine.close()
-        self.accelerator.end_training()
+        self.policy = self.ref_policy = self.hf_sampler = self.optimizer = None
+        end_process_group(self.accelerator)
+
+
+def end_process_group(accelerator: Accelerator) -> None:
+    """Destroy the process group after the prepared models: drop your own references to them
+    first. A DDP module's reducer holds the group; freed after the group left torch's registry, it
+    would destroy the group holding the GIL and wait for gloo's worker threads, one of which may
+    wait for the GIL to free its last collective: a hang at exit. Freed last from the registry,
+    the group goes through torch's destructor that releases the GIL."""
+    accelerator.free_memory()
+    accelerator.end_training()
 
 
 def seed_everything(seed: int) -> None:

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import rollout  # noqa: E402
 import update  # noqa: E402
 from rollout import load_policy  # noqa: E402
+from run import end_process_group  # noqa: E402
 
 PROMPTS, ROLLOUTS = 4, 3
 
@@ -65,7 +66,8 @@ def main() -> None:
     if accelerator.is_main_process:
         torch.save({k: v.detach().clone()
                     for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
-    accelerator.end_training()
+    del policy, optimizer  # before the process group (run.end_process_group)
+    end_process_group(accelerator)
 
 
 if __name__ == "__main__":

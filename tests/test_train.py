@@ -509,6 +509,13 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
         assert torch.allclose(one[name], two[name], atol=1e-6), name
 
 
+def test_data_parallel_runs_end_without_hanging_round_after_round(tmp_path):
+    """Run.close frees the DDP module before the process group (tests/teardown_rounds.py); freed
+    after it, a round hung within the first few."""
+    ended = run_script("tests/teardown_rounds.py", str(tmp_path), "20", timeout=300)
+    assert ended.stdout.count("round 19 ended") == 2
+
+
 def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_path):
     # --total-steps 0: only the step-0 eval, which is then the final one and writes eval.json and
     # its samples; 8-sequence batches deal 8 batches of the 32 test problems and 3 of rg/gcd's 10
