@@ -143,12 +143,18 @@ def build(out: Path, spec: TinySpec, train_data: Path = DEFAULT_TRAIN_DATA) -> P
     return out
 
 
+def tiny_model_path(cache_dir: Path = DEFAULT_CACHE_DIR, spec: TinySpec = TinySpec(),
+                    train_data: Path = DEFAULT_TRAIN_DATA) -> Path:
+    """Where the warmed-up tiny model of this spec and warm-up data is cached (built or not)."""
+    key = json.dumps(asdict(spec),
+                     sort_keys=True) + hashlib.sha256(Path(train_data).read_bytes()).hexdigest()
+    return Path(cache_dir) / f"tiny-arith-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
 def ensure_tiny_model(cache_dir: Path = DEFAULT_CACHE_DIR, spec: TinySpec = TinySpec(),
                       train_data: Path = DEFAULT_TRAIN_DATA) -> Path:
     """Path of the cached warmed-up tiny model, building it on first use."""
-    key = json.dumps(asdict(spec),
-                     sort_keys=True) + hashlib.sha256(Path(train_data).read_bytes()).hexdigest()
-    out = Path(cache_dir) / f"tiny-arith-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    out = tiny_model_path(cache_dir, spec, train_data)
     if not (out / "config.json").is_file():
         start = time.time()
         print(f"building the tiny default model (once, cached at {out}) ...", flush=True)

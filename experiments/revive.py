@@ -86,7 +86,7 @@ import train_brorl  # noqa: E402
 import update  # noqa: E402
 from rollout import latest_checkpoint  # noqa: E402
 from tasks import InputError, read_jsonl  # noqa: E402
-from tiny_model import TinySpec, ensure_tiny_model  # noqa: E402
+from tiny_model import TinySpec, ensure_tiny_model, tiny_model_path  # noqa: E402
 
 TRAIN_DATA, TEST_DATA = ROOT / "data" / "graded_train.jsonl", ROOT / "data" / "graded_test.jsonl"
 HIST_BINS = monitor.CORRECT_FRACTION_BINS  # the bins of monitor.correct_fraction_histogram
@@ -754,10 +754,13 @@ def main() -> None:
                       for field in ("seeds", "starts", "lr_multipliers") if field in overrides})
     plan = dataclasses.replace(QUICK if args.quick else Plan(), **overrides)
     try:
-        if (args.out / "stage1").exists() and not (args.resume or args.report_only):
+        holds_runs = any((args.out / name).exists() for name in ("stage1", "branches"))
+        if holds_runs and not (args.resume or args.report_only):
             raise InputError(f"{args.out} already holds an experiment: pass --resume to continue "
                              "it, or another --out")
-        model = args.model or str(ensure_tiny_model(spec=GRADED_WARMUP, train_data=TRAIN_DATA))
+        # a report only needs the warmed model's name (what --merge compares), not its weights
+        warmed = tiny_model_path if args.report_only else ensure_tiny_model
+        model = args.model or str(warmed(spec=GRADED_WARMUP, train_data=TRAIN_DATA))
         earlier = read_results(args.merge) if args.merge else None
         if earlier is not None:
             check_merge(earlier, plan, model)

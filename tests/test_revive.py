@@ -273,10 +273,13 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     assert results["stage1"] is None and not (start_only / "stage1").exists()
     assert set(results["starts"]) == {"start"} and len(results["starts"]["start"]["branches"]) == 4
     assert "Not run: only the start's branches" in (start_only / "results.md").read_text()
+    refused = run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model",
+                         model, "--seeds", "1", "--starts", "start", check=False)
+    assert refused.returncode != 0 and "pass --resume" in refused.stderr
     # another sitting's results join in (its run folders may be gone): what it ran is not run
     # again, and a seed found in both comes from this sitting's runs
     merged = run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model",
-                        model, "--seeds", "1", "--starts", "start", "--merge",
+                        model, "--seeds", "1", "--starts", "start", "--resume", "--merge",
                         str(out / "results.json"))
     assert merged.stdout.count("results.json, kept") == 4 and "took" not in merged.stdout
     (start_only / "results.json").unlink()
@@ -289,6 +292,12 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
     for key, branch in joined["starts"]["start"]["branches"].items():
         assert branch["seeds"]["0"] == results["starts"]["start"]["branches"][key]["seeds"]["0"]
         assert branch["seeds"]["1"] == earlier["starts"]["start"]["branches"][key]["seeds"]["1"]
+    # a report builds no model: the default one is only named
+    cache = tmp_path / "empty-cache"
+    reported = run_script("experiments/revive.py", "--quick", "--out", str(start_only),
+                          "--report-only", env={"BRORL_CACHE": str(cache)})
+    assert "building" not in reported.stdout and not cache.exists()
+    assert json.loads((start_only / "results.json").read_text())["starts"]["start"]["branches"]
 
 
 def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
