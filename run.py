@@ -19,6 +19,7 @@ import math
 import os
 import random
 import shutil
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -145,17 +146,21 @@ class Run:
         if self.engine is not None:
             # before the process group goes: vLLM tears down its own groups first
             self.engine.close()
-        self.policy = self.ref_policy = self.hf_sampler = self.optimizer = None
-        end_process_group(self.accelerator)
+        policy = weakref.ref(self.policy)
+        self.policy = self.ref_policy = self.hf_sampler = self.optimizer = None  # the run ends
+        end_process_group(self.accelerator, policy)
 
 
-def end_process_group(accelerator: Accelerator) -> None:
-    """Destroy the process group after the prepared models: drop your own references to them
-    first. A DDP module's reducer holds the group; freed after the group left torch's registry, it
-    would destroy the group holding the GIL and wait for gloo's worker threads, one of which may
-    wait for the GIL to free its last collective: a hang at exit. Freed last from the registry,
-    the group goes through torch's destructor that releases the GIL."""
-    accelerator.free_memory()
+def end_process_group(accelerator: Accelerator, policy: weakref.ref) -> None:
+    """Destroy the process group once the prepared policy is gone (`policy`: a weak reference, the
+    strong ones dropped). A DDP module's reducer holds the group; freed after the group left
+    torch's registry, it would destroy the group holding the GIL and wait for gloo's worker
+    threads, one of which may wait for the GIL to free its last collective: a hang at exit. Freed
+    last from the registry, the group goes through torch's destructor that releases the GIL."""
+    accelerator.free_memory()  # accelerate's references, and reference cycles (gc)
+    if isinstance(policy(), torch.nn.parallel.DistributedDataParallel):
+        raise RuntimeError("end_process_group: the DDP policy is still referenced; freed after "
+                           "the process group, it can hang the process at exit")
     accelerator.end_training()
 
 

@@ -1,7 +1,9 @@
 """Shared fixtures: a small untrained model built locally (no hub), and a way to run the scripts."""
 
 import contextlib
+import itertools
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -37,16 +39,21 @@ def run_script(*args: str, check: bool = True, env: dict | None = None,
     """Run one of the project's scripts as a user would, from the repository root (`env`: extra
     variables). A run still going after `timeout` s fails the test with the Python stacks of all its
     processes (the launcher's workers too), then none of them is left running."""
+    launch = f"{os.getpid()}-{next(LAUNCHES)}"
     process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONFAULTHANDLER": "1", **(env or {})})
+                               stderr=subprocess.PIPE, text=True, preexec_fn=no_core_dumps,
+                               env={**os.environ, "PYTHONFAULTHANDLER": "1", LAUNCH: launch,
+                                    **(env or {})})
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        stop_with_stacks(process.pid)
-        stdout, stderr = process.communicate()
+        stop_with_stacks(process.pid, launch)
+        stdout, stderr = process.communicate(timeout=30)
         raise AssertionError(f"{args} still running after {timeout} s; its processes' stacks "
                              f"(stderr):\n{stderr[-30000:]}") from None
+    except BaseException:  # Ctrl-C, or any other error here: leave nothing running
+        signal_launch(process.pid, launch, signal.SIGKILL)
+        raise
     result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     if check and result.returncode != 0:
         raise AssertionError(f"{args} failed "
@@ -54,24 +61,48 @@ def run_script(*args: str, check: bool = True, env: dict | None = None,
     return result
 
 
+LAUNCH = "BRORL_TEST_LAUNCH"  # marks every process a run_script started, reparented ones too
+LAUNCHES = itertools.count()
+
+
+def no_core_dumps() -> None:
+    """SIGABRT (stop_with_stacks) would leave a core file per process in the repository root."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def signal_tree(pid: int, sig: int) -> list[psutil.Process]:
     """Send `sig` to a process and all its descendants: torchrun starts each worker in a session of
     its own, out of reach of `os.killpg` on the launcher's group. Returns the processes."""
+    return signal_all(process_tree(pid), sig)
+
+
+def signal_launch(pid: int, launch: str, sig: int) -> list[psutil.Process]:
+    """`signal_tree`, and the processes of this launch that left the tree (their parent gone)."""
+    found = {process.pid: process for process in process_tree(pid)}
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if process.pid not in found and process.environ().get(LAUNCH) == launch:
+                found[process.pid] = process
+    return signal_all(list(found.values()), sig)
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
     root = psutil.Process(pid)
-    tree = [root, *root.children(recursive=True)]
-    for process in reversed(tree):
+    return [root, *root.children(recursive=True)]
+
+
+def signal_all(processes: list[psutil.Process], sig: int) -> list[psutil.Process]:
+    for process in reversed(processes):
         with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(sig)
-    return tree
+    return processes
 
 
-def stop_with_stacks(pid: int) -> None:
-    """SIGABRT to a process tree: with PYTHONFAULTHANDLER set, each Python process prints every
-    thread's stack before it dies; any process still there 10 s later is killed."""
-    _, alive = psutil.wait_procs(signal_tree(pid, signal.SIGABRT), timeout=10)
-    for process in alive:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
+def stop_with_stacks(pid: int, launch: str) -> None:
+    """SIGABRT to a launch's processes: with PYTHONFAULTHANDLER set, each Python process prints
+    every thread's stack before it dies; any process still there 10 s later is killed."""
+    _, alive = psutil.wait_procs(signal_launch(pid, launch, signal.SIGABRT), timeout=10)
+    signal_all(alive, signal.SIGKILL)
 
 
 def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):

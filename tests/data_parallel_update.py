@@ -13,6 +13,7 @@ parameters (main process).
 """
 
 import sys
+import weakref
 from pathlib import Path
 
 import torch
@@ -66,8 +67,9 @@ def main() -> None:
     if accelerator.is_main_process:
         torch.save({k: v.detach().clone()
                     for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)
+    prepared = weakref.ref(policy)
     del policy, optimizer  # before the process group (run.end_process_group)
-    end_process_group(accelerator)
+    end_process_group(accelerator, prepared)
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def test_fsdp2_killed_with_sigkill_resumes_bit_identically(tmp_path):
     while (not (crashed / "checkpoints" / "step_000002").exists() and time.time() < deadline
            and proc.poll() is None):
         time.sleep(0.05)
-    psutil.wait_procs(signal_tree(proc.pid, signal.SIGKILL))  # the launcher and both workers
+    psutil.wait_procs(signal_tree(proc.pid, signal.SIGKILL), timeout=30)  # launcher, workers
     last = rollout.latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000004", "the kill came too late to test anything"
     accelerate_launch(*args, "--output-dir", str(crashed), "--resume", config=FSDP_CPU)

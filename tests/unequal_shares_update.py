@@ -16,16 +16,15 @@ its forward-pass counts per phase to OUT_DIR/passes_RANK.json; a process that wa
 for a pass another never runs fails after a 60 s process-group timeout.
 """
 
-import gc
 import json
 import sys
+import weakref
 from datetime import timedelta
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 from accelerate.utils import InitProcessGroupKwargs
-from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import rollout  # noqa: E402
@@ -90,9 +89,9 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"passes_{rank}.json").write_text(json.dumps({**phase["passes"],
                                                              "grad_norm": stats["grad_norm"]}))
+    prepared = weakref.ref(policy)
     del policy, optimizer  # before the process group (run.end_process_group)
-    assert not [o for o in gc.get_objects() if isinstance(o, DistributedDataParallel)]
-    end_process_group(accelerator)
+    end_process_group(accelerator, prepared)
 
 
 if __name__ == "__main__":
