@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -99,10 +100,19 @@ def signal_all(processes: list[psutil.Process], sig: int) -> list[psutil.Process
 
 
 def stop_with_stacks(pid: int, launch: str) -> None:
-    """SIGABRT to a launch's processes: with PYTHONFAULTHANDLER set, each Python process prints
-    every thread's stack before it dies; any process still there 10 s later is killed."""
-    _, alive = psutil.wait_procs(signal_launch(pid, launch, signal.SIGABRT), timeout=10)
-    signal_all(alive, signal.SIGKILL)
+    """SIGABRT to a launch's processes, one at a time, the launcher last: with PYTHONFAULTHANDLER
+    set each Python process prints every thread's stack as it dies. All are frozen first
+    (SIGSTOP), so that no launcher tears its workers down before they print, and the stacks do not
+    interleave; any process still there 10 s after its turn is killed."""
+    processes = signal_launch(pid, launch, signal.SIGSTOP)
+    for process in reversed(processes):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGABRT)
+            process.send_signal(signal.SIGCONT)
+            deadline = time.time() + 10
+            while process.status() != psutil.STATUS_ZOMBIE and time.time() < deadline:
+                time.sleep(0.05)
+    signal_all(processes, signal.SIGKILL)
 
 
 def accelerate_launch(*args: str, config: str = "configs/ddp_cpu.yaml", check: bool = True):
