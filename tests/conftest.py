@@ -19,6 +19,9 @@ sys.path.insert(0, str(ROOT))
 
 import tiny_model  # noqa: E402
 
+# no core files from the processes a test aborts (stop_with_stacks), inherited by every launch
+resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+
 
 @pytest.fixture(scope="session")
 def untrained_model_dir(tmp_path_factory) -> Path:
@@ -42,7 +45,7 @@ def run_script(*args: str, check: bool = True, env: dict | None = None,
     processes (the launcher's workers too), then none of them is left running."""
     launch = f"{os.getpid()}-{next(LAUNCHES)}"
     process = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, preexec_fn=no_core_dumps,
+                               stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONFAULTHANDLER": "1", LAUNCH: launch,
                                     **(env or {})})
     try:
@@ -64,11 +67,6 @@ def run_script(*args: str, check: bool = True, env: dict | None = None,
 
 LAUNCH = "BRORL_TEST_LAUNCH"  # marks every process a run_script started, reparented ones too
 LAUNCHES = itertools.count()
-
-
-def no_core_dumps() -> None:
-    """SIGABRT (stop_with_stacks) would leave a core file per process in the repository root."""
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def signal_tree(pid: int, sig: int) -> list[psutil.Process]:
