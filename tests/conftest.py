@@ -38,6 +38,10 @@ def untrained_policy(untrained_model_dir):
     return load_policy(str(untrained_model_dir))
 
 
+LAUNCH = "BRORL_TEST_LAUNCH"  # marks every process a run_script started, reparented ones too
+LAUNCHES = itertools.count()
+
+
 def run_script(*args: str, check: bool = True, env: dict | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
     """Run one of the project's scripts as a user would, from the repository root (`env`: extra
@@ -63,10 +67,6 @@ def run_script(*args: str, check: bool = True, env: dict | None = None,
         raise AssertionError(f"{args} failed "
                              f"({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
-
-
-LAUNCH = "BRORL_TEST_LAUNCH"  # marks every process a run_script started, reparented ones too
-LAUNCHES = itertools.count()
 
 
 def signal_tree(pid: int, sig: int) -> list[psutil.Process]:
