@@ -51,7 +51,8 @@ import benchmarks
 import reward
 import rollout
 import sandbox
-from rollout import load_policy, load_tokenizer, model_fingerprint, resolve_model_dir
+from rollout import load_policy, load_tokenizer, model_fingerprint
+from run import resolve_model_dir
 from tasks import InputError, check_answers, load_tasks
 
 

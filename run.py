@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import weakref
 from dataclasses import dataclass
@@ -31,11 +32,10 @@ from accelerate.utils import DistributedType, InitProcessGroupKwargs
 from torch.utils.tensorboard import SummaryWriter
 
 import benchmarks
-import eval as evaluation
 import reward
 import rollout
 import update
-from rollout import CHECKPOINT, latest_checkpoint
+from allocation import ALLOCATIONS, Fixed
 from tasks import InputError, check_answers, load_tasks
 from tiny_model import ensure_tiny_model
 
@@ -56,13 +56,11 @@ class Run:
     step: int  # the last step done: 0, or the resumed checkpoint's
     data_position: int  # how many training prompts the run has drawn so far
     metrics: "MetricsLog | None"  # the main process's; None on the others
+    allocation: Fixed  # how many rollouts each prompt gets (allocation.ALLOCATIONS, Fixed's kinds)
     # FSDP2 with the hf engine: a whole (unsharded) copy of the model that samples, refreshed from
     # the shards after every update (like a vLLM engine's weights); None otherwise
     hf_sampler: torch.nn.Module | None = None
     reference_step: int = 0  # π_ref is the policy of this step (its last reset; 0: the start)
-    # --allocation-history: [T, 2] right and all rollouts at each training task's latest visit
-    # (zeros: not drawn yet), the same on every process; None without the option
-    prompt_history: torch.Tensor | None = None
 
     @property
     def sharded(self) -> bool:
@@ -79,11 +77,6 @@ class Run:
     @property
     def processes(self) -> int:
         return self.accelerator.num_processes
-
-    @property
-    def eval_shard(self) -> evaluation.Shard:
-        """This process's share of every evaluation."""
-        return evaluation.Shard.of_processes(self.accelerator)
 
     @property
     def sampler(self):
@@ -133,7 +126,7 @@ class Run:
         """An atomic checkpoint of this step (every process calls this)."""
         trainer_state = {"step": step, "data_position": self.data_position,
                          "config": dataclasses.asdict(cfg), "reference_step": self.reference_step,
-                         "prompt_history": self.prompt_history}
+                         "allocation": self.allocation.state_dict()}
         sharded = sharded_state(self.policy, self.optimizer) if self.sharded else None
         save_checkpoint(self.output_dir, step, self.accelerator, self.policy, self.tokenizer,
                         trainer_state, cfg.keep_checkpoints, sharded)
@@ -256,21 +249,17 @@ def setup(cfg) -> Run:
                                     gpu_memory_utilization=cfg.gpu_memory_utilization,
                                     count_preemptions=cfg.vllm_count_preemptions)
     step, data_position, reference_step = 0, 0, 0
-    prompt_history = (torch.zeros(len(train_tasks), 2, dtype=torch.float64)
-                      if cfg.allocation_history else None)
+    rollouts_per_prompt = ALLOCATIONS[cfg.allocation](cfg, len(train_tasks),
+                                                                 tokenizer.pad_token_id)
     seed_everything(cfg.seed)
     if checkpoint:
         # policy, optimizer, this process's RNG
         accelerator.load_state(checkpoint / "state")
         if sharding:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
-        state = rollout.read_plain_data(checkpoint / "trainer_state.pt")
+        state = read_plain_data(checkpoint / "trainer_state.pt")
         step, data_position = state["step"], state["data_position"]
-        prompt_history = state.get("prompt_history", prompt_history)
-        if prompt_history is not None and prompt_history.shape != (len(train_tasks), 2):
-            raise InputError(f"{checkpoint} remembers {len(prompt_history)} training prompts and "
-                             f"{cfg.train_data} holds {len(train_tasks)}: resume with the run's "
-                             "own training data")
+        rollouts_per_prompt.load_state_dict(state.get("allocation", {}), str(checkpoint))
         if ref_policy is not None:
             if "reference_step" not in state:
                 raise InputError(f"{checkpoint} holds its reference policy in state/ (written by "
@@ -292,8 +281,8 @@ def setup(cfg) -> Run:
     if hf_sampler is not None:
         copy_full_weights(policy, hf_sampler)
     return Run(accelerator, output_dir, train_tasks, test_tasks, tokenizer, policy, ref_policy,
-               optimizer, engine, step, data_position, metrics, hf_sampler, reference_step,
-               prompt_history)
+               optimizer, engine, step, data_position, metrics, rollouts_per_prompt, hf_sampler,
+               reference_step)
 
 
 # ---- FSDP2: the project shards with torch's fully_shard itself, on CPU (gloo) and GPU alike ------
@@ -462,7 +451,7 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
 def prune_references(output_dir: Path) -> None:
     """Remove the reference/ versions that no kept checkpoint uses."""
     checkpoints = [p for p in (output_dir / "checkpoints").iterdir() if CHECKPOINT.match(p.name)]
-    used = {f"step_{rollout.read_plain_data(p / 'trainer_state.pt')['reference_step']:06d}"
+    used = {f"step_{read_plain_data(p / 'trainer_state.pt')['reference_step']:06d}"
             for p in checkpoints}
     for folder in (output_dir / REFERENCE).iterdir():
         if CHECKPOINT.match(folder.name) and folder.name not in used:
@@ -564,6 +553,68 @@ def remove_leftovers(output_dir: Path) -> None:
     for leftover in sorted(leftovers):
         print(f"removing {leftover}, left by an interrupted save or pruning")
         shutil.rmtree(leftover, ignore_errors=True)
+
+
+CHECKPOINT = re.compile(r"^step_(\d{6})$")  # the trainer's checkpoints/step_NNNNNN folders
+
+
+def read_plain_data(path: Path):
+    """A .pt file the trainer wrote (trainer_state.pt, probes.pt), loaded as plain data only:
+    tensors, numbers, strings, lists and dicts. A run folder may come from someone else, and a
+    pickle allowed to build any object runs whatever code it names."""
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # a damaged or hostile pickle raises any of several types
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        raise InputError(f"{path} does not load as plain data ({type(e).__name__}: "
+                         f"{first_line[:200]})") from None
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
+    not load, or a file it lists (name and size, taken when the checkpoint was written) is missing
+    or changed size."""
+    try:
+        files = read_plain_data(checkpoint / "trainer_state.pt").get("files", {})
+    except InputError as e:
+        return str(e)
+    for name, size in files.items():
+        if not (checkpoint / name).is_file():
+            return f"{name} is missing"
+        if (checkpoint / name).stat().st_size != size:
+            return f"{name} is {(checkpoint / name).stat().st_size} bytes, {size} when saved"
+    return None
+
+
+def latest_checkpoint(output_dir: Path, say=print) -> Path | None:
+    """The newest complete checkpoint of a training run (trainer_state.pt is written last); a
+    damaged one is passed over for the one before it, saying so."""
+    root = output_dir / "checkpoints"
+    found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
+    for checkpoint in reversed([p for p in found if (p / "trainer_state.pt").is_file()]):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return checkpoint
+        say(f"skipping the damaged checkpoint {checkpoint} ({problem}): "
+            "falling back to the one before it")
+    return None
+
+
+def resolve_model_dir(name_or_path: str) -> str:
+    """A model to load from what a user may pass as one: a training run's folder means the model of
+    its latest complete checkpoint, a checkpoint folder (step_*) its model/; anything else is
+    returned as is."""
+    path = Path(name_or_path)
+    if (path / "checkpoints").is_dir():
+        checkpoint = latest_checkpoint(path)
+        if checkpoint is None:
+            raise InputError(f"{path} is a training run with no complete checkpoint yet")
+        print(f"{path} is a training run: evaluating its latest checkpoint, {checkpoint / 'model'}")
+        return str(checkpoint / "model")
+    if (path / "model" / "config.json").is_file() and not (path / "config.json").is_file():
+        print(f"{path} is a checkpoint: evaluating its model, {path / 'model'}")
+        return str(path / "model")
+    return name_or_path
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -696,7 +747,7 @@ def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_polic
     see experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since
     this is a new run with its own seed. Under FSDP2 from an FSDP2 run's shards, else from
     accelerate's state."""
-    source = rollout.read_plain_data(checkpoint / "trainer_state.pt")
+    source = read_plain_data(checkpoint / "trainer_state.pt")
     if (source["config"]["kl_coef"] > 0) != (cfg.kl_coef > 0):
         had = "had" if source["config"]["kl_coef"] > 0 else "had no"
         raise InputError(f"--init-from {checkpoint}: its run {had} reference policy "

@@ -54,6 +54,7 @@ from tqdm import tqdm
 
 import benchmarks
 import eval as evaluation
+import allocation as allocations  # (the module; `allocation` is a Config field)
 import monitor
 import reward
 import rollout
@@ -108,10 +109,10 @@ class Config:
     """N, rollouts per prompt: BroRL scales this to hundreds"""
     prompts_per_step: int = 32
     """prompts sampled per step"""
-    allocation: Literal["fixed", "knapsack"] = "fixed"
-    """fixed: N rollouts for every prompt; knapsack: screen every prompt with screen_rollouts, then
-    give the rest of the step's prompts_per_step x N rollouts where a group most likely becomes
-    informative (allocate_rollouts; N is then the mean per prompt)"""
+    # the choices are allocation.ALLOCATIONS's names
+    allocation: Literal[tuple(allocations.ALLOCATIONS)] = "fixed"
+    """fixed: N rollouts per prompt (the paper); knapsack: screen every prompt, then spend the rest
+    of prompts_per_step x N where a group most likely becomes informative (N: the mean)"""
     screen_rollouts: int = 4
     """knapsack allocation: rollouts per prompt in the screening pass (part of its group)"""
     allocation_cap: int = 1024
@@ -294,15 +295,6 @@ def validate(cfg: Config) -> None:
         (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
         (cfg.n_rollouts >= 2,
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
-        (cfg.allocation == "fixed" or 2 <= cfg.screen_rollouts < cfg.n_rollouts,
-         f"screen_rollouts must be in [2, n_rollouts={cfg.n_rollouts}) (a screened group needs two "
-         f"rollouts, and some of the budget must be left to allocate), got {cfg.screen_rollouts}"),
-        (cfg.allocation == "fixed" or cfg.allocation_cap >= cfg.n_rollouts,
-         f"allocation_cap must be >= n_rollouts={cfg.n_rollouts} (else the budget of "
-         f"prompts_per_step x n_rollouts cannot be spent), got {cfg.allocation_cap}"),
-        (cfg.allocation == "knapsack" or not cfg.allocation_history,
-         "allocation_history is evidence for --allocation knapsack, and this run's allocation is "
-         "fixed"),
         (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
@@ -343,6 +335,7 @@ def validate(cfg: Config) -> None:
          f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its "
          "ProRLv2 commit, and the repository's main branch later received the BroRL checkpoint "
          "(see README)"),
+        *allocations.checks(cfg),
     ]
     for ok, message in checks:
         if not ok:
@@ -397,24 +390,21 @@ def parse_config(argv: list[str] | None = None) -> Config:
 
 def component_configs(cfg: Config) -> tuple[rollout.SamplingParams, update.UpdateConfig,
                                              reward.VerifyConfig, evaluation.EvalSettings]:
-    """What the rollouts, the update, the verifiers and the in-training eval each take of `cfg`."""
-    sampling = rollout.SamplingParams(n=cfg.n_rollouts, temperature=cfg.temperature,
-                                      top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                                      max_batch_seqs=cfg.gen_batch_seqs)
-    update_cfg = update.UpdateConfig(
-        eps_low=cfg.eps_low, eps_high=cfg.eps_high, kl_coef=cfg.kl_coef,
-        kl_estimator=cfg.kl_estimator, minibatches=cfg.minibatches,
-        micro_batch_tokens=cfg.micro_batch_tokens, max_grad_norm=cfg.max_grad_norm,
-        temperature=cfg.temperature, logprob_chunk_tokens=cfg.logprob_chunk_tokens,
-        tis_cap=cfg.tis_cap)
-    verify_cfg = reward.VerifyConfig(timeout=cfg.verify_timeout, test_timeout=cfg.code_test_timeout,
-                                     unsafe_no_sandbox=cfg.unsafe_no_sandbox)
-    eval_settings = evaluation.EvalSettings(
-        samples=cfg.eval_samples, temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
-        max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, chat_template=cfg.chat_template,
-        max_batch_seqs=cfg.gen_batch_seqs, verify_workers=cfg.verify_workers,
-        verify_config=verify_cfg)
-    return sampling, update_cfg, verify_cfg, eval_settings
+    """What the rollouts, the update, the verifiers and the in-training eval each take of `cfg`:
+    every field of theirs that Config has under the same name, and the others as named here."""
+    def take(component, **renamed):
+        shared = ({f.name for f in dataclasses.fields(component)}
+                  & {f.name for f in dataclasses.fields(Config)})
+        return component(**{**{name: getattr(cfg, name) for name in shared}, **renamed})
+
+    verify_cfg = take(reward.VerifyConfig, timeout=cfg.verify_timeout,
+                      test_timeout=cfg.code_test_timeout)
+    return (take(rollout.SamplingParams, n=cfg.n_rollouts, max_batch_seqs=cfg.gen_batch_seqs),
+            take(update.UpdateConfig),
+            verify_cfg,
+            take(evaluation.EvalSettings, samples=cfg.eval_samples,
+                 temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
+                 max_batch_seqs=cfg.gen_batch_seqs, verify_config=verify_cfg))
 
 
 def probe_set(run: Run, cfg: Config, sampling: rollout.SamplingParams,
@@ -501,79 +491,16 @@ def informative_groups(rewards: torch.Tensor, group: torch.Tensor) -> torch.Tens
     return highest > lowest
 
 
-def informative_probability(correct: torch.Tensor, screened: int, extra: torch.Tensor,
-                            prior: tuple[float, float],
-                            history: torch.Tensor | None = None) -> torch.Tensor:
-    """P(a group is informative once it has `extra` more rollouts | `correct` of its `screened`
-    were correct), its success rate p ~ Beta(a + correct, b + screened - correct) from the
-    Beta(a, b) `prior`, and with `history` ([G, 2]: right and all rollouts of each prompt's
-    previous visit) their counts added as evidence too. A mixed screening already is (1); a
-    unanimous one stays unanimous only if every extra rollout agrees: 1 - E[p^n] (all right so
-    far) or 1 - E[(1 - p)^n] (all wrong), by E[p^n] = B(a + n, b) / B(a, b). Knapsack RL's value
-    1 - p^n - (1 - p)^n (arXiv 2509.25849), made conditional on what was seen. correct: [G];
-    extra: [G, K]; float64."""
-    def log_beta(x, y):
-        return torch.lgamma(x) + torch.lgamma(y) - torch.lgamma(x + y)
-
-    right, seen = correct.double(), torch.full_like(correct, screened, dtype=torch.float64)
-    if history is not None:
-        right, seen = right + history[:, 0], seen + history[:, 1]
-    a, b = (prior[0] + right)[:, None], (prior[1] + seen - right)[:, None]
-    stays_right = torch.exp(log_beta(a + extra, b) - log_beta(a, b))
-    stays_wrong = torch.exp(log_beta(a, b + extra) - log_beta(a, b))
-    unanimous_right, unanimous_wrong = (correct == screened)[:, None], (correct == 0)[:, None]
-    return 1 - torch.where(unanimous_right, stays_right, 0) - torch.where(unanimous_wrong,
-                                                                          stays_wrong, 0)
-
-
-def success_rate_prior(correct: torch.Tensor, screened: int) -> tuple[float, float]:
-    """Beta(a, b) of the prompts' success rates, fit by moments to every process's screening
-    (a beta-binomial: Var(k/m) = μ(1-μ)/m · (1 + (m-1)ρ), ρ = 1/(a+b+1)). On a plateau it is
-    U-shaped, so an all-correct screening predicts a nearly always solved prompt."""
-    fractions = correct.double() / screened
-    count, total, squares = update.all_sum(torch.stack([
-        torch.tensor(float(len(fractions)), dtype=torch.float64), fractions.sum(),
-        (fractions**2).sum()])).tolist()
-    mean = min(max(total / count, 1e-3), 1 - 1e-3)
-    variance = squares / count - (total / count) ** 2
-    rho = (variance * screened / (mean * (1 - mean)) - 1) / (screened - 1)
-    rho = min(max(rho, 1e-3), 1 - 1e-3)
-    strength = 1 / rho - 1
-    return mean * strength, (1 - mean) * strength
-
-
-def allocate_rollouts(correct: torch.Tensor, screened: int, budget: int, cap: int,
-                      history: torch.Tensor | None = None) -> list[int]:
-    """Extra rollouts per prompt after a screening of `screened` each (`correct` [G] right), exactly
-    `budget` in all, at most `cap` per prompt: the allocation of these G prompts (one process's)
-    that maximises their expected number of informative groups (Knapsack RL, arXiv 2509.25849).
-    Knapsack RL reads p from the prompt's previous epoch; here the evidence is this step's
-    screening, which also counts toward the group, and with `history` ([G, 2], see
-    informative_probability) the previous visit's rollouts too. A mixed screening keeps its
-    `screened` rollouts unless every unanimous prompt is at the cap. Each group's value
-    (informative_probability) is concave in its rollouts, so taking the `budget` largest marginal
-    gains over all prompts is the knapsack's optimum; ties (gains of 0: groups that are
-    informative already) go to the prompt with fewer rollouts, lowest index first."""
-    prior = success_rate_prior(correct, screened)
-    extra = torch.arange(cap + 1, dtype=torch.float64).expand(len(correct), -1)
-    gains = informative_probability(correct, screened, extra, prior, history).diff(dim=1)
-    # column-major: a stable sort then breaks ties by rollouts already given, then prompt
-    order = gains.T.flatten().sort(descending=True, stable=True).indices[:budget]
-    return torch.bincount(order % len(correct), minlength=len(correct)).tolist()
-
-
 def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingParams,
                   verify_cfg: reward.VerifyConfig) -> Groups:
     """N rollouts for each of this process's share of `prompts_per_step` prompts (paper Sec. 3:
-    BroRL's N is in the hundreds), or with `allocation` knapsack as many rollouts in all, spread
-    by allocate_rollouts; then their verifiable rewards (each distinct answer checked once). With
+    BroRL's N is in the hundreds), or as many in all as spread by `run.allocation`
+    (allocation.py); then their verifiable rewards (each distinct answer checked once). With
     dynamic sampling and refill_rounds, more rounds of prompts are drawn until `prompts_per_step`
-    informative groups were found over all processes (DAPO). Each process allocates its own share
-    of the budget: every engine generates as many samples as with fixed N and no prompt moves
-    between processes. With `allocation_history`, each prompt's counts are remembered for its
-    next visit (record_visits)."""
+    informative groups were found over all processes (DAPO)."""
     verify_stats, prompts, tasks, task_ids = reward.VerifyStats(), set(), [], []
-    parts, part_offsets, part_rewards, gen_time, found_so_far, preemptions = [], [], [], 0.0, 0.0, 0
+    round_rollouts, round_rewards, round_offsets = [], [], []
+    gen_time, preemptions, informative_found = 0.0, 0, 0.0
 
     def sample(prompt_ids, round_tasks, generator, counts):
         nonlocal gen_time, preemptions
@@ -591,53 +518,27 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         prompts.update(run.train_tasks[i]["prompt"] for i in drawn)
         round_ids = drawn[run.rank :: run.processes]  # this process's share
         round_tasks = [run.train_tasks[i] for i in round_ids]
+        round_offsets.append(len(tasks))  # group ids index into tasks
         tasks += round_tasks
         task_ids += round_ids
         run.data_position += cfg.prompts_per_step
         prompt_ids = rollout.encode_prompts(run.tokenizer, [t["prompt"] for t in round_tasks],
                                             cfg.chat_template)
         generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, run.rank)
-        if cfg.allocation == "fixed":
-            rollouts, rewards = sample(prompt_ids, round_tasks, generator, None)
-        else:  # screen every prompt, then spend the rest of this process's budget by value
-            screened = [cfg.screen_rollouts] * len(round_tasks)
-            rollouts, rewards = sample(prompt_ids, round_tasks, generator, screened)
-            correct = update.group_sums(rewards, rollouts.group)
-            budget = len(round_tasks) * (cfg.n_rollouts - cfg.screen_rollouts)
-            history = None if run.prompt_history is None else run.prompt_history[round_ids]
-            extra = allocate_rollouts(correct, cfg.screen_rollouts, budget,
-                                      cfg.allocation_cap - cfg.screen_rollouts, history)
-            more, more_rewards = sample(prompt_ids, round_tasks, generator, extra)
-            rollouts = rollout.concat_rollouts([rollouts, more], run.tokenizer.pad_token_id,
-                                               group_offsets=[0, 0])
-            rewards = torch.cat([rewards, more_rewards])
-        parts.append(rollouts)
-        part_offsets.append(len(tasks) - len(round_tasks))  # group ids index into tasks
-        part_rewards.append(rewards)
+        rollouts, rewards = run.allocation.sample(
+            lambda counts: sample(prompt_ids, round_tasks, generator, counts), round_ids)
+        round_rollouts.append(rollouts)
+        round_rewards.append(rewards)
         found = informative_groups(rewards, rollouts.group).sum().float()
-        found_so_far += float(update.all_sum(found))
-        if not cfg.dynamic_sampling or found_so_far >= cfg.prompts_per_step:
+        informative_found += float(update.all_sum(found))
+        if not cfg.dynamic_sampling or informative_found >= cfg.prompts_per_step:
             break
-    rollouts = (rollout.concat_rollouts(parts, run.tokenizer.pad_token_id, part_offsets)
-                if len(parts) > 1 else parts[0])
-    rewards = torch.cat(part_rewards)
-    if run.prompt_history is not None:
-        record_visits(run.prompt_history, task_ids, rewards, rollouts.group)
-    return Groups(tasks, rollouts, rewards, len(parts), gen_time, prompts, preemptions,
+    rollouts = (rollout.concat_rollouts(round_rollouts, run.tokenizer.pad_token_id, round_offsets)
+                if len(round_rollouts) > 1 else round_rollouts[0])
+    rewards = torch.cat(round_rewards)
+    run.allocation.record(task_ids, rewards, rollouts.group)
+    return Groups(tasks, rollouts, rewards, len(round_rollouts), gen_time, prompts, preemptions,
                   verify_stats)
-
-
-def record_visits(history: torch.Tensor, task_ids: list[int], rewards: torch.Tensor,
-                  group: torch.Tensor) -> None:
-    """Each prompt this step drew on any process (group g is task task_ids[g] of this one's) gets
-    its right and all rollouts in `history` ([T, 2], the training tasks'), in place of its previous
-    visit's; a prompt drawn twice in the step (an epoch ends inside it) gets both groups' sum."""
-    counts = torch.stack([update.group_sums(rewards.double(), group),
-                          torch.bincount(group).double()], dim=1)
-    ids = torch.tensor(task_ids, dtype=torch.long)
-    visits = update.all_sum(torch.zeros_like(history).index_add_(0, ids, counts))
-    visited = visits[:, 1] > 0
-    history[visited] = visits[visited]
 
 
 def kept_group_quotas(counts: list[int], target: int) -> list[int]:
@@ -700,19 +601,12 @@ THROUGHPUTS = ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_g
 
 def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
                  batch: update.TrainBatch, kept_rows: int, update_stats: dict, shrink: dict,
-                 step_time: float) -> dict[str, float]:
-    """The step's row of metrics.jsonl (this process's values, but for `n_per_prompt/*`: over
-    every process, from the histogram of rollouts per prompt summed over them)."""
+                 n_per_prompt: dict, step_time: float) -> dict[str, float]:
+    """The step's row of metrics.jsonl (this process's values, but for `n_per_prompt`, the
+    allocation's: over every process)."""
     rewards, rollouts = groups.rewards, groups.rollouts
     lengths = rollouts.response_mask.sum(-1).float()
     lowest, highest = group_extremes(rewards, rollouts.group)
-    n_per_prompt = torch.bincount(rollouts.group)
-    largest = int(update.all_max(n_per_prompt.max()))
-    # then one all_sum: the histogram of rollouts per prompt, the kept prompts' rollouts, count
-    summed = update.all_sum(torch.cat([torch.bincount(n_per_prompt, minlength=largest + 1),
-                                       torch.stack([n_per_prompt[kept].sum(), kept.sum()])]))
-    n_all = torch.repeat_interleave(torch.arange(largest + 1), summed[:-2]).float()
-    n_kept = summed[-2:].float()
     return {
         "reward_mean": float(rewards.mean()),
         # the paper's dynamic-sampling pass rate (Table 2): groups with some right, some wrong
@@ -720,12 +614,7 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
         "solve_all_frac": float((lowest == 1).float().mean()),
         "solve_none_frac": float((highest == 0).float().mean()),
         "rollouts": rewards.numel(),  # the step's sample budget (summed over processes)
-        # rollouts given per prompt (all N with fixed allocation)
-        "n_per_prompt/min": float(n_all.min()),
-        "n_per_prompt/median": float(n_all.quantile(0.5, interpolation="lower")),
-        "n_per_prompt/p90": float(n_all.quantile(0.9, interpolation="lower")),
-        "n_per_prompt/max": largest,
-        "n_per_prompt/kept_mean": float(n_kept[0] / n_kept[1]) if n_kept[1] else 0.0,
+        **n_per_prompt,  # rollouts given per prompt
         "samples_per_s": rewards.numel() / step_time,
         "gen_samples_per_s": rewards.numel() / groups.gen_time,
         "response_len": float(lengths.mean()),
@@ -755,10 +644,11 @@ def evaluate(run: Run, cfg: Config, settings: evaluation.EvalSettings, probes: d
     selected = benchmarks.select(names=list(cfg.eval_benchmarks)) if cfg.eval_benchmarks else []
     data_dir = Path(cfg.eval_data_dir) if cfg.eval_data_dir else None
     held_out_tasks = [{**t, "id": str(i)} for i, t in enumerate(run.test_tasks)]
+    shard = evaluation.Shard.of_processes(run.accelerator)  # this process's share
     result = evaluation.evaluate_suite(run.sampler, run.tokenizer, selected, settings, data_dir,
                                        cfg.eval_max_problems, samples_path,
                                        extra={"test_data": held_out_tasks},
-                                       progress=lambda message: None, shard=run.eval_shard)
+                                       progress=lambda message: None, shard=shard)
     if run.main_process:
         run.metrics.log(step, evaluation.training_scalars(result), prefix="eval")
         if final:
@@ -822,7 +712,8 @@ def train(cfg: Config) -> Path:
 
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint
         scalars = step_metrics(groups, informative, kept, batch, len(kept_rows), update_stats,
-                               shrink, time.time() - step_start)
+                               shrink, run.allocation.metrics(group, kept),
+                               time.time() - step_start)
         scalars = run.mean_over_processes(scalars, summed=THROUGHPUTS)
         if run.main_process:
             run.metrics.log(step, scalars, prefix="train")

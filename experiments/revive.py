@@ -84,7 +84,7 @@ sys.path.insert(0, str(ROOT))
 import monitor  # noqa: E402
 import train_brorl  # noqa: E402
 import update  # noqa: E402
-from rollout import latest_checkpoint  # noqa: E402
+from run import latest_checkpoint  # noqa: E402
 from tasks import InputError, read_jsonl  # noqa: E402
 from tiny_model import TinySpec, ensure_tiny_model, tiny_model_path  # noqa: E402
 

@@ -1,14 +1,14 @@
-"""Rollouts allocated per prompt (train_brorl.py --allocation knapsack): screen every prompt with a
-few rollouts, then spend the rest of the step's budget where a group most likely becomes
-informative."""
+"""Rollouts allocated per prompt (allocation.py; train_brorl.py --allocation knapsack): screen every
+prompt with a few rollouts, then spend the rest of the step's budget where a group most likely
+becomes informative."""
 
 import json
 
 import pytest
 import torch
 
-import rollout
-import train_brorl
+import allocation
+import run
 import update
 from conftest import accelerate_launch, run_script
 
@@ -26,7 +26,7 @@ def test_informative_probability_is_the_chance_a_simulated_group_ends_mixed():
         mixed = rollouts.any(1) & ~rollouts.all(1)
         for seen in (0, 2, screened):
             simulated = mixed[correct == seen].double().mean()
-            predicted = train_brorl.informative_probability(
+            predicted = allocation.informative_probability(
                 torch.tensor([seen]), screened, torch.tensor([[float(extra)]]), prior)
             assert float(predicted) == pytest.approx(float(simulated), abs=0.01), (extra, seen)
 
@@ -35,27 +35,27 @@ def test_the_prior_is_fit_to_the_screening_of_many_prompts():
     torch.manual_seed(0)
     p = torch.distributions.Beta(0.5, 0.25).sample((50_000,))
     correct = torch.binomial(torch.full_like(p, 8.0), p)
-    a, b = train_brorl.success_rate_prior(correct, screened=8)
+    a, b = allocation.success_rate_prior(correct, screened=8)
     assert a == pytest.approx(0.5, rel=0.1) and b == pytest.approx(0.25, rel=0.1)
 
 
 def test_the_budget_is_spent_exactly_on_groups_that_can_still_become_informative():
     # screened 4 each: all wrong, mixed, all right, all right
     correct = torch.tensor([0.0, 2.0, 4.0, 4.0])
-    extra = train_brorl.allocate_rollouts(correct, screened=4, budget=30, cap=12)
+    extra = allocation.allocate_rollouts(correct, screened=4, budget=30, cap=12)
     assert sum(extra) == 30 and max(extra) <= 12
     assert extra[1] == 0  # the mixed group is informative already
     assert extra[2] == extra[3]  # the same evidence, the same share
     # more than the unanimous groups can take: the rest is spread over the others, evenly
-    assert train_brorl.allocate_rollouts(correct, screened=4, budget=40, cap=12) == [12, 4, 12, 12]
-    assert train_brorl.allocate_rollouts(torch.tensor([1.0, 2.0, 3.0]), 4, 7, 10) == [3, 2, 2]
+    assert allocation.allocate_rollouts(correct, screened=4, budget=40, cap=12) == [12, 4, 12, 12]
+    assert allocation.allocate_rollouts(torch.tensor([1.0, 2.0, 3.0]), 4, 7, 10) == [3, 2, 2]
 
 
 def test_rare_successes_are_hunted_where_the_batch_says_they_are_likely():
     # a batch where most prompts are solved every time: one more all-right screening is likely a
     # solved prompt, an all-wrong one is rare and likelier to hide a success
     correct = torch.tensor([4.0] * 30 + [2.0] * 6 + [0.0] * 4)
-    extra = train_brorl.allocate_rollouts(correct, screened=4, budget=200, cap=64)
+    extra = allocation.allocate_rollouts(correct, screened=4, budget=200, cap=64)
     assert extra[-1] > extra[0] > 0
 
 
@@ -86,13 +86,13 @@ def test_a_beta_prior_cannot_see_unsolvable_prompts_so_on_a_plateau_fixed_n_find
     # ones that can never succeed: it predicts more informative groups than fixed N=16 and gets
     # fewer.
     p, correct, _ = plateau_batch(seed=0)
-    prior = train_brorl.success_rate_prior(correct, screened=4)
-    extra = torch.tensor(train_brorl.allocate_rollouts(correct, screened=4, budget=512 * 12,
+    prior = allocation.success_rate_prior(correct, screened=4)
+    extra = torch.tensor(allocation.allocate_rollouts(correct, screened=4, budget=512 * 12,
                                                        cap=508), dtype=torch.float64)
     fixed = torch.full_like(extra, 12.0)
 
     def predicted(more):
-        return float(train_brorl.informative_probability(correct, 4, more[:, None], prior).sum())
+        return float(allocation.informative_probability(correct, 4, more[:, None], prior).sum())
 
     assert predicted(extra) > predicted(fixed)
     assert (informative_given_screening(p, correct, extra)
@@ -107,7 +107,7 @@ def test_with_each_prompts_previous_visit_as_evidence_the_allocation_beats_fixed
     p, correct, previous = plateau_batch(seed)
 
     def informative(history):
-        extra = train_brorl.allocate_rollouts(correct, 4, 512 * 12, 508, history)
+        extra = allocation.allocate_rollouts(correct, 4, 512 * 12, 508, history)
         return informative_given_screening(p, correct, torch.tensor(extra, dtype=torch.float64))
 
     fixed = informative_given_screening(p, correct, torch.full_like(p, 12.0))
@@ -120,26 +120,26 @@ def test_a_prompt_never_solved_at_its_last_visit_gets_fewer_rollouts_than_one_so
     correct = torch.tensor([4.0] * 30 + [2.0] * 6 + [0.0] * 4)
     history = torch.zeros(40, 2)
     history[36:] = torch.tensor([[0.0, 16.0], [0.0, 16.0], [3.0, 16.0], [3.0, 16.0]])
-    extra = train_brorl.allocate_rollouts(correct, screened=4, budget=200, cap=64,
+    extra = allocation.allocate_rollouts(correct, screened=4, budget=200, cap=64,
                                           history=history)
     assert sum(extra) == 200
     assert extra[38] == extra[39] > extra[36] == extra[37]
     # prompts not drawn before (zeros) have only their screening, as without a history
-    assert (train_brorl.allocate_rollouts(correct, 4, 200, 64, torch.zeros(40, 2))
-            == train_brorl.allocate_rollouts(correct, 4, 200, 64))
+    assert (allocation.allocate_rollouts(correct, 4, 200, 64, torch.zeros(40, 2))
+            == allocation.allocate_rollouts(correct, 4, 200, 64))
 
 
 def test_each_prompt_drawn_remembers_its_latest_visit():
     history = torch.zeros(5, 2, dtype=torch.float64)
     # tasks 3 and 1: 2 of 3 right, 0 of 2
-    train_brorl.record_visits(history, [3, 1], torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0]),
+    allocation.record_visits(history, [3, 1], torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0]),
                               torch.tensor([0, 0, 0, 1, 1]))
     assert history.tolist() == [[0, 0], [0, 2], [0, 0], [2, 3], [0, 0]]
     # task 3 again: its new visit replaces the old one; task 1 keeps its own
-    train_brorl.record_visits(history, [3], torch.tensor([1.0] * 4), torch.tensor([0] * 4))
+    allocation.record_visits(history, [3], torch.tensor([1.0] * 4), torch.tensor([0] * 4))
     assert history.tolist() == [[0, 0], [0, 2], [0, 0], [4, 4], [0, 0]]
     # task 0 twice in one step (an epoch ended inside it): both groups count
-    train_brorl.record_visits(history, [0, 0], torch.tensor([1.0, 0.0, 0.0]),
+    allocation.record_visits(history, [0, 0], torch.tensor([1.0, 0.0, 0.0]),
                               torch.tensor([0, 1, 1]))
     assert history[0].tolist() == [1, 3]
 
@@ -160,15 +160,15 @@ def metric_rows(run_dir):
 
 def latest_history(run_dir):
     """The prompt history in the run's latest checkpoint: [T, 2] right and all rollouts."""
-    checkpoint = rollout.latest_checkpoint(run_dir)
-    return rollout.read_plain_data(checkpoint / "trainer_state.pt")["prompt_history"]
+    checkpoint = run.latest_checkpoint(run_dir)
+    return run.read_plain_data(checkpoint / "trainer_state.pt")["allocation"]["prompt_history"]
 
 
 def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_and_can_remember_each_visit(
         tmp_path):
     allocation = ["--allocation", "knapsack", "--screen-rollouts", "4", "--allocation-cap", "64",
                   "--prompts-per-step", "8"]
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "one"),
+    run_script("allocation.py", "--preset", "smoke", "--output-dir", str(tmp_path / "one"),
                *allocation, "--total-steps", "3")
     rows = metric_rows(tmp_path / "one")
     assert [r["rollouts"] for r in rows] == [8 * 16] * 3  # prompts_per_step x n_rollouts
@@ -177,9 +177,9 @@ def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_and_can_remember_ea
     # two processes (DDP over gloo) with dynamic sampling refills: each process spends its own
     # share of every round's budget; with --allocation-history, resumed after step 2
     two = ["--output-dir", str(tmp_path / "two")]
-    accelerate_launch("train_brorl.py", "--preset", "smoke", *two, *allocation,
+    accelerate_launch("allocation.py", "--preset", "smoke", *two, *allocation,
                       "--allocation-history", "--refill-rounds", "2", "--total-steps", "2")
-    accelerate_launch("train_brorl.py", *two, "--resume", "--total-steps", "3")
+    accelerate_launch("allocation.py", *two, "--resume", "--total-steps", "3")
     rows = metric_rows(tmp_path / "two")
     assert all(r["rollouts"] == 8 * 16 * r["gen_rounds"] for r in rows)
     assert all(r["kept_groups"] <= 8 for r in rows)
@@ -196,9 +196,9 @@ def test_a_resumed_run_whose_training_file_changed_size_is_refused_in_one_line(t
     lines = open("data/arith_train.jsonl").readlines()
     train.write_text("".join(lines[:16]))
     flags = ["--output-dir", str(tmp_path / "run"), "--train-data", str(train)]
-    run_script("train_brorl.py", "--preset", "smoke", *flags, "--allocation", "knapsack",
+    run_script("allocation.py", "--preset", "smoke", *flags, "--allocation", "knapsack",
                "--allocation-history", "--total-steps", "1")
     train.write_text("".join(lines[:20]))
-    refused = run_script("train_brorl.py", *flags, "--resume", check=False)
+    refused = run_script("allocation.py", *flags, "--resume", check=False)
     assert refused.returncode != 0
     assert "remembers 16 training prompts and" in refused.stderr.strip().splitlines()[-1]

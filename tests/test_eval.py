@@ -10,8 +10,8 @@ import threading
 import pytest
 import torch
 
-import rollout
 from conftest import ROOT, accelerate_launch, run_script
+from run import resolve_model_dir
 from eval import EvalSettings, Shard, bootstrap_ci, k_values, metrics, pass_at_k, run_benchmark
 from tasks import load_tasks
 
@@ -293,9 +293,9 @@ def test_eval_model_may_be_a_training_run_or_a_checkpoint_folder(untrained_model
         shutil.copytree(untrained_model_dir, checkpoint / "model")
         torch.save({"step": step}, checkpoint / "trainer_state.pt")
     latest = run / "checkpoints" / "step_000002"
-    assert rollout.resolve_model_dir(str(run)) == str(latest / "model")
-    assert rollout.resolve_model_dir(str(latest)) == str(latest / "model")
-    assert rollout.resolve_model_dir(str(untrained_model_dir)) == str(untrained_model_dir)
+    assert resolve_model_dir(str(run)) == str(latest / "model")
+    assert resolve_model_dir(str(latest)) == str(latest / "model")
+    assert resolve_model_dir(str(untrained_model_dir)) == str(untrained_model_dir)
     result = eval_cli(run, tmp_path / "run.json", "--data", "data/arith_test.jsonl",
                       "--max-problems", "2")
     assert (f"{run} is a training run: evaluating its latest checkpoint, {latest / 'model'}"

@@ -46,3 +46,11 @@ def test_the_verifier_imports_nothing_of_the_project_but_its_sandbox():
 def test_the_update_and_the_theory_stand_alone():
     assert project_imports("update") == set()
     assert project_imports("simulate") == set()
+
+
+def test_the_research_instruments_and_eval_stand_apart_from_the_step():
+    # allocation.py and monitor.py plug into train_brorl.py, eval.py reads any checkpoint: none
+    # imports the trainer
+    for module in ("allocation", "monitor", "eval"):
+        assert "train_brorl" not in project_imports(module)
+    assert project_imports("allocation") <= {"rollout", "tasks", "update"}

@@ -271,7 +271,7 @@ def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(
     # the step-0 eval only
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
                "--total-steps", "0")
-    assert rollout.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
+    assert run.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
     rerun = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
     assert "metrics.jsonl: dropped 1 rows an earlier attempt logged after step -1" in rerun.stdout
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval")]
@@ -319,7 +319,7 @@ def test_without_bubblewrap_code_data_is_refused_in_one_line(tmp_path):
 
 
 def final_weights(out_dir):
-    return load_file(str(rollout.latest_checkpoint(out_dir) / "model" / "model.safetensors"))
+    return load_file(str(run.latest_checkpoint(out_dir) / "model" / "model.safetensors"))
 
 
 def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run(tmp_path):
@@ -336,7 +336,7 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    last = rollout.latest_checkpoint(crashed)
+    last = run.latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000006", "the kill came too late to test anything"
     run_script("train_brorl.py", *args, "--output-dir", str(crashed), "--resume")
     # the reference is not in the checkpoints: once per reset, for the checkpoints that use it
@@ -407,7 +407,7 @@ def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode not in (0, None) and "Traceback" not in stderr, stderr
-    last = rollout.latest_checkpoint(out)
+    last = run.latest_checkpoint(out)
     assert stderr.strip().splitlines()[-1] == (
         f"interrupted: the last complete checkpoint is {last}; continue with: "
         f"python train_brorl.py --output-dir {out} --resume")
@@ -437,7 +437,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoin
         f"{out / 'checkpoints' / '.step_000002.tmp' / 'trainer_state.pt'}; "
         f"the last complete checkpoint is {last}; continue with: "
         f"python train_brorl.py --output-dir {out} --resume")
-    assert (rollout.latest_checkpoint(out) == last
+    assert (run.latest_checkpoint(out) == last
             and not list((out / "checkpoints").glob(".step_*")))
 
 
