@@ -32,15 +32,15 @@ correct mass. Lemma 2: a token of probability p stays unsampled in N i.i.d. draw
 softmax, random instances; Monte Carlo for Lemma 2). The default run is the simulator of Fig. 3
 (Sec. 4.1): 128,000 tokens of which 10,000 are correct (reward +1, the rest -1), logits 0 seeded
 with z=3 on the correct tokens and one anchor token at z=5, N draws per step, rewards centred on the
-batch mean, an AdamW step (lr 1e-3) on -(1/N)·Σ_draws r̃_j·p_{token j}, 1000 steps.
-Where the paper is silent these are options: the anchor (incorrect and held fixed at z=5 by default:
-"fixed"), AdamW's other settings (torch's defaults), and the seeds. The paper gives AdamW's learning
-rate but no weight decay; we keep torch's default 0.01 (a careful reproduction changes nothing the
-paper does not state), and `--weight-decay 0` is the alternative: it raises the N=512 share of
-correct tokens above their start from 64% to 82%, and leaves the worst drops at a few 1e-6 either
-way (README, simulator section, has both tables). Which tokens are correct does
-not matter: every token has its own free logit, so labels are exchangeable; the correct tokens are
-the first `--n-correct` ones, the anchor is the last.
+batch mean, an AdamW step (lr 1e-3) on -(1/N)·Σ_draws r̃_j·p_{token j}, 1000 steps. Where the paper
+is silent these are options: the anchor (incorrect and held fixed at z=5 by default: "fixed"),
+AdamW's other settings (torch's defaults), and the seeds. The paper gives AdamW's learning rate but
+no weight decay; we keep torch's default 0.01 (a careful reproduction changes nothing the paper does
+not state), and `--weight-decay 0` is the alternative: it raises the N=512 share of correct tokens
+above their start from 64% to 82%, and leaves the worst drops at a few 1e-6 either way
+(docs/theory.md has both tables). Which tokens are correct does not matter: every token has its own
+free logit, so labels are exchangeable; the correct tokens are the first `--n-correct` ones, the
+anchor is the last.
 
     python simulate.py --check-theorem
     python simulate.py --out runs/fig3                  # the paper's setup, 4 seeds

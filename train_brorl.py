@@ -334,7 +334,7 @@ def validate(cfg: Config) -> None:
         (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
          f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its "
          "ProRLv2 commit, and the repository's main branch later received the BroRL checkpoint "
-         "(see README)"),
+         "(see docs/scaling.md)"),
         *allocations.checks(cfg),
     ]
     for ok, message in checks:
