@@ -11,14 +11,16 @@ One step, top to bottom in `train()` at the end of this file, its helpers right 
 Everything around the step (processes, model loading, resume, checkpoints, metrics files) is
 run.py's; this file is the config, the presets and the step.
 
-Why a large N helps (arXiv 2510.01180 Sec. 2, Theorem 1): to first order, one update changes the
-probability mass on correct tokens by two terms that are never negative (from the sampled correct
-and incorrect tokens) plus an unsampled coupling term, the only one that can shrink it. That term
-scales with the squared probability of the tokens that were NOT sampled, whose expectation
-Σ p²(1 - p)^N falls as N grows (Lemma 2, Corollary 3): with hundreds of rollouts per prompt it
-fades, and the correct mass grows. `python simulate.py` makes this concrete (Theorem 1 checked,
-the paper's Fig. 3 simulator), and the shrinkage monitor (monitor.py: shrink_frac, shrink_worst;
-the probe set with --probe-prompts) measures it at LLM scale.
+What a large N changes (arXiv 2510.01180 Sec. 2, Theorem 1): to first order, one update of the
+paper's surrogate (raw rewards) changes the probability mass on correct tokens by two terms that are
+never negative (from the sampled correct and incorrect tokens) plus an unsampled coupling term that
+can be, whose expectation Σ p²(1 - p)^N falls as N grows (Lemma 2, Corollary 3). The estimators here
+subtract a group baseline, and then for one softmax (the theorem's setting) the first-order change
+of a group's total correct mass is never negative at any N; what large N still changes is whether
+single correct answers that were not sampled lose probability (Fig. 3 (ii)/(iii)). `python
+simulate.py` makes this concrete (Theorem 1 checked, the paper's Fig. 3 simulator; docs/theory.md),
+and the shrinkage monitor (monitor.py: shrink_frac, shrink_worst; the probe set with
+--probe-prompts) measures it at LLM scale.
 
 The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
 up on 2-digit addition until it solves about a quarter of held-out problems at T=1 (built once and
