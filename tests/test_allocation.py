@@ -168,7 +168,7 @@ def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_and_can_remember_ea
         tmp_path):
     allocation = ["--allocation", "knapsack", "--screen-rollouts", "4", "--allocation-cap", "64",
                   "--prompts-per-step", "8"]
-    run_script("allocation.py", "--preset", "smoke", "--output-dir", str(tmp_path / "one"),
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(tmp_path / "one"),
                *allocation, "--total-steps", "3")
     rows = metric_rows(tmp_path / "one")
     assert [r["rollouts"] for r in rows] == [8 * 16] * 3  # prompts_per_step x n_rollouts
@@ -177,9 +177,9 @@ def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_and_can_remember_ea
     # two processes (DDP over gloo) with dynamic sampling refills: each process spends its own
     # share of every round's budget; with --allocation-history, resumed after step 2
     two = ["--output-dir", str(tmp_path / "two")]
-    accelerate_launch("allocation.py", "--preset", "smoke", *two, *allocation,
+    accelerate_launch("train_brorl.py", "--preset", "smoke", *two, *allocation,
                       "--allocation-history", "--refill-rounds", "2", "--total-steps", "2")
-    accelerate_launch("allocation.py", *two, "--resume", "--total-steps", "3")
+    accelerate_launch("train_brorl.py", *two, "--resume", "--total-steps", "3")
     rows = metric_rows(tmp_path / "two")
     assert all(r["rollouts"] == 8 * 16 * r["gen_rounds"] for r in rows)
     assert all(r["kept_groups"] <= 8 for r in rows)
@@ -196,9 +196,9 @@ def test_a_resumed_run_whose_training_file_changed_size_is_refused_in_one_line(t
     lines = open("data/arith_train.jsonl").readlines()
     train.write_text("".join(lines[:16]))
     flags = ["--output-dir", str(tmp_path / "run"), "--train-data", str(train)]
-    run_script("allocation.py", "--preset", "smoke", *flags, "--allocation", "knapsack",
+    run_script("train_brorl.py", "--preset", "smoke", *flags, "--allocation", "knapsack",
                "--allocation-history", "--total-steps", "1")
     train.write_text("".join(lines[:20]))
-    refused = run_script("allocation.py", *flags, "--resume", check=False)
+    refused = run_script("train_brorl.py", *flags, "--resume", check=False)
     assert refused.returncode != 0
     assert "remembers 16 training prompts and" in refused.stderr.strip().splitlines()[-1]
