@@ -542,19 +542,25 @@ def answer_items(box: str) -> list[str]:
     written with thousands separators (`32,348`, math-verify's own rule) is one item."""
     if COMMA_NUMBER.match(box):
         return [box]
-    items, depth, start, i = [], 0, 0, 0
+    return [item for item in _split_top_level(box, ITEM_SEPARATOR) if item.strip()]
+
+
+def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
+    """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`; a stray closing
+    one is ignored)."""
+    parts, depth, start, i = [], 0, 0, 0
     while i < len(box):
-        separator = ITEM_SEPARATOR.match(box, i) if depth == 0 else None
-        if separator:
-            items.append(box[start:i])
-            i = start = separator.end()
+        found = separator.match(box, i) if depth == 0 else None
+        if found:
+            parts.append(box[start:i])
+            i = start = found.end()
             continue
         if box[i] in "{([":
             depth += 1
         elif box[i] in "})]":
             depth = max(depth - 1, 0)
         i += 1
-    return [item for item in items + [box[start:]] if item.strip()]
+    return parts + [box[start:]]
 
 
 ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
@@ -576,16 +582,10 @@ def states_a_false_equation(parsed: list) -> bool:
 
 def equation_sides(box: str) -> list[str]:
     """`box` split at its top-level `=` signs (not `<=`, `>=`, `!=`, `\\=`, nor inside brackets)."""
-    sides, depth, start = [], 0, 0
-    for i, char in enumerate(box):
-        if char in "{([":
-            depth += 1
-        elif char in "})]":
-            depth = max(depth - 1, 0)
-        elif char == "=" and depth == 0 and (i == 0 or box[i - 1] not in "<>!\\"):
-            sides.append(box[start:i])
-            start = i + 1
-    return sides + [box[start:]]
+    return _split_top_level(box, EQUALS_SIGN)
+
+
+EQUALS_SIGN = re.compile(r"(?<![<>!\\])=")
 
 
 def is_a_label(side: str) -> bool:
