@@ -130,25 +130,45 @@ class VerifyStats:
 def last_boxed(text: str) -> str | None:
     """Content of the last `\\boxed{...}` (or `\\fbox{...}`), braces balanced; None if there is
     none."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
-        return None
-    brace = text.index("{", start)
-    end = closing_brace(text, brace)
-    return text[brace + 1:end] if end >= 0 else None  # unclosed box: no answer
+    return _last_box(text, spaced=False)[1]
+
+
+BOX_MACROS = ("\\boxed", "\\fbox")
+
+
+def _last_box(text: str, spaced: bool = True) -> tuple[int, str | None]:
+    """(where `\\boxed` or `\\fbox` starts, its content or None if its brace is not closed) of the
+    last box; (-1, None) if there is none. `spaced`: spaces may come before the brace (`\\boxed
+    {5}`). Linear: each macro is searched for backwards once over the text, and the spaces after
+    each candidate end before the next one."""
+    # unspaced, the first candidate found (in C) is the box
+    starts = [text.rfind(macro if spaced else macro + "{") for macro in BOX_MACROS]
+    while (start := max(starts)) >= 0:
+        which = starts.index(start)
+        brace = start + len(BOX_MACROS[which])
+        while brace < len(text) and text[brace] in " \t\n":
+            brace += 1
+        if brace < len(text) and text[brace] == "{":
+            end = matching_brace(text, brace)
+            return start, (text[brace + 1:end] if end >= 0 else None)
+        starts[which] = text.rfind(BOX_MACROS[which], 0, start)
+    return -1, None
 
 
 BRACE_DEPTH = {"{": 1, "}": -1}
 
 
-def closing_brace(text: str, brace: int) -> int:
-    """The index of the `}` that closes the `{` at `brace`, -1 if none does (depths summed in C:
-    responses are long)."""
-    depths = itertools.accumulate(map(BRACE_DEPTH.get, text[brace:], itertools.repeat(0)))
+def matching_brace(text: str, brace: int) -> int:
+    """The index of the brace that pairs with the one at `brace` (the `}` closing a `{`, the `{`
+    opening a `}`), -1 if none does (depths summed in C: responses are long)."""
+    forward = text[brace] == "{"
+    chars = text[brace:] if forward else reversed(text[:brace + 1])
+    depths = itertools.accumulate(map(BRACE_DEPTH.get, chars, itertools.repeat(0)))
     try:
-        return brace + operator.indexOf(depths, 0)
+        steps = operator.indexOf(depths, 0)
     except ValueError:
         return -1
+    return brace + steps if forward else brace - steps
 
 
 def extract_answer(response: str) -> str | None:
@@ -268,13 +288,10 @@ def boxed_answer(response: str) -> str | None:
     `and` or `or` (and `$`, spaces) are read together, up to MAX_JOINED_BOXES, as math-verify's
     extraction reads them (`\\boxed{2}` and `\\boxed{3}` is the list `2, 3`). Linear: each box's
     content is scanned once, backwards from its closing brace."""
-    start, brace = _last_box_opening(response, len(response))
-    if brace < 0:
-        return None
-    end = closing_brace(response, brace)
-    if end < 0 or not response[brace + 1:end].strip():
-        return None  # an unclosed or blank box: no answer
-    boxes = [response[brace + 1:end]]
+    start, content = _last_box(response)
+    if content is None or not content.strip():
+        return None  # no box, or an unclosed or blank one: no answer
+    boxes = [content]
     while len(boxes) < MAX_JOINED_BOXES and (previous := _box_ending_at(response, start)):
         start, content = previous
         boxes.insert(0, content)
@@ -282,22 +299,6 @@ def boxed_answer(response: str) -> str | None:
 
 
 MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
-
-
-def _last_box_opening(text: str, end: int) -> tuple[int, int]:
-    """(start of `\\boxed` or `\\fbox`, index of its `{`) of the last box opened before `end`,
-    spaces allowed before the brace; (-1, -1) if there is none. The spaces after each candidate are
-    scanned once: they end before the next candidate."""
-    while True:
-        start = max(text.rfind("\\boxed", 0, end), text.rfind("\\fbox", 0, end))
-        if start < 0:
-            return -1, -1
-        brace = start + (len("\\boxed") if text.startswith("\\boxed", start) else len("\\fbox"))
-        while brace < len(text) and text[brace] in " \t\n":
-            brace += 1
-        if brace < len(text) and text[brace] == "{":
-            return start, brace
-        end = start
 
 
 def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
@@ -316,17 +317,9 @@ def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
     i = _skip_back(text, i, " \t\n$")
     if i == 0 or text[i - 1] != "}":
         return None
-    depth, brace = 0, i - 1
-    while brace >= 0:
-        if text[brace] == "}":
-            depth += 1
-        elif text[brace] == "{":
-            depth -= 1
-            if depth == 0:
-                break
-        brace -= 1
+    brace = matching_brace(text, i - 1)
     opening = _skip_back(text, max(brace, 0), " \t\n")
-    for macro in ("\\boxed", "\\fbox"):
+    for macro in BOX_MACROS:
         if brace > 0 and text.startswith(macro, opening - len(macro)):
             return opening - len(macro), text[brace + 1:i - 1]
     return None
@@ -394,7 +387,7 @@ def _macro_argument(answer: str) -> str:
     if brace < 0 or answer[:brace].strip() not in TEXT_MACROS or not answer.endswith("}"):
         return answer
     # the brace that closes the argument must end the answer
-    return answer[brace + 1:-1] if closing_brace(answer, brace) == len(answer) - 1 else answer
+    return answer[brace + 1:-1] if matching_brace(answer, brace) == len(answer) - 1 else answer
 
 
 def canonical_decimal(text: str) -> str | None:
@@ -549,19 +542,25 @@ def answer_items(box: str) -> list[str]:
     written with thousands separators (`32,348`, math-verify's own rule) is one item."""
     if COMMA_NUMBER.match(box):
         return [box]
-    items, depth, start, i = [], 0, 0, 0
+    return [item for item in _split_top_level(box, ITEM_SEPARATOR) if item.strip()]
+
+
+def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
+    """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`; a stray closing
+    one is ignored)."""
+    parts, depth, start, i = [], 0, 0, 0
     while i < len(box):
-        separator = ITEM_SEPARATOR.match(box, i) if depth == 0 else None
-        if separator:
-            items.append(box[start:i])
-            i = start = separator.end()
+        found = separator.match(box, i) if depth == 0 else None
+        if found:
+            parts.append(box[start:i])
+            i = start = found.end()
             continue
         if box[i] in "{([":
             depth += 1
         elif box[i] in "})]":
             depth = max(depth - 1, 0)
         i += 1
-    return [item for item in items + [box[start:]] if item.strip()]
+    return parts + [box[start:]]
 
 
 ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
@@ -583,16 +582,10 @@ def states_a_false_equation(parsed: list) -> bool:
 
 def equation_sides(box: str) -> list[str]:
     """`box` split at its top-level `=` signs (not `<=`, `>=`, `!=`, `\\=`, nor inside brackets)."""
-    sides, depth, start = [], 0, 0
-    for i, char in enumerate(box):
-        if char in "{([":
-            depth += 1
-        elif char in "})]":
-            depth = max(depth - 1, 0)
-        elif char == "=" and depth == 0 and (i == 0 or box[i - 1] not in "<>!\\"):
-            sides.append(box[start:i])
-            start = i + 1
-    return sides + [box[start:]]
+    return _split_top_level(box, EQUALS_SIGN)
+
+
+EQUALS_SIGN = re.compile(r"(?<![<>!\\])=")
 
 
 def is_a_label(side: str) -> bool:
@@ -1324,10 +1317,10 @@ def _json_data(answer):
 def last_boxed_or_tagged(response: str) -> str | None:
     """The exact kind's answer: of `\\boxed{` (or `\\fbox{`) and `<answer>`, whichever the response
     opens last decides the format; then the last box's content (None if unclosed), or the last
-    closed answer tag's. Three reverse searches and one of the linear extractors above."""
-    box_start = max(response.rfind("\\boxed{"), response.rfind("\\fbox{"))
+    closed answer tag's. Reverse searches and one of the linear extractors above."""
+    box_start, content = _last_box(response, spaced=False)
     if box_start > response.rfind("<answer>"):
-        return last_boxed(response)
+        return content
     return last_answer_tag(response)
 
 

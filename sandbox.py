@@ -806,17 +806,30 @@ def _kill_uid(uid: int, wait: float = 5.0) -> None:
     """As root: kill every process of the sandbox uid and wait until they are gone: daemons leave
     the session of a program without bubblewrap. (In bubblewrap nothing outlives its PID namespace,
     whose teardown ends before bwrap can reap its PID 1.)"""
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        pids = [pid for pid, state in _processes_of_uid(uid) if state not in "ZX"]
+    _kill_until_gone(lambda: [pid for pid, state in _processes_of_uid(uid) if state not in "ZX"],
+                     pause=0.01, wait=wait)
+
+
+def _kill_until_gone(whose: Callable[[], list[int]], pause: float, rounds: float = math.inf,
+                     wait: float = math.inf, reap: bool = False) -> bool:
+    """Kill the processes whose() lists, round after round `pause` seconds apart, until it lists
+    none (True) or `rounds` rounds or `wait` seconds have passed (False). `reap`: reap this
+    process's exited children after each round (a PID 1 inherits every orphan of its namespace)."""
+    give_up_at = time.monotonic() + wait
+    while rounds > 0 and time.monotonic() < give_up_at:
+        pids = whose()
         if not pids:
-            return
+            return True
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.01)
+        if reap:
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+        time.sleep(pause)
+        rounds -= 1
+    return False
 
 
 # ---- one sandboxed script, spoken to in lines of JSON --------------------------------------------
@@ -825,6 +838,35 @@ def _kill_uid(uid: int, wait: float = 5.0) -> None:
 STARVED_WALL_FACTOR = 3.0  # a slowed request's wall-clock limit, in multiples of its (CPU) time
 RUNNING_CHECK = 0.2  # seconds between looks at whether a late sandbox still runs
 IDLE_CPU = 0.001  # CPU seconds in RUNNING_CHECK below which a sandbox is idle, not slowed
+
+
+def _read_line(pipe, data: bytes, time_left: Callable[[], float], cap: int) -> tuple[bytes, str]:
+    """Read a hostile pipe until `data` (what it gave before, then what it gives) holds a line of at
+    most `cap` bytes, while time_left() > 0: (data, "") or (data, why not: "timeout", "crashed: it
+    exited" or "crashed: a reply over `cap` bytes"). Reads at most cap + 1 bytes at a time, and
+    64 KiB."""
+    while b"\n" not in data and len(data) <= cap:
+        remaining = time_left()
+        if remaining <= 0:
+            return data, "timeout"
+        if select.select([pipe], [], [], remaining)[0]:
+            chunk = os.read(pipe.fileno(), min(cap + 1, 1 << 16))
+            if not chunk:
+                return data, "crashed: it exited"
+            data += chunk
+    if not 0 <= data.find(b"\n") <= cap:
+        return data, f"crashed: a reply over {cap} bytes"
+    return data, ""
+
+
+def _json_object(line: bytes) -> dict | None:
+    """The JSON object a hostile line holds; None for anything else (undecodable, not JSON, nested
+    past the recursion limit, not an object)."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class SandboxedProcess:
@@ -905,27 +947,15 @@ class SandboxedProcess:
         """(the next reply, "") or (None, why: "timeout" or "crashed: ..."). A reply is one line of
         at most `cap` bytes holding a JSON object; a second line before the next request is a
         protocol violation."""
-        while b"\n" not in self.pending:
-            remaining = self._time_left(deadline)
-            if len(self.pending) > cap:
-                return None, f"crashed: a reply over {cap} bytes"
-            if remaining <= 0:
-                return None, "timeout"
-            if select.select([self.proc.stdout], [], [], remaining)[0]:
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    return None, "crashed: it exited"
-                self.pending += chunk
+        self.pending, failure = _read_line(self.proc.stdout, self.pending,
+                                           lambda: self._time_left(deadline), cap)
+        if failure:
+            return None, failure
         line, self.pending = self.pending.split(b"\n", 1)
-        if len(line) > cap:
-            return None, f"crashed: a reply over {cap} bytes"
         if self.pending:
             return None, "crashed: more than one reply"
-        try:
-            message = json.loads(line)
-        except (ValueError, RecursionError):  # undecodable, not JSON, or nested past the limit
-            return None, "crashed: a malformed reply"
-        return (message, "") if isinstance(message, dict) else (None, "crashed: a malformed reply")
+        message = _json_object(line)
+        return (message, "") if message is not None else (None, "crashed: a malformed reply")
 
     def _time_left(self, deadline: float) -> float:
         """How much longer to wait for the reply to the last request, due by `deadline`. Where the
@@ -1150,23 +1180,10 @@ def _drop_privileges() -> None:
 def _kill_other_processes() -> None:
     """In a worker alone in its PID namespace (its PID 1): kill anything a scorer child left behind,
     until nothing is left, so no process outlives the check it came from."""
-    for _ in range(100):
-        others = [int(pid) for pid in os.listdir("/proc")
-                  if pid.isdigit() and int(pid) != os.getpid()]
-        if not others:
-            return
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            pass
-        time.sleep(0.001)
-    os._exit(4)  # a process that cannot be killed: the parent replaces this worker
+    if not _kill_until_gone(lambda: [int(pid) for pid in os.listdir("/proc")
+                                     if pid.isdigit() and int(pid) != os.getpid()],
+                            pause=0.001, rounds=100, reap=True):
+        os._exit(4)  # a process that cannot be killed: the parent replaces this worker
 
 
 # ---- verifier worker processes -------------------------------------------------------------------
@@ -1247,7 +1264,9 @@ class VerifierPool:
         proc = _spawn(self.command(isolation), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                       stderr=subprocess.DEVNULL, bufsize=0, env={**os.environ, **WORKER_ENV},
                       start_new_session=True, preexec_fn=_new_session_keyring())
-        status = _read_line(proc, time.monotonic() + 120)
+        deadline = time.monotonic() + 120
+        status, _ = _read_line(proc.stdout, b"", lambda: deadline - time.monotonic(),
+                               MAX_REPLY_BYTES)
         self.procs[slot], self.in_bwrap[slot] = proc, bool(isolation)
         if status != b"ready\n":
             self._kill(slot)
@@ -1353,31 +1372,14 @@ def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
     another id, another type, a number out of range) scores 0 and the worker is replaced: it is no
     longer the process we started."""
     line, newline, rest = data.partition(b"\n")
-    try:
-        reply = json.loads(line) if newline and not rest else None
-    except (ValueError, RecursionError):
-        reply = None
-    if type(reply) is dict and len(reply) == 2 and reply.get("id") == request_id:
+    reply = _json_object(line) if newline and not rest else None
+    if reply is not None and len(reply) == 2 and reply.get("id") == request_id:
         value, error = reply.get("value"), reply.get("error")
         if type(value) is float and 0.0 <= value <= 1.0:
             return (value, "ok"), True
         if type(error) is str:
             return (0.0, "error"), error != "memory limit"
     return (0.0, "error"), False
-
-
-def _read_line(proc: subprocess.Popen, deadline: float) -> bytes:
-    """One line (at most MAX_REPLY_BYTES) from a worker's stdout, or what came before EOF or the
-    deadline."""
-    data = b""
-    while b"\n" not in data and len(data) <= MAX_REPLY_BYTES:
-        if not select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
-            break
-        chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1)
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 @functools.cache
