@@ -843,14 +843,14 @@ IDLE_CPU = 0.001  # CPU seconds in RUNNING_CHECK below which a sandbox is idle, 
 def _read_line(pipe, data: bytes, time_left: Callable[[], float], cap: int) -> tuple[bytes, str]:
     """Read a hostile pipe until `data` (what it gave before, then what it gives) holds a line of at
     most `cap` bytes, while time_left() > 0: (data, "") or (data, why not: "timeout", "crashed: it
-    exited" or "crashed: a reply over `cap` bytes"). Reads at most cap + 1 bytes at a time, and
-    64 KiB."""
+    exited" or "crashed: a reply over `cap` bytes"). Reads 64 KiB at a time whatever the cap, so a
+    second line sent with the first is seen with it."""
     while b"\n" not in data and len(data) <= cap:
         remaining = time_left()
         if remaining <= 0:
             return data, "timeout"
         if select.select([pipe], [], [], remaining)[0]:
-            chunk = os.read(pipe.fileno(), min(cap + 1, 1 << 16))
+            chunk = os.read(pipe.fileno(), 1 << 16)
             if not chunk:
                 return data, "crashed: it exited"
             data += chunk
