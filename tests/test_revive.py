@@ -1,5 +1,5 @@
-"""experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the
-science)."""
+"""experiments/revive.py and revive_report.py: the experiment's accounting and outputs (the
+pipeline, not the science)."""
 
 import dataclasses
 import json
@@ -12,6 +12,8 @@ from conftest import ROOT, run_script
 
 sys.path.insert(0, str(ROOT / "experiments"))
 import revive  # noqa: E402
+import revive_report  # noqa: E402
+from tasks import InputError  # noqa: E402
 
 BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_rate",
                "probe_improved_frac",
@@ -37,7 +39,7 @@ def test_every_branch_generates_the_same_samples_and_lr_follows_the_chosen_rule(
 
 def test_plateau_is_read_from_the_trend_of_the_last_evals_not_from_one_noisy_eval():
     steps = [0, 10, 20, 30, 40, 50, 60, 70, 80]
-    # the curve that fooled rule 1
+    # a slow, noisy rise: its last eval is not its best
     first_stage1 = [0.022, 0.035, 0.044, 0.052, 0.062, 0.084, 0.081, 0.101, 0.099]
     # +3.5 points over 40 steps
     assert not revive.plateaued(steps, first_stage1, window=5, problems_x_samples=1024)
@@ -71,7 +73,7 @@ def test_a_resumed_stage1_judges_a_probe_by_its_own_steps_only(tmp_path, monkeyp
     assert found["probe"]["eval_steps"] == [0, 10, 20, 30, 40]
     assert found["stretches"][0]["probe"] == found["probe"]
     # a probe that ends between two evals would be judged on older ones: refused
-    with pytest.raises(revive.InputError, match="multiple of eval_every"):
+    with pytest.raises(InputError, match="multiple of eval_every"):
         revive.stage1(dataclasses.replace(revive.Plan(), probe_steps=45), "model", tmp_path, 0)
 
 
@@ -82,26 +84,26 @@ def fake_seed(final: float) -> dict:
             "probe_worst_drop": [0.0, -0.2],
             "pass_rate": 0.7, "n_per_prompt_max": 512, "samples_per_s": 50.0,
             "tokens_per_s": 350.0,
-            "correct_frac_hist": {b: 1 / 6 for b in revive.HIST_BINS},
+            "correct_frac_hist": {b: 1 / 6 for b in revive_report.HIST_BINS},
             "final_pass1_by_level": {"0": final, "3": final / 2}}
 
 
 def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
     shape = revive.branch_shape(revive.Plan(), 512, lr=1e-4)
-    branch = revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})
+    branch = revive_report.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})
     assert BRANCH_KEYS <= set(branch)
     assert branch["final_eval_pass1"] == {"mean": pytest.approx(0.7), "std": pytest.approx(0.1),
                                           "per_seed": {"0": 0.6, "1": 0.8}}
     assert branch["eval_pass1"] == pytest.approx([0.5, 0.7])
     assert branch["final_pass1_by_level"] == {"0": pytest.approx(0.7), "3": pytest.approx(0.35)}
-    revive.plot({"branches": {"N512": branch}}, tmp_path / "revive.png")
+    revive_report.plot({"branches": {"N512": branch}}, tmp_path / "revive.png")
     assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
     branches = {"N16@lr1": {"compute": [0, 10, 20], "eval_pass1": [0.5, 0.6, 0.62]},
                 "N512@lr1": {"compute": [0, 16], "eval_pass1": [0.5, 0.7]}}
-    assert revive.frontier(branches) == [
+    assert revive_report.frontier(branches) == [
         {"compute": 0, "pass1": 0.5, "branch": "N512@lr1"},
         {"compute": 10, "pass1": 0.6, "branch": "N16@lr1"},
         {"compute": 16, "pass1": 0.7, "branch": "N512@lr1"},
@@ -110,50 +112,51 @@ def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
 
 def test_the_frontier_compares_branches_over_the_seeds_they_all_have():
     shape = revive.branch_shape(revive.Plan(), 16, lr=1e-4)
-    three = revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8), 2: fake_seed(0.1)})
-    two = revive.branch_summary(shape, {0: fake_seed(0.5), 1: fake_seed(0.6)})
-    seeds, curves = revive.shared_seed_curves({"N16@lr1": three, "N64@lr1": two})
+    three = revive_report.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8),
+                                                 2: fake_seed(0.1)})
+    two = revive_report.branch_summary(shape, {0: fake_seed(0.5), 1: fake_seed(0.6)})
+    seeds, curves = revive_report.shared_seed_curves({"N16@lr1": three, "N64@lr1": two})
     # seed 2's low run leaves N16's mean over its own seeds (0.5) below N64's (0.55)
     assert seeds == ["0", "1"] and three["eval_pass1"][-1] == pytest.approx(0.5)
     assert curves["N16@lr1"]["eval_pass1"] == pytest.approx([0.5, 0.7])
-    assert revive.frontier(curves)[-1] == {"compute": 100, "pass1": pytest.approx(0.7),
+    assert revive_report.frontier(curves)[-1] == {"compute": 100, "pass1": pytest.approx(0.7),
                                            "branch": "N16@lr1"}
 
 
 def test_a_branchs_seeds_are_its_run_folders_and_nothing_else(tmp_path):
     shape = revive.branch_shape(revive.Plan(), 16, lr=1e-4)
     for seed in (0, 2):
-        revive.branch_dir(tmp_path, "plateau", shape, seed).mkdir(parents=True)
+        revive_report.branch_dir(tmp_path, "plateau", shape, seed).mkdir(parents=True)
     # a copy set aside, and another branch whose name starts the same way
     (tmp_path / "branches" / "plateau" / "N16_lr0.0001_seed0.bak").mkdir()
     (tmp_path / "branches" / "plateau" / "N160_lr0.0001_seed1").mkdir()
-    assert revive.branch_seeds(tmp_path, "plateau", shape) == [0, 2]
-    assert revive.branch_seeds(tmp_path, "start", shape) == []
+    assert revive_report.branch_seeds(tmp_path, "plateau", shape) == [0, 2]
+    assert revive_report.branch_seeds(tmp_path, "start", shape) == []
 
 
 def test_merged_results_give_their_seeds_only_to_the_same_branch_from_the_same_model(tmp_path):
     plan = revive.Plan()
     shape = revive.branch_shape(plan, 512, lr=plan.lr)
     earlier = {"model": "warmed", "stage1": None, "starts": {"start": {"branches": {
-        "N512@lr1": revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})}}}}
-    results = revive.summarise(plan, tmp_path, "warmed", None, earlier)
+        "N512@lr1": revive_report.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})}}}}
+    results = revive.folder_results(plan, tmp_path, "warmed", None, earlier)
     branch = results["starts"]["start"]["branches"]["N512@lr1"]
     assert branch["final_eval_pass1"]["per_seed"] == {"0": 0.6, "1": 0.8}
     assert results["plan"]["seeds"] == [0, 1] and list(results["starts"]["start"]["branches"]) == [
         "N512@lr1"]
     # the same name at another budget is another branch
-    with pytest.raises(revive.InputError, match="N512@lr1 from the start differs .* in steps"):
-        revive.summarise(dataclasses.replace(plan, budget_steps=320), tmp_path, "warmed", None,
-                         earlier)
+    with pytest.raises(InputError, match="N512@lr1 from the start differs .* in steps"):
+        revive.folder_results(dataclasses.replace(plan, budget_steps=320), tmp_path, "warmed",
+                              None, earlier)
     # the frontier compares the branches over the seeds they all have
-    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive.branch_summary(
+    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive_report.branch_summary(
         revive.branch_shape(plan, 16, lr=plan.lr), {0: fake_seed(0.7)})
-    found = revive.summarise(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
+    found = revive.folder_results(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
     assert found["frontier_seeds"] == ["0"] and found["frontier"][-1]["branch"] == "N16@lr1"
     # and none when no seed is shared
-    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive.branch_summary(
+    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive_report.branch_summary(
         revive.branch_shape(plan, 16, lr=plan.lr), {2: fake_seed(0.7)})
-    found = revive.summarise(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
+    found = revive.folder_results(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
     assert found["frontier_seeds"] == [] and found["frontier"] == []
 
 
@@ -162,15 +165,16 @@ def test_a_merge_is_of_the_same_experiment_or_refused_in_one_line():
     earlier = {"plan": json.loads(json.dumps(dataclasses.asdict(plan))), "stage1": None,
                "starts": {}, "model": "/home/a/.cache/brorl/tiny-arith-4a3164a05a6c"}
     # seeds, starts and lrs are each sitting's own; the model's folder may be elsewhere
-    revive.check_merge({**earlier, "plan": {**earlier["plan"], "seeds": [2]}},
+    revive_report.check_merge({**earlier, "plan": {**earlier["plan"], "seeds": [2]}},
                        plan, "/root/.cache/brorl/tiny-arith-4a3164a05a6c")
-    with pytest.raises(revive.InputError, match="started from .*, this one from"):
-        revive.check_merge(earlier, plan, "/root/.cache/brorl/tiny-arith-000000000000")
-    with pytest.raises(revive.InputError, match="plan differs from this one in advantage"):
-        revive.check_merge(earlier, dataclasses.replace(plan, advantage="grpo"), earlier["model"])
+    with pytest.raises(InputError, match="started from .*, this one from"):
+        revive_report.check_merge(earlier, plan, "/root/.cache/brorl/tiny-arith-000000000000")
+    with pytest.raises(InputError, match="plan differs from this one in advantage"):
+        revive_report.check_merge(earlier, dataclasses.replace(plan, advantage="grpo"),
+                                  earlier["model"])
     for malformed in ([], {"plan": {}, "model": "m"}):
-        with pytest.raises(revive.InputError, match="not a results.json of this experiment"):
-            revive.check_merge(malformed, plan, earlier["model"])
+        with pytest.raises(InputError, match="not a results.json of this experiment"):
+            revive_report.check_merge(malformed, plan, earlier["model"])
 
 
 def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_frontier():
@@ -182,7 +186,7 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
             # ProRL 5 points below BroRL
             seeds = {seed: fake_seed(final - (0.05 if n == 16 else 0))
                      for seed, final in enumerate(finals)}
-            branches[f"N{n}@lr{multiplier:g}"] = {**revive.branch_summary(shape, seeds),
+            branches[f"N{n}@lr{multiplier:g}"] = {**revive_report.branch_summary(shape, seeds),
                                                   "lr_multiplier": multiplier}
     probe = {"lr": 1e-4, "eval_steps": [0, 40], "eval_pass1": [0.55, 0.56], "lift": 0.005,
              "noise": 0.011}
@@ -191,9 +195,9 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
     results = {"plan": dataclasses.asdict(plan),
                "stage1": {"stretches": [stretch], "probe": probe, "saturated": True},
                "starts": {"plateau": {"lr": 1e-4, "branches": branches,
-                                      "frontier": revive.frontier(branches),
+                                      "frontier": revive_report.frontier(branches),
                                       "frontier_seeds": ["0", "1"]}}}
-    table = revive.report(results)
+    table = revive_report.report(results)
     assert "| 0.0003 | 10 | 0.500 0.600 | 0.550 | yes | 0.560 | +0.005 (±0.011) |" in table
     assert "The branch point: saturated" in table
     assert ("| N512 | 128 × 20 | 0.70 | 0.700 ± 0.100 (0.600 / 0.800) | "
@@ -212,24 +216,25 @@ def test_a_run_is_continued_only_from_the_weights_and_cpu_it_began_with(tmp_path
     began = {"model_sha256": "0123456789ab", "cpu_capability": "AVX2"}
     (run_dir / "origin.json").write_text(json.dumps(began))
     shape = revive.branch_shape(plan, 16, lr=3e-4)
-    with pytest.raises(revive.InputError, match="began from .*0123456789ab.*finish it where"):
+    with pytest.raises(InputError, match="began from .*0123456789ab.*finish it where"):
         revive.run_branch(plan, str(tmp_path), None, run_dir, shape, seed=2)
     # the report names the seeds whose runs did not all begin alike
-    mixed = {"N16@lr1": revive.branch_summary(shape, {2: {**fake_seed(0.6), "origin": began}}),
-             "N64@lr1": revive.branch_summary(shape, {2: fake_seed(0.6)})}
-    assert revive.origins(mixed) == "s2 MIXED 0123456789ab on AVX2 / unrecorded"
+    mixed = {"N16@lr1": revive_report.branch_summary(shape,
+                                                     {2: {**fake_seed(0.6), "origin": began}}),
+             "N64@lr1": revive_report.branch_summary(shape, {2: fake_seed(0.6)})}
+    assert revive_report.origins(mixed) == "s2 MIXED 0123456789ab on AVX2 / unrecorded"
     # nor does a seed go on elsewhere, whether its other runs are merged or in the experiment folder
     elsewhere = {**began, "cpu_capability": "AVX512"}
     earlier = {"starts": {"start": {"branches": mixed}}}
-    revive.check_seed_origin(earlier, tmp_path, "start", 2, began)
-    revive.check_seed_origin(earlier, tmp_path, "start", 1, elsewhere)
-    with pytest.raises(revive.InputError, match="seed 2's N16@lr1 in --merge from the start began"):
-        revive.check_seed_origin(earlier, tmp_path, "start", 2, elsewhere)
-    other_run = revive.branch_dir(tmp_path, "start", revive.branch_shape(plan, 64, 3e-4), 1)
+    revive_report.check_seed_origin(earlier, tmp_path, "start", 2, began)
+    revive_report.check_seed_origin(earlier, tmp_path, "start", 1, elsewhere)
+    with pytest.raises(InputError, match="seed 2's N16@lr1 in --merge from the start began"):
+        revive_report.check_seed_origin(earlier, tmp_path, "start", 2, elsewhere)
+    other_run = revive_report.branch_dir(tmp_path, "start", revive.branch_shape(plan, 64, 3e-4), 1)
     other_run.mkdir(parents=True)
     (other_run / "origin.json").write_text(json.dumps(began))
-    with pytest.raises(revive.InputError, match="seed 1's .*N64_lr0.0003_seed1 from the start"):
-        revive.check_seed_origin(None, tmp_path, "start", 1, elsewhere)
+    with pytest.raises(InputError, match="seed 1's .*N64_lr0.0003_seed1 from the start"):
+        revive_report.check_seed_origin(None, tmp_path, "start", 1, elsewhere)
 
 
 def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_runs(
@@ -254,7 +259,8 @@ def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finish
                     and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"})
             assert branch["compute"][-1] == 128
             assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
-            assert all(s["origin"] == revive.run_origin(model) for s in branch["seeds"].values())
+            assert all(s["origin"] == revive_report.run_origin(model)
+                       for s in branch["seeds"].values())
     assert (out / "frontier.png").is_file() and (out / "revive_plateau_lr3.png").is_file()
     assert "## From the start" in (out / "results.md").read_text()
     refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
