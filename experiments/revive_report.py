@@ -8,7 +8,7 @@ joined in with --merge.
     # results.md and the figures again from an experiment folder's results.json, e.g. after
     # changing this file
     python experiments/revive_report.py runs/revive
-    python experiments/revive_report.py docs/revive_results.json --out /tmp/revive-report
+    python experiments/revive_report.py docs/broaden/results.json --out /tmp/revive-report
 
 Results from the finished runs of an experiment folder need its plan (which branches, of which
 shapes), which is the experiment's: `python experiments/revive.py --report-only --out DIR` (with
