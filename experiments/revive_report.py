@@ -268,8 +268,6 @@ def summarise(plan, branches: list[dict], out: Path, model: str, stage1_result: 
     which are those found."""
     results = {"plan": dataclasses.asdict(plan), "model": model, "stage1": stage1_result,
                "starts": {}}
-    # per start: its lr, and its branches that have a finished seed
-    found: dict[str, tuple[float, dict]] = {}
     for branch in branches:
         start, shape = branch["start"], branch["shape"]
         key = branch_key(shape["name"], branch["lr_multiplier"])
@@ -279,13 +277,12 @@ def summarise(plan, branches: list[dict], out: Path, model: str, stage1_result: 
                          if branch_finished(run_dir := branch_dir(out, start, shape, seed),
                                             shape["steps"])})
         if per_seed:
-            found.setdefault(start, (branch["start_lr"], {}))[1][key] = {
-                **branch_summary(shape, dict(sorted(per_seed.items()))),
-                "lr_multiplier": branch["lr_multiplier"]}
-    for start, (lr, done) in found.items():
-        seeds, curves = shared_seed_curves(done)
-        results["starts"][start] = {"lr": lr, "branches": done, "frontier": frontier(curves),
-                                    "frontier_seeds": seeds}
+            found = results["starts"].setdefault(start, {"lr": branch["start_lr"], "branches": {}})
+            found["branches"][key] = {**branch_summary(shape, dict(sorted(per_seed.items()))),
+                                      "lr_multiplier": branch["lr_multiplier"]}
+    for found in results["starts"].values():
+        seeds, curves = shared_seed_curves(found["branches"])
+        found.update(frontier=frontier(curves), frontier_seeds=seeds)
     results["plan"]["seeds"] = sorted({int(seed) for start in results["starts"].values()
                                        for b in start["branches"].values() for seed in b["seeds"]})
     return results
