@@ -256,7 +256,7 @@ def quick_sitting(tmp_path_factory):
                            results=json.loads((out / "results.json").read_text()))
 
 
-def test_quick_runs_stage1_then_the_branches_from_its_checkpoint_and_writes_the_schema(
+def test_quick_runs_stage1_then_the_branches_and_writes_the_schema(
         quick_sitting):
     results, out = quick_sitting.results, quick_sitting.out
     stage1 = results["stage1"]
