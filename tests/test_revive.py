@@ -1,10 +1,11 @@
-"""experiments/revive.py: the experiment's accounting and outputs (the pipeline, not the
-science)."""
+"""experiments/revive.py and revive_report.py: the experiment's accounting and outputs (the
+pipeline, not the science)."""
 
 import dataclasses
 import json
 import math
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -12,6 +13,8 @@ from conftest import ROOT, run_script
 
 sys.path.insert(0, str(ROOT / "experiments"))
 import revive  # noqa: E402
+import revive_report  # noqa: E402
+from tasks import InputError  # noqa: E402
 
 BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_rate",
                "probe_improved_frac",
@@ -37,7 +40,7 @@ def test_every_branch_generates_the_same_samples_and_lr_follows_the_chosen_rule(
 
 def test_plateau_is_read_from_the_trend_of_the_last_evals_not_from_one_noisy_eval():
     steps = [0, 10, 20, 30, 40, 50, 60, 70, 80]
-    # the curve that fooled rule 1
+    # a slow, noisy rise: its last eval is not its best
     first_stage1 = [0.022, 0.035, 0.044, 0.052, 0.062, 0.084, 0.081, 0.101, 0.099]
     # +3.5 points over 40 steps
     assert not revive.plateaued(steps, first_stage1, window=5, problems_x_samples=1024)
@@ -71,7 +74,7 @@ def test_a_resumed_stage1_judges_a_probe_by_its_own_steps_only(tmp_path, monkeyp
     assert found["probe"]["eval_steps"] == [0, 10, 20, 30, 40]
     assert found["stretches"][0]["probe"] == found["probe"]
     # a probe that ends between two evals would be judged on older ones: refused
-    with pytest.raises(revive.InputError, match="multiple of eval_every"):
+    with pytest.raises(InputError, match="multiple of eval_every"):
         revive.stage1(dataclasses.replace(revive.Plan(), probe_steps=45), "model", tmp_path, 0)
 
 
@@ -82,26 +85,26 @@ def fake_seed(final: float) -> dict:
             "probe_worst_drop": [0.0, -0.2],
             "pass_rate": 0.7, "n_per_prompt_max": 512, "samples_per_s": 50.0,
             "tokens_per_s": 350.0,
-            "correct_frac_hist": {b: 1 / 6 for b in revive.HIST_BINS},
+            "correct_frac_hist": {b: 1 / 6 for b in revive_report.HIST_BINS},
             "final_pass1_by_level": {"0": final, "3": final / 2}}
 
 
 def test_branch_summary_has_the_result_schema_and_the_plot_is_written(tmp_path):
     shape = revive.branch_shape(revive.Plan(), 512, lr=1e-4)
-    branch = revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})
+    branch = revive_report.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})
     assert BRANCH_KEYS <= set(branch)
     assert branch["final_eval_pass1"] == {"mean": pytest.approx(0.7), "std": pytest.approx(0.1),
                                           "per_seed": {"0": 0.6, "1": 0.8}}
     assert branch["eval_pass1"] == pytest.approx([0.5, 0.7])
     assert branch["final_pass1_by_level"] == {"0": pytest.approx(0.7), "3": pytest.approx(0.35)}
-    revive.plot({"branches": {"N512": branch}}, tmp_path / "revive.png")
+    revive_report.plot({"branches": {"N512": branch}}, tmp_path / "revive.png")
     assert (tmp_path / "revive.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
     branches = {"N16@lr1": {"compute": [0, 10, 20], "eval_pass1": [0.5, 0.6, 0.62]},
                 "N512@lr1": {"compute": [0, 16], "eval_pass1": [0.5, 0.7]}}
-    assert revive.frontier(branches) == [
+    assert revive_report.frontier(branches) == [
         {"compute": 0, "pass1": 0.5, "branch": "N512@lr1"},
         {"compute": 10, "pass1": 0.6, "branch": "N16@lr1"},
         {"compute": 16, "pass1": 0.7, "branch": "N512@lr1"},
@@ -110,50 +113,51 @@ def test_the_frontier_is_the_best_pass1_reached_within_each_compute():
 
 def test_the_frontier_compares_branches_over_the_seeds_they_all_have():
     shape = revive.branch_shape(revive.Plan(), 16, lr=1e-4)
-    three = revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8), 2: fake_seed(0.1)})
-    two = revive.branch_summary(shape, {0: fake_seed(0.5), 1: fake_seed(0.6)})
-    seeds, curves = revive.shared_seed_curves({"N16@lr1": three, "N64@lr1": two})
+    three = revive_report.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8),
+                                                 2: fake_seed(0.1)})
+    two = revive_report.branch_summary(shape, {0: fake_seed(0.5), 1: fake_seed(0.6)})
+    seeds, curves = revive_report.shared_seed_curves({"N16@lr1": three, "N64@lr1": two})
     # seed 2's low run leaves N16's mean over its own seeds (0.5) below N64's (0.55)
     assert seeds == ["0", "1"] and three["eval_pass1"][-1] == pytest.approx(0.5)
     assert curves["N16@lr1"]["eval_pass1"] == pytest.approx([0.5, 0.7])
-    assert revive.frontier(curves)[-1] == {"compute": 100, "pass1": pytest.approx(0.7),
+    assert revive_report.frontier(curves)[-1] == {"compute": 100, "pass1": pytest.approx(0.7),
                                            "branch": "N16@lr1"}
 
 
 def test_a_branchs_seeds_are_its_run_folders_and_nothing_else(tmp_path):
     shape = revive.branch_shape(revive.Plan(), 16, lr=1e-4)
     for seed in (0, 2):
-        revive.branch_dir(tmp_path, "plateau", shape, seed).mkdir(parents=True)
+        revive_report.branch_dir(tmp_path, "plateau", shape, seed).mkdir(parents=True)
     # a copy set aside, and another branch whose name starts the same way
     (tmp_path / "branches" / "plateau" / "N16_lr0.0001_seed0.bak").mkdir()
     (tmp_path / "branches" / "plateau" / "N160_lr0.0001_seed1").mkdir()
-    assert revive.branch_seeds(tmp_path, "plateau", shape) == [0, 2]
-    assert revive.branch_seeds(tmp_path, "start", shape) == []
+    assert revive_report.branch_seeds(tmp_path, "plateau", shape) == [0, 2]
+    assert revive_report.branch_seeds(tmp_path, "start", shape) == []
 
 
 def test_merged_results_give_their_seeds_only_to_the_same_branch_from_the_same_model(tmp_path):
     plan = revive.Plan()
     shape = revive.branch_shape(plan, 512, lr=plan.lr)
     earlier = {"model": "warmed", "stage1": None, "starts": {"start": {"branches": {
-        "N512@lr1": revive.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})}}}}
-    results = revive.summarise(plan, tmp_path, "warmed", None, earlier)
+        "N512@lr1": revive_report.branch_summary(shape, {0: fake_seed(0.6), 1: fake_seed(0.8)})}}}}
+    results = revive.folder_results(plan, tmp_path, "warmed", None, earlier)
     branch = results["starts"]["start"]["branches"]["N512@lr1"]
     assert branch["final_eval_pass1"]["per_seed"] == {"0": 0.6, "1": 0.8}
     assert results["plan"]["seeds"] == [0, 1] and list(results["starts"]["start"]["branches"]) == [
         "N512@lr1"]
     # the same name at another budget is another branch
-    with pytest.raises(revive.InputError, match="N512@lr1 from the start differs .* in steps"):
-        revive.summarise(dataclasses.replace(plan, budget_steps=320), tmp_path, "warmed", None,
-                         earlier)
+    with pytest.raises(InputError, match="N512@lr1 from the start differs .* in steps"):
+        revive.folder_results(dataclasses.replace(plan, budget_steps=320), tmp_path, "warmed",
+                              None, earlier)
     # the frontier compares the branches over the seeds they all have
-    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive.branch_summary(
+    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive_report.branch_summary(
         revive.branch_shape(plan, 16, lr=plan.lr), {0: fake_seed(0.7)})
-    found = revive.summarise(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
+    found = revive.folder_results(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
     assert found["frontier_seeds"] == ["0"] and found["frontier"][-1]["branch"] == "N16@lr1"
     # and none when no seed is shared
-    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive.branch_summary(
+    earlier["starts"]["start"]["branches"]["N16@lr1"] = revive_report.branch_summary(
         revive.branch_shape(plan, 16, lr=plan.lr), {2: fake_seed(0.7)})
-    found = revive.summarise(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
+    found = revive.folder_results(plan, tmp_path, "warmed", None, earlier)["starts"]["start"]
     assert found["frontier_seeds"] == [] and found["frontier"] == []
 
 
@@ -162,15 +166,16 @@ def test_a_merge_is_of_the_same_experiment_or_refused_in_one_line():
     earlier = {"plan": json.loads(json.dumps(dataclasses.asdict(plan))), "stage1": None,
                "starts": {}, "model": "/home/a/.cache/brorl/tiny-arith-4a3164a05a6c"}
     # seeds, starts and lrs are each sitting's own; the model's folder may be elsewhere
-    revive.check_merge({**earlier, "plan": {**earlier["plan"], "seeds": [2]}},
+    revive_report.check_merge({**earlier, "plan": {**earlier["plan"], "seeds": [2]}},
                        plan, "/root/.cache/brorl/tiny-arith-4a3164a05a6c")
-    with pytest.raises(revive.InputError, match="started from .*, this one from"):
-        revive.check_merge(earlier, plan, "/root/.cache/brorl/tiny-arith-000000000000")
-    with pytest.raises(revive.InputError, match="plan differs from this one in advantage"):
-        revive.check_merge(earlier, dataclasses.replace(plan, advantage="grpo"), earlier["model"])
+    with pytest.raises(InputError, match="started from .*, this one from"):
+        revive_report.check_merge(earlier, plan, "/root/.cache/brorl/tiny-arith-000000000000")
+    with pytest.raises(InputError, match="plan differs from this one in advantage"):
+        revive_report.check_merge(earlier, dataclasses.replace(plan, advantage="grpo"),
+                                  earlier["model"])
     for malformed in ([], {"plan": {}, "model": "m"}):
-        with pytest.raises(revive.InputError, match="not a results.json of this experiment"):
-            revive.check_merge(malformed, plan, earlier["model"])
+        with pytest.raises(InputError, match="not a results.json of this experiment"):
+            revive_report.check_merge(malformed, plan, earlier["model"])
 
 
 def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_frontier():
@@ -182,7 +187,7 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
             # ProRL 5 points below BroRL
             seeds = {seed: fake_seed(final - (0.05 if n == 16 else 0))
                      for seed, final in enumerate(finals)}
-            branches[f"N{n}@lr{multiplier:g}"] = {**revive.branch_summary(shape, seeds),
+            branches[f"N{n}@lr{multiplier:g}"] = {**revive_report.branch_summary(shape, seeds),
                                                   "lr_multiplier": multiplier}
     probe = {"lr": 1e-4, "eval_steps": [0, 40], "eval_pass1": [0.55, 0.56], "lift": 0.005,
              "noise": 0.011}
@@ -191,9 +196,9 @@ def test_the_report_tables_every_branch_at_every_lr_with_its_seeds_and_the_front
     results = {"plan": dataclasses.asdict(plan),
                "stage1": {"stretches": [stretch], "probe": probe, "saturated": True},
                "starts": {"plateau": {"lr": 1e-4, "branches": branches,
-                                      "frontier": revive.frontier(branches),
+                                      "frontier": revive_report.frontier(branches),
                                       "frontier_seeds": ["0", "1"]}}}
-    table = revive.report(results)
+    table = revive_report.report(results)
     assert "| 0.0003 | 10 | 0.500 0.600 | 0.550 | yes | 0.560 | +0.005 (±0.011) |" in table
     assert "The branch point: saturated" in table
     assert ("| N512 | 128 × 20 | 0.70 | 0.700 ± 0.100 (0.600 / 0.800) | "
@@ -212,92 +217,222 @@ def test_a_run_is_continued_only_from_the_weights_and_cpu_it_began_with(tmp_path
     began = {"model_sha256": "0123456789ab", "cpu_capability": "AVX2"}
     (run_dir / "origin.json").write_text(json.dumps(began))
     shape = revive.branch_shape(plan, 16, lr=3e-4)
-    with pytest.raises(revive.InputError, match="began from .*0123456789ab.*finish it where"):
+    with pytest.raises(InputError, match="began from .*0123456789ab.*finish it where"):
         revive.run_branch(plan, str(tmp_path), None, run_dir, shape, seed=2)
     # the report names the seeds whose runs did not all begin alike
-    mixed = {"N16@lr1": revive.branch_summary(shape, {2: {**fake_seed(0.6), "origin": began}}),
-             "N64@lr1": revive.branch_summary(shape, {2: fake_seed(0.6)})}
-    assert revive.origins(mixed) == "s2 MIXED 0123456789ab on AVX2 / unrecorded"
+    mixed = {"N16@lr1": revive_report.branch_summary(shape,
+                                                     {2: {**fake_seed(0.6), "origin": began}}),
+             "N64@lr1": revive_report.branch_summary(shape, {2: fake_seed(0.6)})}
+    assert revive_report.origins(mixed) == "s2 MIXED 0123456789ab on AVX2 / unrecorded"
     # nor does a seed go on elsewhere, whether its other runs are merged or in the experiment folder
     elsewhere = {**began, "cpu_capability": "AVX512"}
     earlier = {"starts": {"start": {"branches": mixed}}}
-    revive.check_seed_origin(earlier, tmp_path, "start", 2, began)
-    revive.check_seed_origin(earlier, tmp_path, "start", 1, elsewhere)
-    with pytest.raises(revive.InputError, match="seed 2's N16@lr1 in --merge from the start began"):
-        revive.check_seed_origin(earlier, tmp_path, "start", 2, elsewhere)
-    other_run = revive.branch_dir(tmp_path, "start", revive.branch_shape(plan, 64, 3e-4), 1)
+    revive_report.check_seed_origin(earlier, tmp_path, "start", 2, began)
+    revive_report.check_seed_origin(earlier, tmp_path, "start", 1, elsewhere)
+    with pytest.raises(InputError, match="seed 2's N16@lr1 in --merge from the start began"):
+        revive_report.check_seed_origin(earlier, tmp_path, "start", 2, elsewhere)
+    other_run = revive_report.branch_dir(tmp_path, "start", revive.branch_shape(plan, 64, 3e-4), 1)
     other_run.mkdir(parents=True)
     (other_run / "origin.json").write_text(json.dumps(began))
-    with pytest.raises(revive.InputError, match="seed 1's .*N64_lr0.0003_seed1 from the start"):
-        revive.check_seed_origin(None, tmp_path, "start", 1, elsewhere)
+    with pytest.raises(InputError, match="seed 1's .*N64_lr0.0003_seed1 from the start"):
+        revive_report.check_seed_origin(None, tmp_path, "start", 1, elsewhere)
 
 
-def test_quick_runs_the_whole_pipeline_writes_the_schema_and_resume_keeps_finished_runs(
-        tmp_path):
+# ---- the pipeline: one real --quick sitting at its smallest, its bookkeeping on fake runs --------
+
+@pytest.fixture(scope="module")
+def quick_sitting(tmp_path_factory):
+    """One real sitting of the --quick pipeline at its smallest: stage 1 (with its probe), then
+    seed 0 of both branch shapes at one lr from the plateau. Its folder, model, flags and
+    results.json as first written."""
     import tiny_model
 
     # the cached default model: fast to get
-    out, model = tmp_path / "revive", str(tiny_model.ensure_tiny_model())
-    run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model)
-    results = json.loads((out / "results.json").read_text())
+    out, model = tmp_path_factory.mktemp("revive") / "quick", str(tiny_model.ensure_tiny_model())
+    flags = ["--quick", "--out", str(out), "--model", model, "--seeds", "0", "--starts", "plateau",
+             "--lr-multipliers", "3"]
+    run_script("experiments/revive.py", *flags)
+    return SimpleNamespace(out=out, model=model, flags=flags,
+                           results=json.loads((out / "results.json").read_text()))
+
+
+def test_quick_runs_stage1_then_the_branches_and_writes_the_schema(
+        quick_sitting):
+    results, out = quick_sitting.results, quick_sitting.out
     stage1 = results["stage1"]
     # stage 1 ran, then a probe at a third of its lr decided whether it was saturated
     assert stage1["checkpoint"] and stage1["probe"]["lr"] == pytest.approx(stage1["lr"] / 3)
-    assert set(results["starts"]) == {"plateau", "start"}
+    assert list(results["starts"]) == ["plateau"] and results["plan"]["seeds"] == [0]
+    plateau = results["starts"]["plateau"]
+    assert set(plateau["branches"]) == {"N4@lr3", "knapsack4+history@lr3"}
+    assert plateau["frontier"][-1]["compute"] == 128  # equal samples for every branch
+    for branch in plateau["branches"].values():
+        assert BRANCH_KEYS <= set(branch) and set(branch["final_eval_pass1"]["per_seed"]) == {"0"}
+        assert branch["lr"] == pytest.approx(3 * stage1["lr"]) and branch["compute"][-1] == 128
+        assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
+        assert branch["seeds"]["0"]["origin"] == revive_report.run_origin(quick_sitting.model)
+    for figure in ("frontier.png", "revive_plateau_lr3.png"):
+        assert (out / figure).read_bytes().startswith(b"\x89PNG")
+    assert "## From the plateau" in (out / "results.md").read_text()
+
+
+def test_a_second_sitting_in_an_experiment_folder_needs_resume(quick_sitting):
+    with pytest.raises(SystemExit, match="already holds an experiment: pass --resume"):
+        revive.main(quick_sitting.flags)
+
+
+def test_resume_keeps_stage1_and_the_finished_runs(quick_sitting, capsys):
+    revive.main([*quick_sitting.flags, "--resume"])
+    resumed = capsys.readouterr().out
+    assert resumed.count("finished earlier, kept") == 2 and "took" not in resumed
+    assert "[revive] stage 1 (ProRL" not in resumed  # stage 1 trains no further step
+    results = json.loads((quick_sitting.out / "results.json").read_text())
+    assert results["starts"] == quick_sitting.results["starts"]
+
+
+FAKE_STAGE1 = {"lr": 1e-4, "checkpoint": "stage1/checkpoints/step_4", "saturated": True,
+               "stretches": [{"lr": 3e-4, "eval_steps": [0, 2, 4], "eval_pass1": [0.1, 0.3, 0.3],
+                              "level": 0.3, "plateaued": True,
+                              "probe": {"lr": 1e-4, "eval_steps": [0, 2], "eval_pass1": [0.3, 0.4],
+                                        "lift": 0.1, "noise": 0.05}}]}
+
+
+def write_finished_branch_run(run_dir, shape: dict, pass1: float) -> None:
+    """What train_brorl.py leaves in a finished branch run: metrics.jsonl (a training row per step,
+    an eval with the probe set's scores every eval_every steps), eval.json and the final eval's
+    samples."""
+    rows = [{"step": 0, "eval_pass1": 0.25, "probe_improved_frac": 0.0, "probe_dropped_frac": 0.0,
+             "probe_worst_drop": 0.0}]
+    for step in range(1, shape["steps"] + 1):
+        rows.append({"step": step, "reward_mean": 0.5, "response_len": 6.0, "pass_rate": 0.4,
+                     "samples_per_s": 100.0, "gen_tokens_per_s": 600.0,
+                     **{f"correct_frac/{b}": 1 / 6 for b in revive_report.HIST_BINS}})
+        if step % shape["eval_every"] == 0:
+            rows.append({"step": step, "eval_pass1": pass1, "probe_improved_frac": 0.5,
+                         "probe_dropped_frac": 0.1, "probe_worst_drop": -0.2})
+    run_dir.mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (run_dir / "eval.json").write_text(json.dumps({"pass1": pass1}))
+    samples = [{"header": {}}, {"id": 0, "reward": 1.0}, {"id": 1, "reward": 0.0}]
+    (run_dir / "eval.samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+
+
+@pytest.fixture
+def fake_training(monkeypatch):
+    """revive.py with stage 1 and the branch runs replaced by fake finished ones, and the figures by
+    empty files (revive.png's drawing has its own test): the pipeline's bookkeeping in a second.
+    `runs` lists the branch runs made, (start, branch, seed) each; they reach pass@1 `pass1`."""
+    fake = SimpleNamespace(runs=[], pass1=0.5)
+
+    def stage1(plan, model, out, seed):
+        (out / "stage1").mkdir(parents=True, exist_ok=True)
+        return FAKE_STAGE1
+
+    def run_branch(plan, model, checkpoint, run_dir, shape, seed):
+        assert checkpoint == (FAKE_STAGE1["checkpoint"] if "plateau" in run_dir.parts else None)
+        fake.runs.append((run_dir.parent.name, shape["name"], seed))
+        write_finished_branch_run(run_dir, shape, fake.pass1)
+
+    monkeypatch.setattr(revive, "stage1", stage1)
+    monkeypatch.setattr(revive, "run_branch", run_branch)
+    for plot in ("plot", "plot_frontier"):
+        monkeypatch.setattr(revive_report, plot, lambda results, path: path.write_bytes(b""))
+    return fake
+
+
+def quick(out, *flags: str) -> dict:
+    """One sitting of `revive.py --quick` in this process; its results.json."""
+    revive.main(["--quick", "--out", str(out), "--model", "warmed", *flags])
+    return json.loads((out / "results.json").read_text())
+
+
+def test_a_sitting_runs_one_seed_of_every_branch_first_and_reports_each_start_and_lr(
+        tmp_path, fake_training):
+    results = quick(tmp_path)
+    # seed by seed; within a seed, start by start, lr by lr
+    assert [seed for *_, seed in fake_training.runs] == [0] * 8 + [1] * 8
+    assert fake_training.runs[:4] == [("plateau", "N4", 0), ("plateau", "knapsack4+history", 0)] * 2
+    assert list(results["starts"]) == ["plateau", "start"] and results["plan"]["seeds"] == [0, 1]
     for start in results["starts"].values():
-        branches = start["branches"]
-        assert set(branches) == {"N4@lr1", "N4@lr3", "knapsack4+history@lr1",
-                                 "knapsack4+history@lr3"}
-        assert start["frontier"][-1]["compute"] == 128  # equal samples for every branch
-        for branch in branches.values():
-            assert (BRANCH_KEYS <= set(branch)
-                    and set(branch["final_eval_pass1"]["per_seed"]) == {"0", "1"})
-            assert branch["compute"][-1] == 128
-            assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
-            assert all(s["origin"] == revive.run_origin(model) for s in branch["seeds"].values())
-    assert (out / "frontier.png").is_file() and (out / "revive_plateau_lr3.png").is_file()
-    assert "## From the start" in (out / "results.md").read_text()
-    refused = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
-                         check=False)
-    assert refused.returncode != 0 and "pass --resume" in refused.stderr
-    # a sitting that continues one seed from one start keeps the others in the results
-    resumed = run_script("experiments/revive.py", "--quick", "--out", str(out), "--model", model,
-                         "--resume", "--seeds", "1", "--starts", "plateau")
-    assert resumed.stdout.count("finished earlier, kept") == 4
-    assert json.loads((out / "results.json").read_text())["starts"] == results["starts"]
-    # the start's branches alone need no stage 1
-    start_only = tmp_path / "start-only"
-    run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model", model,
-               "--seeds", "0", "--starts", "start")
-    results = json.loads((start_only / "results.json").read_text())
-    assert results["stage1"] is None and not (start_only / "stage1").exists()
-    assert set(results["starts"]) == {"start"} and len(results["starts"]["start"]["branches"]) == 4
-    assert "Not run: only the start's branches" in (start_only / "results.md").read_text()
-    refused = run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model",
-                         model, "--seeds", "1", "--starts", "start", check=False)
-    assert refused.returncode != 0 and "pass --resume" in refused.stderr
-    # another sitting's results join in (its run folders may be gone): what it ran is not run
-    # again, and a seed found in both comes from this sitting's runs
-    merged = run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model",
-                        model, "--seeds", "1", "--starts", "start", "--resume", "--merge",
-                        str(out / "results.json"))
-    assert merged.stdout.count("results.json, kept") == 4 and "took" not in merged.stdout
-    (start_only / "results.json").unlink()
-    run_script("experiments/revive.py", "--quick", "--out", str(start_only), "--model", model,
-               "--report-only", "--merge", str(out / "results.json"))
-    joined = json.loads((start_only / "results.json").read_text())
-    earlier = json.loads((out / "results.json").read_text())
+        assert list(start["branches"]) == ["N4@lr1", "knapsack4+history@lr1", "N4@lr3",
+                                           "knapsack4+history@lr3"]
+        assert start["frontier_seeds"] == ["0", "1"] and start["frontier"][-1]["compute"] == 128
+        for branch in start["branches"].values():
+            assert BRANCH_KEYS <= set(branch) and list(branch["seeds"]) == ["0", "1"]
+    assert results["starts"]["plateau"]["lr"] == FAKE_STAGE1["lr"]
+    assert results["starts"]["start"]["lr"] == revive.QUICK.lr
+    assert {path.name for path in tmp_path.glob("*.png")} == {
+        "frontier.png", "revive_plateau_lr1.png", "revive_plateau_lr3.png", "revive_start_lr1.png",
+        "revive_start_lr3.png"}
+    assert "## From the start" in (tmp_path / "results.md").read_text()
+
+
+def test_a_sitting_for_one_seed_and_start_keeps_every_other_finished_run_in_the_results(
+        tmp_path, fake_training, capsys):
+    results = quick(tmp_path)
+    made = len(fake_training.runs)
+    again = quick(tmp_path, "--resume", "--seeds", "1", "--starts", "plateau")
+    assert capsys.readouterr().out.count("finished earlier, kept") == 4
+    assert len(fake_training.runs) == made and again["starts"] == results["starts"]
+
+
+def test_the_starts_branches_alone_need_no_stage1(tmp_path, fake_training):
+    results = quick(tmp_path, "--seeds", "0", "--starts", "start")
+    assert results["stage1"] is None and not (tmp_path / "stage1").exists()
+    assert list(results["starts"]) == ["start"] and len(results["starts"]["start"]["branches"]) == 4
+    assert "Not run: only the start's branches" in (tmp_path / "results.md").read_text()
+    with pytest.raises(SystemExit, match="already holds an experiment: pass --resume"):
+        quick(tmp_path, "--seeds", "1", "--starts", "start")
+
+
+def test_merged_results_are_not_run_again_and_a_report_joins_them_with_this_sittings_runs(
+        tmp_path, fake_training, capsys):
+    earlier_dir, here = tmp_path / "earlier", tmp_path / "here"
+    fake_training.pass1 = 0.6
+    earlier = quick(earlier_dir)
+    merge = ["--merge", str(earlier_dir / "results.json")]
+    fake_training.pass1 = 0.8
+    ours = quick(here, "--seeds", "0", "--starts", "start")
+    made = len(fake_training.runs)
+    # another sitting's results join in (its run folders may be gone): what it ran is not run again
+    quick(here, "--seeds", "1", "--starts", "start", "--resume", *merge)
+    assert capsys.readouterr().out.count("results.json, kept") == 4
+    assert len(fake_training.runs) == made
+    # a seed found in both comes from this sitting's runs
+    (here / "results.json").unlink()
+    joined = quick(here, "--report-only", *merge)
     assert joined["stage1"] == earlier["stage1"] and joined["plan"]["seeds"] == [0, 1]
     assert joined["starts"]["plateau"] == earlier["starts"]["plateau"]
     for key, branch in joined["starts"]["start"]["branches"].items():
-        assert branch["seeds"]["0"] == results["starts"]["start"]["branches"][key]["seeds"]["0"]
+        assert branch["seeds"]["0"] == ours["starts"]["start"]["branches"][key]["seeds"]["0"]
         assert branch["seeds"]["1"] == earlier["starts"]["start"]["branches"][key]["seeds"]["1"]
-    # a report builds no model: the default one is only named
-    cache = tmp_path / "empty-cache"
-    reported = run_script("experiments/revive.py", "--quick", "--out", str(start_only),
-                          "--report-only", env={"BRORL_CACHE": str(cache)})
-    assert "building" not in reported.stdout and not cache.exists()
-    assert json.loads((start_only / "results.json").read_text())["starts"]["start"]["branches"]
+        assert branch["final_eval_pass1"]["per_seed"] == {"0": 0.8, "1": 0.6}
+
+
+def test_a_report_builds_no_model_it_only_names_the_default_one(tmp_path, fake_training,
+                                                                monkeypatch):
+    quick(tmp_path, "--seeds", "0", "--starts", "start", "--lr-multipliers", "1")
+    monkeypatch.setattr(revive, "ensure_tiny_model", lambda **spec: pytest.fail("built a model"))
+    revive.main(["--quick", "--out", str(tmp_path), "--report-only"])
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["model"] == str(revive.tiny_model_path(spec=revive.GRADED_WARMUP,
+                                                          train_data=revive.TRAIN_DATA))
+    assert len(results["starts"]["start"]["branches"]) == 2
+
+
+def test_the_report_alone_draws_results_md_and_the_figures_from_a_results_json(
+        tmp_path, fake_training):
+    results = quick(tmp_path, "--seeds", "0", "--starts", "start", "--lr-multipliers", "1")
+    (tmp_path / "results.md").unlink()
+    run_script("experiments/revive_report.py", str(tmp_path))
+    assert (tmp_path / "results.md").read_text() == revive_report.report(results)
+    for figure in ("frontier.png", "revive_start_lr1.png"):
+        assert (tmp_path / figure).read_bytes().startswith(b"\x89PNG")
+    (tmp_path / "other.json").write_text(json.dumps({"plan": {}}))
+    with pytest.raises(SystemExit) as refused:
+        revive_report.main([str(tmp_path / "other.json")])
+    assert str(refused.value) == (f"error: {tmp_path / 'other.json'} is not a results.json of "
+                                  "this experiment (it needs plan, stage1 and starts)")
 
 
 def write_fake_run(run_dir, n_rollouts: int, prompts_per_step: int) -> None:
