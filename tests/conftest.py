@@ -4,6 +4,7 @@ import contextlib
 import itertools
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -125,6 +126,28 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not /usr/bin/bwrap
+# KL on with a reference reset at step 2, a probe set, and no eval between the step-0 and final
+# evals (so a resume from step 1 logs none at step 2): what the tests of a finished run need
+SMOKE_RUN = ["--preset", "smoke", "--kl-coef", "0.01", "--ref-reset-every", "2",
+             "--probe-prompts", "8", "--eval-every", "100"]
+
+
+@pytest.fixture(scope="session")
+def finished_smoke_run(tmp_path_factory) -> Path:
+    """`train_brorl.py` with SMOKE_RUN, trained once per test session, without bubblewrap (arith
+    needs no sandbox). Read-only: a test that resumes or damages it takes `smoke_run`, a copy."""
+    out = tmp_path_factory.mktemp("finished") / "smoke"
+    run_script("train_brorl.py", *SMOKE_RUN, "--output-dir", str(out), env=NO_BWRAP)
+    return out
+
+
+@pytest.fixture
+def smoke_run(finished_smoke_run, tmp_path) -> Path:
+    """This test's own copy of the finished smoke run."""
+    return Path(shutil.copytree(finished_smoke_run, tmp_path / "smoke"))
 
 
 def trainer_logprobs(model, rollouts, temperature: float, micro_batch_tokens: int = 16384):

@@ -23,7 +23,7 @@ import rollout
 import run
 import tasks
 import train_brorl
-from conftest import ROOT, accelerate_launch, run_script
+from conftest import NO_BWRAP, ROOT, accelerate_launch, run_script
 from tiny_model import ensure_tiny_model
 
 SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst",
@@ -125,8 +125,9 @@ def test_the_one_gpu_preset_is_the_recipe_in_bf16_and_runs_at_tiny_size(tmp_path
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [row for row in rows if "reward_mean" in row]
     assert [row["step"] for row in train_rows] == [1, 2]
-    # the hf engine samples in fp32; the trainer's bf16 log-probs are measurably apart from them
-    assert all(row["mismatch_abs_mean"] > 1e-3 for row in train_rows)
+    # the hf engine samples in fp32; the trainer's bf16 log-probs are apart from them by about
+    # u = 2^-8 for log-probs of order 1 (fp32 arithmetic would leave ~2^-24): more than u / 4
+    assert all(row["mismatch_abs_mean"] > 2**-8 / 4 for row in train_rows)
 
 
 def test_a_half_precision_master_dtype_is_refused_in_one_line():
@@ -223,13 +224,8 @@ def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming
                         result.stderr.strip())
 
 
-NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not /usr/bin/bwrap
-
-
-def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path):
-    out = tmp_path / "smoke"
-    # arith needs no sandbox
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), env=NO_BWRAP)
+def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(smoke_run):
+    out = smoke_run  # trained without bubblewrap: arith needs no sandbox
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "reward_mean" in r]
     eval_rows = [r for r in rows if "eval_pass1" in r]
@@ -262,8 +258,10 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
 
 
 def logged_steps(out_dir) -> list[tuple[int, str]]:
+    """(step, "train" or "eval") of each row, the probe monitor's rows left out."""
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], "eval" if "eval_pass1" in r else "train") for r in rows]
+    return [(r["step"], "eval" if "eval_pass1" in r else "train") for r in rows
+            if "probe_count" not in r]
 
 
 def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(tmp_path):
@@ -368,10 +366,8 @@ def test_default_run_raises_held_out_pass1_by_20_points(tmp_path):
 
 
 def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_do_not_break_resume(
-        tmp_path):
-    out = tmp_path / "run"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
-               "--eval-every", "100")
+        smoke_run):
+    out = smoke_run
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward_me')  # killed mid-write
     checkpoints = out / "checkpoints"
@@ -588,11 +584,11 @@ def test_probe_report_counts_changes_beyond_the_noise_floor_and_splits_sampled_p
             and report["probe_unsampled_worst_drop"] == pytest.approx(-0.005))
 
 
-def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_and_probes(tmp_path):
-    source, branch = tmp_path / "source", tmp_path / "branch"
+def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_and_probes(
+        smoke_run, tmp_path):
+    # the source: KL on, its reference reset at step 2, 8 probe prompts (conftest.SMOKE_RUN)
+    source, branch = smoke_run, tmp_path / "branch"
     kl = ["--kl-coef", "0.01", "--ref-reset-every", "2"]
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(source),
-               "--probe-prompts", "8", *kl)
     checkpoint = source / "checkpoints" / "step_000002"
     ran = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(branch),
                      "--init-from", str(checkpoint), "--n-rollouts", "32", "--total-steps", "1",
@@ -648,10 +644,9 @@ class CreatesFileWhenUnpickled:
         return open, (self.path, "w")
 
 
-def test_a_shared_run_folder_whose_pickles_would_run_code_is_refused_without_running_it(tmp_path):
-    out, ran_code = tmp_path / "shared", tmp_path / "ran_code"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
-               "--eval-every", "100", "--probe-prompts", "4", env=NO_BWRAP)
+def test_a_shared_run_folder_whose_pickles_would_run_code_is_refused_without_running_it(
+        smoke_run, tmp_path):
+    out, ran_code = smoke_run, tmp_path / "ran_code"  # a run with a probe set
     checkpoints = out / "checkpoints"
     hostile = {"step": 2, "data_position": 0, "payload": CreatesFileWhenUnpickled(ran_code)}
     torch.save(hostile, checkpoints / "step_000002" / "trainer_state.pt")
