@@ -501,8 +501,10 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
     start = rollout.load_policy(str(untrained_model_dir))[0].state_dict()
     # the update moved something
     assert any(not torch.equal(start[name], one[name]) for name in one)
+    # one SGD step (lr 0.5) on fp32 gradients of order 1 summed over <= 156 positions (12 rows of
+    # <= 13 tokens) in another order: <= 0.5 * 156 * 2^-24 apart, plus 2^-24 rounding the weights
     for name in one:
-        assert torch.allclose(one[name], two[name], atol=1e-6), name
+        assert torch.allclose(one[name], two[name], atol=(0.5 * 156 + 1) * 2**-24), name
 
 
 def test_data_parallel_runs_end_without_hanging_round_after_round(tmp_path):
