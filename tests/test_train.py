@@ -538,11 +538,10 @@ def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_pa
     assert samples[0] == samples[1] and samples[0].count("\n") == 1 + 2 * problems
 
 
-def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_path):
-    out = tmp_path / "refill"
-    run_script("train_brorl.py", "--preset", "smoke", "--refill-rounds", "3",
-               "--output-dir", str(out), "--eval-every", "9")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(finished_smoke_run):
+    # up to 3 refill rounds (conftest.SMOKE_RUN)
+    rows = [json.loads(line)
+            for line in (finished_smoke_run / "metrics.jsonl").read_text().splitlines()
             if "gen_rounds" in line]
     prompts = train_brorl.PRESETS["smoke"]["prompts_per_step"]
     for row in rows:
