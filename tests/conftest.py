@@ -17,6 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# OpenMP threads waiting for work sleep instead of spinning, in the tests and every launch (set
+# before torch loads): on a busy 2-core machine spinning threads take the cores from the working
+# ones (the tied model's warm-up, machine loaded: 126 s spinning, 12 s sleeping); same arithmetic
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import tiny_model  # noqa: E402
 
