@@ -133,11 +133,10 @@ def free_port() -> int:
 
 
 NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not /usr/bin/bwrap
-# KL on with a reference reset at step 2, a probe set, DAPO refills (step 2 needs one), and no eval
-# between the step-0 and final evals (so a resume from step 1 logs none at step 2): what the tests
-# of a finished run need
+# KL on with a reference reset at step 2, a probe set and DAPO refills (step 2 needs one): what the
+# tests of a finished run need
 SMOKE_RUN = ["--preset", "smoke", "--kl-coef", "0.01", "--ref-reset-every", "2",
-             "--probe-prompts", "8", "--refill-rounds", "3", "--eval-every", "100"]
+             "--probe-prompts", "8", "--refill-rounds", "3"]
 
 
 @pytest.fixture(scope="session")

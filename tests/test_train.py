@@ -367,8 +367,10 @@ def test_default_run_raises_held_out_pass1_by_20_points(tmp_path):
 
 
 def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_do_not_break_resume(
-        smoke_run):
-    out = smoke_run
+        tmp_path):
+    out = tmp_path / "run"
+    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
+               "--eval-every", "100")
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward_me')  # killed mid-write
     checkpoints = out / "checkpoints"
