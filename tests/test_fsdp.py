@@ -155,8 +155,8 @@ def test_fsdp2_in_bf16_follows_the_fp32_run_within_bf16_error(ddp_run, fsdp2_bf1
     fp32, mixed = final_weights(ddp_run()), final_weights(fsdp2_bf16_run)
     moved = sum(float((fp32[k] - start[k]).norm() ** 2) for k in fp32) ** 0.5
     apart = sum(float((fp32[k] - mixed[k]).norm() ** 2) for k in fp32) ** 0.5
-    # AdamW's step m / sqrt(v) carries the gradient's error (BF16_REL) twice, and 8 optimizer steps
-    # compound it; a lost update (bf16 master weights, a missing reduction) is apart ~ moved
+    # AdamW's step m / sqrt(v) carries the gradient's error twice (2 * BF16_REL = 1/4), doubled for
+    # 8 optimizer steps compounding it; a lost update (bf16 master weights) is apart ~ moved
     assert apart < 4 * BF16_REL * moved, (apart, moved)
 
 
