@@ -4,6 +4,7 @@ import contextlib
 import itertools
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,6 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# OpenMP threads waiting for work sleep instead of spinning, in the tests and every launch (set
+# before torch loads): on a busy 2-core machine spinning threads take the cores from the working
+# ones (the tied model's warm-up, machine loaded: 126 s spinning, 12 s sleeping); same arithmetic
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import tiny_model  # noqa: E402
 
@@ -125,6 +130,28 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not /usr/bin/bwrap
+# KL on with a reference reset at step 2, a probe set and DAPO refills (step 2 needs one): what the
+# tests of a finished run need
+SMOKE_RUN = ["--preset", "smoke", "--kl-coef", "0.01", "--ref-reset-every", "2",
+             "--probe-prompts", "8", "--refill-rounds", "3"]
+
+
+@pytest.fixture(scope="session")
+def finished_smoke_run(tmp_path_factory) -> Path:
+    """`train_brorl.py` with SMOKE_RUN, trained once per test session, without bubblewrap (arith
+    needs no sandbox). Read-only: a test that resumes or damages it takes `smoke_run`, a copy."""
+    out = tmp_path_factory.mktemp("finished") / "smoke"
+    run_script("train_brorl.py", *SMOKE_RUN, "--output-dir", str(out), env=NO_BWRAP)
+    return out
+
+
+@pytest.fixture
+def smoke_run(finished_smoke_run, tmp_path) -> Path:
+    """This test's own copy of the finished smoke run."""
+    return Path(shutil.copytree(finished_smoke_run, tmp_path / "smoke"))
 
 
 def trainer_logprobs(model, rollouts, temperature: float, micro_batch_tokens: int = 16384):

@@ -3,9 +3,9 @@ configs/fsdp_cpu.yaml: 2 CPU processes, bf16, cpu_ram_efficient_loading).
 
     accelerate launch --config_file configs/fsdp_cpu.yaml tests/fsdp2_setup.py MODEL_DIR OUT_DIR
 
-Each process writes OUT_DIR/rank_R.json: its log-probs' dtype and error against the unsharded fp32
-model, whether they are all bf16-representable, |params| of policy and reference, the KL between
-them before and after an update, and after the reference reset.
+Each process writes OUT_DIR/rank_R.json: its log-probs' dtype, their error against the unsharded
+fp32 model and that model's largest log-prob, whether they are all bf16-representable, |params| of
+policy and reference, the KL between them before and after an update, and after the reference reset.
 """
 
 import json
@@ -52,6 +52,7 @@ def main() -> None:
         "dtype": str(logprobs.dtype),
         "all_bf16_representable": bool((logprobs == logprobs.bfloat16().float()).all()),
         "max_error_vs_fp32": float((logprobs - reference).abs().max()),
+        "max_abs_fp32_logprob": float(reference.abs().max()),
         "policy_abs_sum": local_abs_sum(run.policy),
         "reference_abs_sum": local_abs_sum(run.ref_policy),
         "kl_before_update": float((logprobs - ref_logprobs).abs().max()),

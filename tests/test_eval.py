@@ -6,6 +6,7 @@ import math
 import re
 import shutil
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -79,6 +80,26 @@ def sample_rows(out) -> list[dict]:
     return [json.loads(line) for line in out.with_suffix(".samples.jsonl").read_text().splitlines()]
 
 
+SIX_PROBLEMS = ("--data", "data/arith_test.jsonl", "--max-problems", "6")  # 3 batches of 2
+
+
+@pytest.fixture(scope="module")
+def finished_eval(untrained_model_dir, tmp_path_factory) -> Path:
+    """`eval_cli` of the untrained model on SIX_PROBLEMS, run once for the tests below: they read or
+    resume a copy (`eval_copy`)."""
+    out = tmp_path_factory.mktemp("eval") / "result.json"
+    eval_cli(untrained_model_dir, out, *SIX_PROBLEMS)
+    return out
+
+
+@pytest.fixture
+def eval_copy(finished_eval, tmp_path) -> Path:
+    """This test's own copy of the finished eval: result.json and its samples."""
+    for path in (finished_eval, finished_eval.with_suffix(".samples.jsonl")):
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path / finished_eval.name
+
+
 def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrained_model_dir,
                                                                           tmp_path):
     out = tmp_path / "result.json"
@@ -112,10 +133,8 @@ def test_eval_cli_scores_benchmarks_from_files_and_lists_the_missing_ones(untrai
 
 
 def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained_model_dir,
-                                                                       tmp_path):
-    out = tmp_path / "run.json"
-    args = ("--data", "data/arith_test.jsonl", "--max-problems", "6")
-    eval_cli(untrained_model_dir, out, *args)
+                                                                       eval_copy):
+    out, args = eval_copy, SIX_PROBLEMS
     samples = out.with_suffix(".samples.jsonl")
     lines = samples.read_text().splitlines()
     # the header, problems 0 and 1 finished, problem 2 half written, then a torn line
@@ -132,14 +151,12 @@ def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained
 # process group exists
 @pytest.mark.parametrize("config", ["configs/ddp_cpu.yaml", "configs/fsdp_cpu.yaml"])
 def test_under_accelerate_launch_two_processes_split_the_problems_and_write_what_one_would(
-        config, untrained_model_dir, tmp_path):
-    args = ("--data", "data/arith_test.jsonl", "--max-problems", "8")
-    alone_out, launched_out = (tmp_path / run / "result.json" for run in ("alone", "launched"))
-    eval_cli(untrained_model_dir, alone_out, *args)
-    launched = launched_eval_cli(untrained_model_dir, launched_out, *args, config=config)
+        config, untrained_model_dir, eval_copy, tmp_path):
+    alone_out, launched_out = eval_copy, tmp_path / "launched" / "result.json"
+    launched = launched_eval_cli(untrained_model_dir, launched_out, *SIX_PROBLEMS, config=config)
     generated = generated_per_process(launched.stdout)
     assert set(generated) == {0, 1} and all(generated.values()), launched.stdout
-    assert sum(generated.values()) == 8
+    assert sum(generated.values()) == 6
     # one table and one set of files, from the main process
     assert launched.stdout.count("pass@1 (95% CI)") == 1
     assert sorted(path.name for path in launched_out.parent.iterdir()) == ["result.json",
@@ -150,14 +167,12 @@ def test_under_accelerate_launch_two_processes_split_the_problems_and_write_what
             == {key: value for key, value in alone.items() if key not in timing})
     # every problem once, with the samples one process draws
     assert sample_rows(launched_out) == sample_rows(alone_out)
-    assert len(sample_rows(launched_out)) == 1 + 8 * 2
+    assert len(sample_rows(launched_out)) == 1 + 6 * 2
 
 
 def test_a_launched_eval_resumes_without_redoing_finished_problems_and_refuses_other_settings(
-        untrained_model_dir, tmp_path):
-    out = tmp_path / "run.json"
-    args = ("--data", "data/arith_test.jsonl", "--max-problems", "6")
-    eval_cli(untrained_model_dir, out, *args)
+        untrained_model_dir, eval_copy):
+    out, args = eval_copy, SIX_PROBLEMS
     samples = out.with_suffix(".samples.jsonl")
     lines = samples.read_text().splitlines()
     # the header, problems 0 and 1 finished, problem 2 half written, then a torn line
@@ -246,10 +261,8 @@ def test_every_process_gets_problems_when_all_fit_in_one_batch(untrained_policy)
 
 
 def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refuses_and_keeps_the_samples(  # noqa: E501 (test name)
-        untrained_model_dir, tmp_path):
-    out = tmp_path / "run.json"
-    args = ("--data", "data/arith_test.jsonl", "--max-problems", "2")
-    eval_cli(untrained_model_dir, out, *args)
+        untrained_model_dir, eval_copy, tmp_path):
+    out, args = eval_copy, SIX_PROBLEMS
     samples = out.with_suffix(".samples.jsonl")
     before = samples.read_text()
     other_model = shutil.copytree(untrained_model_dir, tmp_path / "other-model")
@@ -264,7 +277,7 @@ def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refus
                 in result.stderr)
         assert samples.read_text() == before  # the earlier samples are neither reused nor truncated
     # same model and protocol: resumes
-    eval_cli(untrained_model_dir, out, *args, "--max-problems", "3")
+    eval_cli(untrained_model_dir, out, *args, "--max-problems", "7")
     assert samples.read_text().startswith(before)
 
 

@@ -4,15 +4,69 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from conftest import ROOT, run_script
 
 
+def requirement_lines(name: str) -> list[str]:
+    return [line.split(" #")[0].strip() for line in (ROOT / name).read_text().splitlines()
+            if line.strip() and not line.startswith(("#", "-r"))]
+
+
+def pins() -> dict[str, str]:
+    """The exact versions requirements.txt and requirements-vllm.txt pin: torch, vllm, ..."""
+    return {line.split("==")[0]: line.split("==")[1]
+            for name in ("requirements.txt", "requirements-vllm.txt")
+            for line in requirement_lines(name) if "==" in line}
+
+
+def applies(requirement: Requirement) -> bool:
+    """Whether a wheel's requirement holds on this machine (Linux x86_64, as the GPU machines)."""
+    return requirement.marker is None or requirement.marker.evaluate({"extra": ""})
+
+
+def chosen_without_dependencies(report: Path, *requirements: str) -> dict[str, dict]:
+    """pip's choice for `requirements` alone, their dependencies left out (a dry run: only the
+    wheels' metadata is downloaded): name -> the chosen wheel's metadata."""
+    resolve = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed",
+               "--no-deps", "--quiet", "--report", str(report), *requirements]
+    result = subprocess.run(resolve, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {canonicalize_name(item["metadata"]["name"]): item["metadata"]
+            for item in json.loads(report.read_text())["install"]}
+
+
+def test_the_vllm_pin_and_requirements_txt_agree_on_torch_and_every_package_both_name(tmp_path):
+    """A vLLM pin whose wheel declares another torch than requirements.txt (or a transformers range
+    outside its range) has no solution: pip must find one version of each package that both
+    name, with every chosen wheel's requirements on the others met."""
+    vllm = chosen_without_dependencies(tmp_path / "vllm.json", "-r", "requirements-vllm.txt")
+    ours = {canonicalize_name(Requirement(line).name)
+            for line in requirement_lines("requirements.txt")}
+    shared = [str(requirement) for requirement in map(Requirement, vllm["vllm"]["requires_dist"])
+              if canonicalize_name(requirement.name) in ours and applies(requirement)]
+    assert "torch" in {Requirement(requirement).name for requirement in shared}
+    chosen = chosen_without_dependencies(tmp_path / "together.json", "-r", "requirements.txt",
+                                         "-r", "requirements-vllm.txt", *shared)
+    assert chosen["torch"]["version"].split("+")[0] == pins()["torch"]
+    assert chosen["vllm"]["version"] == pins()["vllm"]
+    for name, metadata in chosen.items():
+        for requirement in map(Requirement, metadata.get("requires_dist") or []):
+            other = chosen.get(canonicalize_name(requirement.name))
+            if other is not None and applies(requirement):
+                assert requirement.specifier.contains(other["version"], prereleases=True), (
+                    name, str(requirement), other["version"])
+
+
+@pytest.mark.slow  # about 200 packages' metadata, fetched one at a time: minutes
 def test_the_gpu_requirements_resolve_together_with_the_pinned_torch(tmp_path):
-    """pip's resolver, dry run, on what a GPU machine installs: a vLLM pin whose wheel declares
-    another torch than requirements.txt has no solution."""
+    """pip's resolver, dry run, on everything a GPU machine installs, dependencies of dependencies
+    included."""
     report = tmp_path / "report.json"
     resolve = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
                "--report", str(report), "-r", "requirements.txt", "-r", "requirements-vllm.txt"]
@@ -20,12 +74,8 @@ def test_the_gpu_requirements_resolve_together_with_the_pinned_torch(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     chosen = {item["metadata"]["name"]: item["metadata"]["version"]
               for item in json.loads(report.read_text())["install"]}
-    pins = {line.split("==")[0]: line.split("==")[1].split()[0]
-            for name in ("requirements.txt", "requirements-vllm.txt")
-            for line in (ROOT / name).read_text().splitlines() if "==" in line
-            and not line.startswith("#")}
-    assert chosen["torch"].split("+")[0] == pins["torch"]
-    assert chosen["vllm"] == pins["vllm"]
+    assert chosen["torch"].split("+")[0] == pins()["torch"]
+    assert chosen["vllm"] == pins()["vllm"]
 
 
 @pytest.fixture

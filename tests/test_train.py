@@ -23,7 +23,7 @@ import rollout
 import run
 import tasks
 import train_brorl
-from conftest import ROOT, accelerate_launch, run_script
+from conftest import NO_BWRAP, ROOT, accelerate_launch, run_script
 from tiny_model import ensure_tiny_model
 
 SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst",
@@ -125,8 +125,9 @@ def test_the_one_gpu_preset_is_the_recipe_in_bf16_and_runs_at_tiny_size(tmp_path
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [row for row in rows if "reward_mean" in row]
     assert [row["step"] for row in train_rows] == [1, 2]
-    # the hf engine samples in fp32; the trainer's bf16 log-probs are measurably apart from them
-    assert all(row["mismatch_abs_mean"] > 1e-3 for row in train_rows)
+    # the hf engine samples in fp32; the trainer's bf16 log-probs are apart from them by about
+    # u = 2^-8 for log-probs of order 1 (fp32 arithmetic would leave ~2^-24): more than u / 4
+    assert all(row["mismatch_abs_mean"] > 2**-8 / 4 for row in train_rows)
 
 
 def test_a_half_precision_master_dtype_is_refused_in_one_line():
@@ -223,13 +224,8 @@ def test_prompts_longer_than_the_models_context_stop_the_run_at_load_time_naming
                         result.stderr.strip())
 
 
-NO_BWRAP = {"PATH": os.path.dirname(sys.executable)}  # the venv's scripts, not /usr/bin/bwrap
-
-
-def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path):
-    out = tmp_path / "smoke"
-    # arith needs no sandbox
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), env=NO_BWRAP)
+def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(smoke_run):
+    out = smoke_run  # trained without bubblewrap: arith needs no sandbox
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if "reward_mean" in r]
     eval_rows = [r for r in rows if "eval_pass1" in r]
@@ -262,8 +258,10 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(tmp_path)
 
 
 def logged_steps(out_dir) -> list[tuple[int, str]]:
+    """(step, "train" or "eval") of each row, the probe monitor's rows left out."""
     rows = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-    return [(r["step"], "eval" if "eval_pass1" in r else "train") for r in rows]
+    return [(r["step"], "eval" if "eval_pass1" in r else "train") for r in rows
+            if "probe_count" not in r]
 
 
 def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(tmp_path):
@@ -323,7 +321,7 @@ def final_weights(out_dir):
 
 
 def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run(tmp_path):
-    args = ["--preset", "smoke", "--total-steps", "6", "--eval-every", "100", "--kl-coef", "0.01",
+    args = ["--preset", "smoke", "--total-steps", "4", "--eval-every", "100", "--kl-coef", "0.01",
             "--ref-reset-every", "2", "--minibatches", "2"]
     run_script("train_brorl.py", *args, "--output-dir", str(tmp_path / "straight"))
 
@@ -331,26 +329,27 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
     proc = subprocess.Popen([sys.executable, "train_brorl.py", *args, "--output-dir", str(crashed)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
-    while (not (crashed / "checkpoints" / "step_000003").exists() and time.time() < deadline
+    while (not (crashed / "checkpoints" / "step_000002").exists() and time.time() < deadline
            and proc.poll() is None):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     last = run.latest_checkpoint(crashed)
-    assert last is not None and last.name < "step_000006", "the kill came too late to test anything"
+    assert last is not None and last.name < "step_000004", "the kill came too late to test anything"
     run_script("train_brorl.py", *args, "--output-dir", str(crashed), "--resume")
-    # the reference is not in the checkpoints: once per reset, for the checkpoints that use it
-    assert [p.name for p in (crashed / "checkpoints" / "step_000006" / "state").iterdir()
+    # the reference is not in the checkpoints: once per reset (steps 2 and 4), for the checkpoints
+    # that use it (3 and 4)
+    assert [p.name for p in (crashed / "checkpoints" / "step_000004" / "state").iterdir()
             if p.name.startswith("model")] == ["model.safetensors"]
-    assert sorted(p.name for p in (crashed / "reference").iterdir()) == ["step_000004",
-                                                                         "step_000006"]
+    assert sorted(p.name for p in (crashed / "reference").iterdir()) == ["step_000002",
+                                                                         "step_000004"]
 
     straight, resumed = final_weights(tmp_path / "straight"), final_weights(crashed)
     assert straight.keys() == resumed.keys()
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     steps = [json.loads(line)["step"]
              for line in (crashed / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 3, 4, 5, 6, 6]  # no step logged twice, none missing
+    assert steps == [0, 1, 2, 3, 4, 4]  # no step logged twice, none missing
 
 
 @pytest.mark.slow
@@ -505,8 +504,10 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
     start = rollout.load_policy(str(untrained_model_dir))[0].state_dict()
     # the update moved something
     assert any(not torch.equal(start[name], one[name]) for name in one)
+    # one SGD step (lr 0.5) on fp32 gradients of order 1 summed over <= 156 positions (12 rows of
+    # <= 13 tokens) in another order: <= 0.5 * 156 * 2^-24 apart, plus 2^-24 rounding the weights
     for name in one:
-        assert torch.allclose(one[name], two[name], atol=1e-6), name
+        assert torch.allclose(one[name], two[name], atol=(0.5 * 156 + 1) * 2**-24), name
 
 
 def test_data_parallel_runs_end_without_hanging_round_after_round(tmp_path):
@@ -540,11 +541,10 @@ def test_eval_sharded_over_two_processes_gives_the_numbers_of_one_process(tmp_pa
     assert samples[0] == samples[1] and samples[0].count("\n") == 1 + 2 * problems
 
 
-def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(tmp_path):
-    out = tmp_path / "refill"
-    run_script("train_brorl.py", "--preset", "smoke", "--refill-rounds", "3",
-               "--output-dir", str(out), "--eval-every", "9")
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+def test_dynamic_sampling_refills_the_batch_until_enough_groups_are_kept(finished_smoke_run):
+    # up to 3 refill rounds (conftest.SMOKE_RUN)
+    rows = [json.loads(line)
+            for line in (finished_smoke_run / "metrics.jsonl").read_text().splitlines()
             if "gen_rounds" in line]
     prompts = train_brorl.PRESETS["smoke"]["prompts_per_step"]
     for row in rows:
@@ -588,11 +588,11 @@ def test_probe_report_counts_changes_beyond_the_noise_floor_and_splits_sampled_p
             and report["probe_unsampled_worst_drop"] == pytest.approx(-0.005))
 
 
-def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_and_probes(tmp_path):
-    source, branch = tmp_path / "source", tmp_path / "branch"
+def test_init_from_starts_a_new_run_with_another_runs_weights_optimizer_state_and_probes(
+        smoke_run, tmp_path):
+    # the source: KL on, its reference reset at step 2, 8 probe prompts (conftest.SMOKE_RUN)
+    source, branch = smoke_run, tmp_path / "branch"
     kl = ["--kl-coef", "0.01", "--ref-reset-every", "2"]
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(source),
-               "--probe-prompts", "8", *kl)
     checkpoint = source / "checkpoints" / "step_000002"
     ran = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(branch),
                      "--init-from", str(checkpoint), "--n-rollouts", "32", "--total-steps", "1",
@@ -648,10 +648,9 @@ class CreatesFileWhenUnpickled:
         return open, (self.path, "w")
 
 
-def test_a_shared_run_folder_whose_pickles_would_run_code_is_refused_without_running_it(tmp_path):
-    out, ran_code = tmp_path / "shared", tmp_path / "ran_code"
-    run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
-               "--eval-every", "100", "--probe-prompts", "4", env=NO_BWRAP)
+def test_a_shared_run_folder_whose_pickles_would_run_code_is_refused_without_running_it(
+        smoke_run, tmp_path):
+    out, ran_code = smoke_run, tmp_path / "ran_code"  # a run with a probe set
     checkpoints = out / "checkpoints"
     hostile = {"step": 2, "data_position": 0, "payload": CreatesFileWhenUnpickled(ran_code)}
     torch.save(hostile, checkpoints / "step_000002" / "trainer_state.pt")
