@@ -449,8 +449,10 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
 
 
 def prune_references(output_dir: Path) -> None:
-    """Remove the reference/ versions that no kept checkpoint uses."""
-    checkpoints = [p for p in (output_dir / "checkpoints").iterdir() if CHECKPOINT.match(p.name)]
+    """Remove the reference/ versions that no kept checkpoint uses (a damaged one, which a resume
+    passes over, uses none)."""
+    checkpoints = [p for p in (output_dir / "checkpoints").iterdir()
+                   if CHECKPOINT.match(p.name) and checkpoint_problem(p) is None]
     used = {f"step_{read_plain_data(p / 'trainer_state.pt')['reference_step']:06d}"
             for p in checkpoints}
     for folder in (output_dir / REFERENCE).iterdir():

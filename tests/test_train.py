@@ -388,6 +388,19 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
 
 
+def test_reference_pruning_passes_over_a_checkpoint_killed_before_its_trainer_state(tmp_path):
+    # step 1 uses the reference of step 0; step 2 was killed before trainer_state.pt was written
+    for step, state in ((1, {"reference_step": 0}), (2, None)):
+        checkpoint = tmp_path / "checkpoints" / f"step_{step:06d}"
+        checkpoint.mkdir(parents=True)
+        if state is not None:
+            torch.save(state, checkpoint / "trainer_state.pt")
+    for step in (0, 2):
+        (tmp_path / run.REFERENCE / f"step_{step:06d}").mkdir(parents=True)
+    run.prune_references(tmp_path)
+    assert [p.name for p in (tmp_path / run.REFERENCE).iterdir()] == ["step_000000"]
+
+
 def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "train_brorl.py", "--preset", "smoke",
