@@ -35,7 +35,7 @@ def one_round(store: str, out: Path, keep_policy: bool) -> None:
         InitProcessGroupKwargs(init_method=store, timeout=timedelta(seconds=60))])
     model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(4)])
     policy, optimizer = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
-    run = Run(accelerator, out, [], [], None, policy, None, optimizer, None, 0, 0, None)
+    run = Run(accelerator, out, [], [], None, policy, None, optimizer, None, 0, 0, None, None)
     kept = policy if keep_policy else None
     del policy, optimizer, model
     for _ in range(2):
