@@ -178,7 +178,8 @@ def test_hybrid_sharding_trains_what_full_sharding_trains_with_each_weight_in_ha
     """HSDP (each weight sharded within a node and replicated across nodes: the multi-node
     config) on 4 CPU processes as 2 "nodes" x 2: the same logged numbers and weights as FSDP2 over
     all 4 in fp32, with every weight saved in 2 shards, not 4."""
-    args = [*RUN, "--prompts-per-step", "4", "--threads", "1", "--mixed-precision", "no"]
+    args = [*RUN, "--total-steps", "3", "--prompts-per-step", "4", "--threads", "1",
+            "--mixed-precision", "no"]  # 3 steps: 4 processes on 2 cores are slow
     for hybrid in (False, True):
         accelerate_launch(*args, "--output-dir", str(tmp_path / f"hybrid_{hybrid}"),
                           config=four_process_config(tmp_path, hybrid))
