@@ -115,9 +115,9 @@ class Knapsack(Fixed):
         return {"prompt_history": self.history}
 
     def load_state_dict(self, state: dict, source: str) -> None:
-        history = state.get("prompt_history")
         if self.history is None:
             return
+        history = state.get("prompt_history")
         if history is None:
             raise InputError(f"{source} holds no prompt history (--allocation-history): resume it "
                              "with the flags it was started with")

@@ -249,8 +249,7 @@ def setup(cfg) -> Run:
                                     gpu_memory_utilization=cfg.gpu_memory_utilization,
                                     count_preemptions=cfg.vllm_count_preemptions)
     step, data_position, reference_step = 0, 0, 0
-    rollouts_per_prompt = ALLOCATIONS[cfg.allocation](cfg, len(train_tasks),
-                                                                 tokenizer.pad_token_id)
+    rollouts_per_prompt = ALLOCATIONS[cfg.allocation](cfg, len(train_tasks), tokenizer.pad_token_id)
     seed_everything(cfg.seed)
     if checkpoint:
         # policy, optimizer, this process's RNG
