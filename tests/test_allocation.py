@@ -9,8 +9,14 @@ import torch
 
 import allocation
 import run
+import train_brorl
 import update
 from conftest import accelerate_launch, run_script
+from tasks import InputError
+
+
+def train_config(*flags: str):
+    return train_brorl.parse_config(["--preset", "smoke", *flags])
 
 
 def test_informative_probability_is_the_chance_a_simulated_group_ends_mixed():
@@ -202,3 +208,14 @@ def test_a_resumed_run_whose_training_file_changed_size_is_refused_in_one_line(t
     refused = run_script("train_brorl.py", *flags, "--resume", check=False)
     assert refused.returncode != 0
     assert "remembers 16 training prompts and" in refused.stderr.strip().splitlines()[-1]
+
+
+def test_a_checkpoint_without_the_prompt_history_it_needs_is_refused_in_one_line():
+    cfg = train_config("--allocation", "knapsack", "--allocation-history")
+    knapsack = allocation.Knapsack(cfg, n_tasks=16, pad_id=0)
+    with pytest.raises(InputError, match="step_000002 holds no prompt history"):
+        knapsack.load_state_dict({}, "step_000002")
+    knapsack.load_state_dict({"prompt_history": torch.ones(16, 2, dtype=torch.float64)}, "x")
+    assert knapsack.history.sum() == 32
+    # without --allocation-history a saved history is not needed
+    allocation.Knapsack(train_config("--allocation", "knapsack"), 16, 0).load_state_dict({}, "x")
