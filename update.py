@@ -29,12 +29,23 @@ micro-batches, DDP's no_sync, FSDP's lockstep passes).
 """
 
 import contextlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import transformers
+from torch.nn.functional import scaled_dot_product_attention
 from torch.utils.checkpoint import checkpoint
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+try:  # torch >= 2.10: FlashAttention-2 over packed sequences, inside torch (CUDA only)
+    from torch.nn.attention.varlen import varlen_attn
+    VARLEN_PARAMETERS = inspect.signature(varlen_attn).parameters
+except ImportError:
+    varlen_attn, VARLEN_PARAMETERS = None, {}
 
 # TRY NOT TO MODIFY: reductions over the processes of `accelerate launch` (the tensor itself when
 # there is one process) ----------------------------------------------------------------------------
@@ -191,43 +202,141 @@ def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets:
     return logprobs, entropy
 
 
-def token_logprobs(model, input_ids, attention_mask, response_len: int, temperature: float = 1.0,
-                   chunk_tokens: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs and entropies of the last `response_len` tokens of each row under
-    π_T = softmax(z/T).
+@dataclass
+class Pack:
+    """Some rows of a `TrainBatch` as one sequence without padding: each row's prompt then its
+    response, row after row, positions restarting at 0 for each, attention kept inside each row
+    (`packed_attention`). A micro-batch is one pack, whatever its rows' lengths."""
 
-    input_ids, attention_mask: [B, P + R] (left-padded prompt, right-padded response).
-    Returns two [B, R] float32 tensors (0 where the response is padding).
+    input_ids: torch.Tensor  # [1, T]
+    position_ids: torch.Tensor  # [1, T]
+    cu_seqlens: torch.Tensor  # [n + 1] int32: where each row starts in the pack, then T
+    max_length: int  # the longest row
+    predictors: torch.Tensor  # [n_response_tokens]: the position whose state predicts each one
+    live: torch.Tensor  # [n, r] bool: the response tokens of each row (r: the longest response)
 
-    Memory: the transformer body runs once; the output layer and log-softmax run over chunks of at
-    most `chunk_tokens` response tokens (padding skipped), each under activation checkpointing, so
-    the peak vocab-sized tensor is [chunk_tokens, V] in forward and backward alike.
+    def to(self, device) -> "Pack":
+        return Pack(self.input_ids.to(device), self.position_ids.to(device),
+                    self.cu_seqlens.to(device), self.max_length, self.predictors.to(device),
+                    self.live.to(device))
+
+
+def pack_rows(batch: "TrainBatch", rows: list[int]) -> Pack:
+    """The rows as one `Pack` (every row needs a prompt token: it predicts the first response
+    token).
+
+    >>> pack = pack_rows(TrainBatch(torch.tensor([[0, 5], [6, 7]]), torch.tensor([[0, 1], [1, 1]]),
+    ...                             torch.tensor([[8, 0], [9, 3]]), torch.tensor([[1, 0], [1, 1]]),
+    ...                             torch.zeros(2)), [0, 1])
+    >>> pack.input_ids.tolist(), pack.position_ids.tolist(), pack.predictors.tolist()
+    ([[5, 8, 6, 7, 9, 3]], [[0, 1, 0, 1, 2, 3]], [0, 3, 4])
     """
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
-                              position_ids=positions).last_hidden_state
-    # [B, R, H]: the states that predict the response tokens
-    hidden = hidden[:, -response_len - 1 : -1]
-    targets = input_ids[:, -response_len:]
-    live = attention_mask[:, -response_len:].bool()
+    index = torch.as_tensor(rows, dtype=torch.long)
+    prompt_mask = batch.prompt_mask[index].bool()
+    if not prompt_mask.any(-1).all():
+        raise ValueError("pack_rows: a row has an empty prompt (nothing predicts its first token)")
+    response_mask = batch.response_mask[index].bool()
+    # prompts are left-padded and responses right-padded: each row's tokens are contiguous
+    mask = torch.cat([prompt_mask, response_mask], dim=-1)
+    ids = torch.cat([batch.prompt_ids[index], batch.response_ids[index]], dim=-1)
+    place = mask.flatten().cumsum(0).view_as(mask) - 1  # each token's position in the pack
+    lengths = mask.sum(-1)
+    cu_seqlens = torch.zeros(len(rows) + 1, dtype=torch.int32)
+    cu_seqlens[1:] = lengths.cumsum(0)
+    longest_response = int(response_mask.sum(-1).max())
+    return Pack(ids[mask][None], (mask.cumsum(-1) - 1)[mask][None], cu_seqlens,
+                int(lengths.max()), place[:, prompt_mask.shape[1]:][response_mask] - 1,
+                response_mask[:, :longest_response])
+
+
+def token_logprobs(model, pack: Pack, temperature: float = 1.0, chunk_tokens: int = 4096
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropies of the packed rows' response tokens under π_T = softmax(z/T).
+
+    Returns two [n, r] float32 tensors (rows as packed, 0 where the response is padding).
+
+    Memory: the transformer body runs once over the pack; the output layer and log-softmax run over
+    chunks of at most `chunk_tokens` response tokens, each under activation checkpointing, so the
+    peak vocab-sized tensor is [chunk_tokens, V] in forward and backward alike.
+    """
+    # no K/V cache: nothing here generates, and a cache would only hold memory
+    hidden = model.base_model(
+        input_ids=pack.input_ids, position_ids=pack.position_ids, use_cache=False,
+        attention_mask=dict.fromkeys(model.config.layer_types),  # no mask: rows come from pack
+        cu_seq_lens_q=pack.cu_seqlens, cu_seq_lens_k=pack.cu_seqlens,
+        max_length_q=pack.max_length, max_length_k=pack.max_length).last_hidden_state[0]
+    flat_hidden, flat_targets = hidden[pack.predictors], pack.input_ids[0, pack.predictors + 1]
     weight = model.get_output_embeddings().weight
-    flat_hidden, flat_targets = hidden[live], targets[live]
     pieces = []
     for start in range(0, len(flat_targets), chunk_tokens):
         args = (flat_hidden[start : start + chunk_tokens], weight,
                 flat_targets[start : start + chunk_tokens], temperature)
         pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False)
                       if torch.is_grad_enabled() else _chunk_logprobs(*args))
-    logprobs = hidden.new_zeros(live.shape, dtype=torch.float32)
+    logprobs = hidden.new_zeros(pack.live.shape, dtype=torch.float32)
     entropy = torch.zeros_like(logprobs)
     if pieces:
-        logprobs = logprobs.masked_scatter(live, torch.cat([p[0] for p in pieces]))
-        entropy = entropy.masked_scatter(live, torch.cat([p[1] for p in pieces]))
+        logprobs = logprobs.masked_scatter(pack.live, torch.cat([p[0] for p in pieces]))
+        entropy = entropy.masked_scatter(pack.live, torch.cat([p[1] for p in pieces]))
     return logprobs, entropy
 
 
+def _per_sequence_attention(query, key, value, cu_seqlens, scaling):
+    bounds = cu_seqlens.tolist()
+    return torch.cat([scaled_dot_product_attention(
+        query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], is_causal=True,
+        scale=scaling, enable_gqa=True) for start, end in zip(bounds[:-1], bounds[1:])], dim=2)
+
+
+def _varlen_attention(query, key, value, cu_seqlens, max_length, scaling):
+    # [1, heads, T, head_dim] -> [T, heads, head_dim], as varlen_attn takes them
+    query, key, value = (x[0].transpose(0, 1) for x in (query, key, value))
+    # the signature moved between torch releases: causal as a window (>= 2.10) or a flag
+    options = {"scale": scaling} if "scale" in VARLEN_PARAMETERS else {}
+    options.update({"window_size": (-1, 0)} if "window_size" in VARLEN_PARAMETERS
+                   else {"is_causal": True})
+    if "enable_gqa" in VARLEN_PARAMETERS:
+        options["enable_gqa"] = True
+    else:
+        heads_per_group = query.shape[1] // key.shape[1]
+        key = key.repeat_interleave(heads_per_group, dim=1)
+        value = value.repeat_interleave(heads_per_group, dim=1)
+    cu_seqlens = cu_seqlens.to(query.device)
+    out = varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, **options)
+    return out.transpose(0, 1)[None]
+
+
+def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
+                     scaling: float | None = None, **kwargs):
+    """transformers' attention interface (`PACKED_ATTENTION`) for a `Pack`: causal attention inside
+    each row and never across, nothing computed for padding. On CUDA in bf16/fp16, torch's own
+    FlashAttention-2 varlen kernel; elsewhere (CPU, fp32) one causal SDPA per row, exact. A call
+    without a pack (generation, evaluation) is transformers' `sdpa` unchanged.
+
+    query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim]; returns [1, T, heads,
+    head_dim] and no weights."""
+    cu_seqlens = kwargs.get("cu_seq_lens_q")
+    if cu_seqlens is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
+                                      scaling=scaling, **kwargs)
+    if dropout:
+        raise ValueError("packed_attention: attention dropout is not supported")
+    if varlen_attn is not None and query.is_cuda and query.dtype in (torch.bfloat16,
+                                                                     torch.float16):
+        return _varlen_attention(query, key, value, cu_seqlens, kwargs["max_length_q"],
+                                 scaling), None
+    return _per_sequence_attention(query, key, value, cu_seqlens, scaling).transpose(1, 2), None
+
+
+# Registered with transformers under this name (`Policy` sets it on the model it wraps): the model
+# stays transformers' own class, and the name is not saved with its config.
+PACKED_ATTENTION = "brorl_packed"
+transformers.AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+transformers.masking_utils.AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+
+
 class Policy(torch.nn.Module):
-    """The causal LM with `token_logprobs` as its forward.
+    """The causal LM with `token_logprobs` as its forward, its attention `packed_attention`.
 
     DDP and FSDP synchronise gradients and gather shards through hooks on a module's forward; the
     log-prob path bypasses the LM's own forward (to skip the full-vocabulary logits), so the trainer
@@ -235,12 +344,13 @@ class Policy(torch.nn.Module):
 
     def __init__(self, model):
         super().__init__()
+        if "sliding_attention" in model.config.layer_types:
+            raise ValueError("update.Policy: sliding-window attention is not supported in packs")
+        model.set_attn_implementation(PACKED_ATTENTION)
         self.model = model
 
-    def forward(self, input_ids, attention_mask, response_len: int, temperature: float = 1.0,
-                chunk_tokens: int = 4096):
-        return token_logprobs(self.model, input_ids, attention_mask, response_len, temperature,
-                              chunk_tokens)
+    def forward(self, pack: Pack, temperature: float = 1.0, chunk_tokens: int = 4096):
+        return token_logprobs(self.model, pack, temperature, chunk_tokens)
 
 
 # ALGO LOGIC: loss ---------------------------------------------------------------------------------
@@ -423,38 +533,34 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
 
 
 def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
-    """Split `rows` into micro-batches whose computed size fits `max_tokens`: `slice_rows` pads a
-    micro-batch to its longest prompt plus its longest response, so that is what is counted
-    (rows x (longest prompt + longest response), which can be up to twice rows x longest row).
-    Rows are sorted by length first (then by response length, so that long-prompt and
-    long-response rows of equal total do not pad each other), so little padding is computed. A
-    row longer than the budget goes alone."""
-    prompt_lengths = batch.prompt_mask.sum(-1).tolist()
-    response_lengths = batch.response_mask.sum(-1).tolist()
-    order = sorted(rows,
-                   key=lambda i: (prompt_lengths[i] + response_lengths[i], response_lengths[i]),
-                   reverse=True)
-    batches, current, longest_prompt, longest_response = [], [], 0, 0
-    for i in order:
-        prompt = max(longest_prompt, prompt_lengths[i])
-        response = max(longest_response, response_lengths[i])
-        if current and (len(current) + 1) * (prompt + response) > max_tokens:
-            batches.append(current)
-            current, prompt, response = [], prompt_lengths[i], response_lengths[i]
-        current.append(i)
-        longest_prompt, longest_response = prompt, response
-    return batches + [current] if current else batches
+    """Split `rows` into micro-batches of at most `max_tokens` real tokens (prompt + response: a
+    micro-batch is one `Pack`, so nothing is padded), first-fit decreasing: rows longest first, each
+    into the first micro-batch with room; a row longer than the budget goes alone. Micro-batches
+    come in the order they were opened, the longest rows' first."""
+    lengths = (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).tolist()
+    batches, loads = [], []
+    for i in sorted(rows, key=lambda i: -lengths[i]):  # stable: equal lengths keep their order
+        fits = next((b for b, load in enumerate(loads) if load + lengths[i] <= max_tokens), None)
+        if fits is None:
+            batches.append([i])
+            loads.append(lengths[i])
+        else:
+            batches[fits].append(i)
+            loads[fits] += lengths[i]
+    return batches
 
 
-def slice_rows(batch: TrainBatch, rows: list[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """input_ids and attention_mask [b, p + r] for some rows, with all-padding columns trimmed."""
-    prompt_ids, prompt_mask = batch.prompt_ids[rows], batch.prompt_mask[rows]
-    response_ids, response_mask = batch.response_ids[rows], batch.response_mask[rows]
-    p = int(prompt_mask.sum(-1).max())
-    r = int(response_mask.sum(-1).max())
-    input_ids = torch.cat([prompt_ids[:, -p:], response_ids[:, :r]], dim=-1)
-    attention_mask = torch.cat([prompt_mask[:, -p:], response_mask[:, :r]], dim=-1)
-    return input_ids, attention_mask, r
+def update_micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int
+                         ) -> list[list[int]]:
+    """The micro-batches in which the update computes `rows`: those of each PPO mini-batch the
+    batch records (`merge_duplicates`), else of all rows together. π_old and π_ref are computed
+    in the same ones as π_θ, so that the first mini-batch's ratio is exactly 1 (the same kernels on
+    the same shapes) rather than off by what the batch's shape moves (in bf16, ~1e-2)."""
+    if batch.minibatch is None:
+        return micro_batches(batch, rows, max_tokens)
+    minibatch = batch.minibatch.tolist()
+    return [mb for k in sorted({minibatch[i] for i in rows})
+            for mb in micro_batches(batch, [i for i in rows if minibatch[i] == k], max_tokens)]
 
 
 def lockstep_passes(local_passes: int) -> int:
@@ -470,33 +576,31 @@ def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
     """A forward over two placeholder tokens (id 0), for a process that has no rows left but must
     take part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
     backward with zero gradient that still runs DDP's all-reduce / FSDP's reduce-scatter."""
-    input_ids = torch.zeros(1, 2, dtype=torch.long, device=device)
-    return policy(input_ids, torch.ones_like(input_ids), 1, cfg.temperature,
-                  cfg.logprob_chunk_tokens)[0]
+    placeholder = torch.zeros(1, 1, dtype=torch.long)
+    pack = pack_rows(TrainBatch(placeholder, torch.ones_like(placeholder), placeholder,
+                                torch.ones_like(placeholder), torch.zeros(1)), [0])
+    return policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)[0]
 
 
-def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig, rows: list[int] | None = None
-                   ) -> torch.Tensor:
-    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), micro-batched like
-    the update.
+def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig) -> torch.Tensor:
+    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), in the update's
+    micro-batches (`update_micro_batches`).
 
     policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: every process runs as many
     passes as the one with the most (padded with `idle_pass`), also a process with no rows at
     all."""
-    rows = list(range(len(batch.advantages))) if rows is None else rows
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
     device = next(policy.parameters()).device
-    chunks = micro_batches(batch, rows, cfg.micro_batch_tokens)
+    chunks = update_micro_batches(batch, list(range(len(batch.advantages))),
+                                  cfg.micro_batch_tokens)
     with torch.no_grad():
         for i in range(lockstep_passes(len(chunks))):
             if i >= len(chunks):
                 idle_pass(policy, cfg, device)
                 continue
-            mb = chunks[i]
-            input_ids, attention_mask, r = slice_rows(batch, mb)
-            logprobs, _ = policy(input_ids.to(device), attention_mask.to(device), r,
-                                 cfg.temperature, cfg.logprob_chunk_tokens)
-            out[mb, :r] = logprobs.float().cpu()
+            pack = pack_rows(batch, chunks[i])
+            logprobs, _ = policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)
+            out[chunks[i], : pack.live.shape[1]] = logprobs.float().cpu()
     return out
 
 
@@ -541,10 +645,11 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
                     (idle_pass(policy, cfg, device).sum() * 0.0).backward()
                     continue
                 mb = chunks[i]
-                input_ids, attention_mask, r = slice_rows(batch, mb)
+                pack = pack_rows(batch, mb)
+                r = pack.live.shape[1]
                 mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
-                logprobs, entropy = policy(input_ids.to(device), attention_mask.to(device), r,
-                                           cfg.temperature, cfg.logprob_chunk_tokens)
+                logprobs, entropy = policy(pack.to(device), cfg.temperature,
+                                           cfg.logprob_chunk_tokens)
                 old = old_logprobs[mb, :r].to(device)
                 # copied to the device only for the terms that are on (TIS, KL)
                 sampler = batch.sampler_logprobs if cfg.tis_cap > 0 else None

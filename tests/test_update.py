@@ -228,21 +228,102 @@ def make_batch(tokenizer, n_rows=6, seed=0) -> update.TrainBatch:
                              torch.randn(n_rows, generator=g))
 
 
-def test_chunked_logprobs_equal_the_naive_computation_with_gradients(untrained_policy):
+def padded_reference(model, batch: update.TrainBatch, temperature: float = 1.0):
+    """Log-probs and entropies [B, R] from the model's own forward on the padded rows (full
+    [B, P + R, V] logits, transformers' sdpa with a padding mask): what packing must equal."""
+    input_ids = torch.cat([batch.prompt_ids, batch.response_ids], dim=-1)
+    attention_mask = torch.cat([batch.prompt_mask, batch.response_mask], dim=-1)
+    r = batch.response_ids.shape[1]
+    logprobs = naive_token_logprobs(model, input_ids, attention_mask, r, temperature)
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
+                   use_cache=False).logits[:, -r - 1 : -1].float() / temperature
+    entropy = -(logits.log_softmax(-1) * logits.softmax(-1)).sum(-1) * batch.response_mask
+    return logprobs, entropy.detach()
+
+
+# fp32 sums of <= 128 terms (the hidden size) of order 1, in another order or blocking, differ by
+# <= 128 * 2^-24 = 8e-6; log-probs of order 1 carry that through each layer once more
+FP32_SHAPE_ATOL = 1e-5
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_packed_logprobs_entropies_and_gradients_equal_the_padded_forward(untrained_policy,
+                                                                          checkpointing):
     model, tokenizer = untrained_policy
-    batch = make_batch(tokenizer)
-    input_ids, attention_mask, r = update.slice_rows(batch, list(range(6)))
-    naive = naive_token_logprobs(model, input_ids, attention_mask, r, temperature=0.7)
-    naive_grad = torch.autograd.grad(naive.sum(), model.lm_head.weight)[0]
-    chunked, entropy = update.token_logprobs(model, input_ids, attention_mask, r, temperature=0.7,
-                                             chunk_tokens=3)
-    chunked_grad = torch.autograd.grad(chunked.sum(), model.lm_head.weight)[0]
-    # the same fp32 arithmetic on other shapes: sums of <= 128 terms (the hidden size) of order 1,
-    # in another order, differ by <= 128 * 2^-24 = 8e-6
-    assert torch.allclose(chunked, naive, atol=1e-5)
-    assert torch.allclose(chunked_grad, naive_grad, atol=1e-5)
-    assert ((entropy[batch.response_mask[:, :r] == 1] > 0).all()
-            and (entropy[batch.response_mask[:, :r] == 0] == 0).all())
+    model = copy.deepcopy(model)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    batch = make_batch(tokenizer, n_rows=8)
+    padded, padded_entropy = padded_reference(model, batch, temperature=0.7)
+    padded_grads = torch.autograd.grad(padded.sum(), list(model.parameters()))
+    policy = update.Policy(model)  # packed attention from here on
+    rows = [5, 2, 7, 0, 1, 3, 6, 4]  # packed in any order
+    pack = update.pack_rows(batch, rows)
+    packed, entropy = policy(pack, 0.7, 3)  # chunks of 3 response tokens
+    packed_grads = torch.autograd.grad(packed.sum(), list(model.parameters()))
+    r = pack.live.shape[1]
+    assert torch.allclose(packed, padded[rows, :r], atol=FP32_SHAPE_ATOL)
+    assert torch.allclose(entropy, padded_entropy[rows, :r], atol=FP32_SHAPE_ATOL)
+    assert (entropy[~pack.live] == 0).all() and (entropy[pack.live] > 0).all()
+    for a, b in zip(packed_grads, padded_grads):
+        assert torch.allclose(a, b, atol=FP32_SHAPE_ATOL, rtol=1e-4)
+
+
+def test_a_packed_row_never_sees_another_row_of_its_pack(untrained_policy):
+    model, tokenizer = untrained_policy
+    policy = update.Policy(copy.deepcopy(model))
+    batch = make_batch(tokenizer, n_rows=3)
+    other = dataclasses.replace(batch, response_ids=batch.response_ids.clone())
+    other.response_ids[0] = (other.response_ids[0] + 1) % 90 + 3  # only row 0's response differs
+    with torch.no_grad():
+        seen, _ = policy(update.pack_rows(batch, [0, 1, 2]))
+        changed, _ = policy(update.pack_rows(other, [0, 1, 2]))
+    assert not torch.allclose(seen[0], changed[0], atol=1e-2)
+    # rows 1 and 2 follow row 0 in the pack: what they compute is their own business alone
+    assert torch.allclose(seen[1:], changed[1:], atol=FP32_SHAPE_ATOL)
+    # and each equals the row computed alone
+    with torch.no_grad():
+        alone, _ = policy(update.pack_rows(batch, [2]))
+    assert torch.allclose(seen[2, : alone.shape[1]], alone[0], atol=FP32_SHAPE_ATOL)
+
+
+def test_the_trainers_forward_builds_no_kv_cache(untrained_policy):
+    model, tokenizer = untrained_policy
+    policy = update.Policy(copy.deepcopy(model))
+    caches = []
+    policy.model.model.register_forward_hook(
+        lambda module, args, output: caches.append(output.past_key_values))
+    policy(update.pack_rows(make_batch(tokenizer), [0, 1]))
+    assert caches == [None]
+
+
+def test_generation_through_the_packed_attention_is_transformers_sdpa(untrained_policy):
+    model, tokenizer = untrained_policy
+    plain = copy.deepcopy(model)
+    policy = update.Policy(copy.deepcopy(model))
+    batch = make_batch(tokenizer, n_rows=4)
+    kwargs = dict(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, do_sample=False,
+                  max_new_tokens=6, pad_token_id=tokenizer.pad_token_id)
+    plain.set_attn_implementation("sdpa")
+    assert torch.equal(plain.generate(**kwargs), policy.model.generate(**kwargs))
+
+
+def test_the_saved_model_keeps_a_standard_attention_and_its_state_dict_keys(untrained_policy,
+                                                                              tmp_path):
+    model, _ = untrained_policy
+    policy = update.Policy(copy.deepcopy(model))
+    policy.model.save_pretrained(tmp_path)
+    assert update.PACKED_ATTENTION not in (tmp_path / "config.json").read_text()
+    assert rollout.load_policy(str(tmp_path))[0].config._attn_implementation == "sdpa"
+    assert list(policy.model.state_dict()) == list(model.state_dict())
+
+
+def test_a_row_without_a_prompt_token_is_refused_in_one_line():
+    batch = batch_of_lengths([0, 2], [3, 1])
+    with pytest.raises(ValueError, match="empty prompt"):
+        update.pack_rows(batch, [0, 1])
 
 
 def batch_of_lengths(prompt_lengths: list[int], response_lengths: list[int]) -> update.TrainBatch:
@@ -253,15 +334,23 @@ def batch_of_lengths(prompt_lengths: list[int], response_lengths: list[int]) -> 
                              torch.zeros(len(prompt_lengths)))
 
 
-def test_micro_batches_fit_the_token_budget_that_slice_rows_computes_and_cover_every_row():
-    # rows of equal total length 9, half long prompt + short response, half the reverse: two such
-    # rows together are padded to 8 + 8 = 16 columns, so 2 x 9 = 18 tokens of budget are really 32
-    batch = batch_of_lengths([8, 1, 8, 1, 3, 2], [1, 8, 1, 8, 6, 1])
-    batches = update.micro_batches(batch, list(range(6)), max_tokens=18)
-    assert sorted(i for b in batches for i in b) == list(range(6))
-    for rows in batches:
-        input_ids, _, _ = update.slice_rows(batch, rows)
-        assert input_ids.numel() <= 18, rows
+def test_micro_batches_hold_at_most_the_budget_in_real_tokens_and_cover_every_row_once():
+    g = torch.Generator().manual_seed(0)
+    prompts, responses = torch.randint(1, 9, (40,), generator=g), torch.randint(0, 30, (40,),
+                                                                                 generator=g)
+    batch = batch_of_lengths(prompts.tolist(), responses.tolist())
+    lengths = prompts + responses
+    rows = list(range(3, 40))
+    batches = update.micro_batches(batch, rows, max_tokens=50)
+    assert sorted(i for b in batches for i in b) == rows
+    assert all(int(lengths[b].sum()) <= 50 for b in batches)
+    # first fit: a row did not fit in any micro-batch opened before its own (loads only grow)
+    for k, b in enumerate(batches):
+        assert all(int(lengths[earlier].sum() + lengths[i]) > 50
+                   for earlier in batches[:k] for i in b)
+    # nothing is padded: two rows of 9 tokens, one with a long prompt and one with a long response,
+    # fill a budget of 18
+    assert update.micro_batches(batch_of_lengths([8, 1], [1, 8]), [0, 1], max_tokens=18) == [[0, 1]]
     # too long: alone
     assert update.micro_batches(batch_of_lengths([30], [20]), [0], max_tokens=18) == [[0]]
 
@@ -290,6 +379,47 @@ def test_gradient_accumulation_over_micro_batches_matches_one_big_batch(untraine
     small, _ = run_update(model, batch, micro_batch_tokens=12)
     for a, b in zip(big.parameters(), small.parameters()):
         assert torch.allclose(a, b, atol=SGD_STEP_ATOL)
+
+
+def test_ppo_update_statistics_and_step_equal_those_of_the_padded_forward(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer, n_rows=8)
+    cfg = update.UpdateConfig(minibatches=1, max_grad_norm=1e9, micro_batch_tokens=20)
+    reference = copy.deepcopy(model)
+    logprobs, entropy = padded_reference(reference, batch)
+    # ratios e^0.3 > 1 + ε_high: tokens of positive advantage clip, of negative advantage not
+    old = logprobs.detach() - 0.3 * batch.response_mask
+    loss, was_clipped, _ = update.per_token_loss(logprobs, old, batch.advantages,
+                                                 batch.response_mask.float(), cfg)
+    tokens = batch.response_mask.sum()
+    (loss.sum() / tokens).backward()
+    # float64: an fp32 norm of 1M squares in one reduction is off by ~1e-4 on some CPUs
+    grad_norm = torch.cat([p.grad.flatten().double() for p in reference.parameters()]).norm()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p -= 0.1 * p.grad
+    packed, stats = run_update(model, batch, old=old, **dataclasses.asdict(cfg))
+    assert stats["loss"] == pytest.approx(float(loss.detach().sum() / tokens), rel=1e-5)
+    assert stats["clip_frac"] == pytest.approx(float(was_clipped.sum() / tokens))
+    assert 0 < stats["clip_frac"] < 1
+    assert stats["entropy"] == pytest.approx(float(entropy.sum() / tokens), rel=1e-5)
+    assert stats["grad_norm"] == pytest.approx(float(grad_norm), rel=1e-5)
+    for a, b in zip(packed.parameters(), reference.parameters()):
+        assert torch.allclose(a, b, atol=SGD_STEP_ATOL)
+
+
+def test_the_first_mini_batch_ratio_is_exactly_one(untrained_policy):
+    """π_old is computed in the update's own micro-batches: with a zero learning rate nothing moves,
+    every ratio is exactly 1, and with ε = 0 any ratio off 1 in either direction would clip."""
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer, n_rows=8)
+    batch.advantages[::2] = -batch.advantages[::2].abs()  # both signs
+    merged = update.merge_duplicates(batch, 2, torch.Generator().manual_seed(0))
+    policy = update.Policy(copy.deepcopy(model))
+    cfg = update.UpdateConfig(minibatches=2, micro_batch_tokens=20, eps_low=0.0, eps_high=0.0)
+    stats = update.ppo_update(policy, torch.optim.SGD(policy.parameters(), lr=0.0), merged,
+                              update.batch_logprobs(policy, merged, cfg), cfg)
+    assert stats["clip_frac"] == 0.0 and stats["grad_norm"] > 0
 
 
 def test_mini_batches_split_rows_into_equal_shares():

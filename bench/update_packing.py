@@ -1,0 +1,154 @@
+"""Packed vs padded micro-batches on skewed lengths: tokens/s of the update's forward + backward
+and of the log-prob pass (forward only), side by side in one run.
+
+The paper's responses (up to 16K tokens) are skewed: many short, a tail at the cap. Lengths here
+are log-normal with a cap, the budget twice the cap (the paper preset's 32,768 for 16K). Both
+paths share the model, the rows, the chunked output layer and activation checkpointing:
+- padded: what a trainer without packing does (and brorl did): rows sorted by length, a
+  micro-batch filled while rows x (longest prompt + longest response) fits the budget, each row
+  left/right-padded to that width, transformers' `sdpa` with a 2-D padding mask;
+- packed: `update.micro_batches` (first-fit decreasing on real tokens), one `update.Pack` per
+  micro-batch, `update.packed_attention` (one causal SDPA per row on CPU).
+Tokens/s counts real tokens only. The model is the review's CPU stand-in for the 1.5B's ratios:
+4 layers, hidden 256, 4/2 heads, vocabulary 2,048 (its output layer ~18% of the body, as at 1.5B).
+
+    python bench/update_packing.py                       # 64 rows, cap 2,048, budget 4,096
+    python bench/update_packing.py --rows 16 --cap 512   # a quick look
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import rollout  # noqa: E402
+import update  # noqa: E402
+
+
+def padded_micro_batches(batch: update.TrainBatch, rows: list[int], max_tokens: int
+                         ) -> list[list[int]]:
+    """Rows sorted by length, a micro-batch filled while rows x (longest prompt + longest
+    response) fits `max_tokens`; a longer row alone."""
+    prompt = batch.prompt_mask.sum(-1).tolist()
+    response = batch.response_mask.sum(-1).tolist()
+    order = sorted(rows, key=lambda i: (prompt[i] + response[i], response[i]), reverse=True)
+    batches, current, width_p, width_r = [], [], 0, 0
+    for i in order:
+        p, r = max(width_p, prompt[i]), max(width_r, response[i])
+        if current and (len(current) + 1) * (p + r) > max_tokens:
+            batches.append(current)
+            current, p, r = [], prompt[i], response[i]
+        current.append(i)
+        width_p, width_r = p, r
+    return batches + [current] if current else batches
+
+
+def padded_token_logprobs(model, batch: update.TrainBatch, rows: list[int], chunk_tokens: int
+                          ) -> torch.Tensor:
+    """[rows, r] log-probs of a padded micro-batch: [b, longest prompt + longest response]."""
+    p = int(batch.prompt_mask[rows].sum(-1).max())
+    r = int(batch.response_mask[rows].sum(-1).max())
+    input_ids = torch.cat([batch.prompt_ids[rows, -p:], batch.response_ids[rows, :r]], dim=-1)
+    attention_mask = torch.cat([batch.prompt_mask[rows, -p:], batch.response_mask[rows, :r]], -1)
+    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=positions, use_cache=False).last_hidden_state
+    live = attention_mask[:, -r:].bool()
+    flat_hidden, targets = hidden[:, -r - 1 : -1][live], input_ids[:, -r:][live]
+    weight = model.get_output_embeddings().weight
+    pieces = [torch.utils.checkpoint.checkpoint(
+        update._chunk_logprobs, flat_hidden[s : s + chunk_tokens], weight,
+        targets[s : s + chunk_tokens], 1.0, use_reentrant=False)[0]
+        for s in range(0, len(targets), chunk_tokens)]
+    return hidden.new_zeros(live.shape).masked_scatter(live, torch.cat(pieces))
+
+
+def skewed_batch(rows: int, cap: int, vocab: int, seed: int) -> update.TrainBatch:
+    """Prompts log-normal around 100 tokens (σ 0.6, at most cap / 4), responses around 300
+    (σ 1.0, at most cap)."""
+    g = torch.Generator().manual_seed(seed)
+
+    def lengths(median: float, sigma: float, most: int) -> list[int]:
+        drawn = (torch.randn(rows, generator=g, dtype=torch.float64) * sigma).exp() * median
+        return drawn.round().clamp(1, most).long().tolist()
+
+    prompts = [torch.randint(3, vocab, (n,), generator=g).tolist()
+               for n in lengths(100, 0.6, cap // 4)]
+    responses = [torch.randint(3, vocab, (n,), generator=g).tolist()
+                 for n in lengths(300, 1.0, cap)]
+    prompt_ids, prompt_mask = rollout.left_pad(prompts, 0)
+    return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad(responses, 0),
+                             rollout.right_pad([[1] * len(r) for r in responses], 0),
+                             torch.randn(rows, generator=g))
+
+
+def timed_pass(forward, batches: list[list[int]], backward: bool) -> float:
+    start = time.perf_counter()
+    for rows in batches:
+        if backward:
+            forward(rows).sum().backward()
+        else:
+            with torch.no_grad():
+                forward(rows)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=64, help="rollouts in the batch")
+    parser.add_argument("--cap", type=int, default=2048, help="longest response (tokens)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the lengths and tokens")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="timings per path, alternating; the fastest is reported")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    vocab = 2048
+    config = transformers.Qwen2Config(
+        vocab_size=vocab, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2 * args.cap,
+        tie_word_embeddings=False)
+    model = transformers.Qwen2ForCausalLM(config)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    batch = skewed_batch(args.rows, args.cap, vocab, args.seed)
+    budget, chunk = 2 * args.cap, 4096
+    real = int(batch.prompt_mask.sum() + batch.response_mask.sum())
+    padded_bins = padded_micro_batches(batch, list(range(args.rows)), budget)
+    packed_bins = update.micro_batches(batch, list(range(args.rows)), budget)
+    computed = sum(len(b) * int(batch.prompt_mask[b].sum(-1).max()
+                                + batch.response_mask[b].sum(-1).max()) for b in padded_bins)
+
+    def padded(rows):
+        return padded_token_logprobs(model, batch, rows, chunk)
+
+    policy = update.Policy(model)  # sets packed attention; `padded` calls keep sdpa's masks
+
+    def packed(rows):
+        return policy(update.pack_rows(batch, rows), 1.0, chunk)[0]
+
+    print(f"{args.rows} rows, {real:,} real tokens (prompts ~100, responses ~300 tokens, "
+          f"log-normal, cap {args.cap}), budget {budget:,}, fp32, {args.threads} thread(s), "
+          f"activation checkpointing; padded: {len(padded_bins)} micro-batches computing "
+          f"{computed:,} tokens ({computed / real:.2f}x real); packed: {len(packed_bins)}")
+    print("| pass | padded tokens/s | packed tokens/s | packed / padded |")
+    print("| --- | --- | --- | --- |")
+    timed_pass(padded, padded_bins[-1:], True)  # warm-up: first calls allocate
+    timed_pass(packed, packed_bins[-1:], True)
+    for name, backward in (("update (forward + backward)", True), ("log-probs (forward)", False)):
+        times = [(timed_pass(padded, padded_bins, backward),
+                  timed_pass(packed, packed_bins, backward)) for _ in range(args.repeats)]
+        padded_s, packed_s = (min(column) for column in zip(*times))
+        print(f"| {name} | {real / padded_s:,.0f} | {real / packed_s:,.0f} | "
+              f"{padded_s / packed_s:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
