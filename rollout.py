@@ -220,7 +220,15 @@ def generate(policy, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
 def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int],
                   responses: list[list[int]], logprobs: list[list[float]],
                   truncated: list[bool]) -> Rollouts:
-    """Per-sample token lists (sample s answers prompt group[s]) as padded tensors."""
+    """Per-sample token lists (sample s answers prompt group[s]) as padded tensors. Non-finite
+    sampler log-probs (engines have returned NaN under prefix caching) stop here, before any
+    update could train on them."""
+    sampler_logprobs = right_pad(logprobs, 0.0, torch.float32)
+    broken = (~sampler_logprobs.isfinite()).any(-1).nonzero().squeeze(-1).tolist()
+    if broken:
+        raise EngineError(f"the sampler returned non-finite log-probs for {len(broken)} rollouts "
+                          f"(rows {broken[:8]}{' ...' if len(broken) > 8 else ''}, prompts "
+                          f"{sorted({group[i] for i in broken})[:8]}); nothing was trained on them")
     pad_id = tokenizer.pad_token_id
     group_index = torch.tensor(group)
     prompt_tensor, prompt_mask = left_pad(prompt_ids, pad_id)  # every prompt has samples
@@ -231,7 +239,7 @@ def pack_rollouts(tokenizer, prompt_ids: list[list[int]], group: list[int],
         prompt_mask=prompt_mask[group_index],
         response_ids=response_ids,
         response_mask=length_mask(lengths, response_ids.shape[1]).long(),
-        logprobs=right_pad(logprobs, 0.0, torch.float32),
+        logprobs=sampler_logprobs,
         truncated=torch.tensor(truncated),
         group=group_index,
         texts=tokenizer.batch_decode(responses, skip_special_tokens=True),
@@ -267,8 +275,8 @@ def concat_rollouts(parts: list[Rollouts], pad_id: int, group_offsets: list[int]
 
 
 class EngineError(RuntimeError):
-    """The requested engine cannot start here (not installed, not enough memory); one line says
-    why."""
+    """The requested engine cannot start here (not installed, not enough memory) or returned what
+    cannot be trained on; one line says why."""
 
 
 def startup_failure(error: Exception) -> str:

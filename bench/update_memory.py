@@ -62,7 +62,11 @@ def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, c
     if mode.startswith("naive"):
         logprobs = naive_token_logprobs(model, input_ids, attention_mask, response_len)
     else:
-        logprobs, _ = update.token_logprobs(model, input_ids, attention_mask, response_len,
+        batch = update.TrainBatch(input_ids[:, :prompt_len], attention_mask[:, :prompt_len],
+                                  input_ids[:, prompt_len:], attention_mask[:, prompt_len:],
+                                  advantages)
+        model.set_attn_implementation(update.PACKED_ATTENTION)
+        logprobs, _ = update.token_logprobs(model, update.pack_rows(batch, list(range(n))),
                                             chunk_tokens=chunk)
     mask = torch.ones(n, response_len)
     cfg = update.UpdateConfig(eps_low=0.2, eps_high=0.28)
