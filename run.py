@@ -14,12 +14,14 @@ Under `accelerate launch` every process runs all of this; only the main process 
 import copy
 import dataclasses
 import errno
+import gc
 import json
 import math
 import os
 import random
 import re
 import shutil
+import types
 import weakref
 from dataclasses import dataclass
 from datetime import timedelta
@@ -139,9 +141,19 @@ class Run:
         if self.engine is not None:
             # before the process group goes: vLLM tears down its own groups first
             self.engine.close()
+            # vLLM's constructor keeps the frames that called it alive (from outside Python's gc),
+            # and with them setup's locals: the prepared policy among them
+            clear_finished_frames(setup.__code__)
         policy = weakref.ref(self.policy)
         self.policy = self.ref_policy = self.hf_sampler = self.optimizer = None  # the run ends
         end_process_group(self.accelerator, policy)
+
+
+def clear_finished_frames(code: types.CodeType) -> None:
+    """Drop the locals of every finished frame of `code` that something still holds."""
+    for obj in gc.get_objects():
+        if type(obj) is types.FrameType and obj.f_code is code:  # no attribute lookups
+            obj.clear()
 
 
 def end_process_group(accelerator: Accelerator, policy: weakref.ref) -> None:

@@ -7,8 +7,12 @@ all speed and memory need. Each row of the table is one measurement:
 - update: the trainer's policy-gradient step (update.batch_logprobs for π_old, then
   update.ppo_update) on fp32 master weights with bf16 autocast (accelerate's mixed precision, what
   a one-GPU `accelerate launch --mixed_precision bf16` run takes) and activation checkpointing:
-  tokens/s, MFU (6·params + attention FLOPs per token, against the GPU's dense bf16 peak), peak
-  memory;
+  tokens/s, MFU (6·params + causal attention FLOPs per real token, against the GPU's dense bf16
+  peak), peak memory; on full-length rows and on a skewed batch (log-normal lengths up to 16K, as
+  the paper's responses);
+- packing: forward + backward and forward only over the skewed batch, padded micro-batches
+  (transformers' sdpa with a padding mask) against packed ones (torch's varlen FlashAttention-2),
+  side by side (bench/update_packing.py's comparison on the GPU);
 - fsdp2: the same step with the policy sharded by run.fully_shard_policy (the trainer's FSDP2 path)
   on a one-process NCCL group, and whether its log-probs stay fp32;
 - generate: the hf engine (rollout.generate) at N=16 and N=512 with equal samples, fp32 weights
@@ -41,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rollout  # noqa: E402
 import update  # noqa: E402
+from bench.update_packing import side_by_side, skewed_batch  # noqa: E402
 
 # DeepSeek-R1-Distill-Qwen-1.5B's config.json: the shape of the paper's ProRLv2 base model
 QWEN2_1P5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
@@ -50,7 +55,7 @@ QWEN2_1P5B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960,
 # dense bf16 peak TFLOP/s by device name (vendor data sheets)
 PEAK_BF16_TFLOPS = {"H100 PCIe": 756, "H100 NVL": 835, "H100": 989, "H200": 989, "A100": 312,
                     "L40S": 362, "B200": 2250}
-SECTIONS = ("update", "fsdp2", "generate", "checkpoint", "vllm")
+SECTIONS = ("update", "packing", "fsdp2", "generate", "checkpoint", "vllm")
 
 
 def peak_tflops() -> float | None:
@@ -95,6 +100,16 @@ def flops_per_token(model, seq_len: int) -> float:
     return 6 * weights + 6 * config.num_hidden_layers * seq_len * config.hidden_size
 
 
+def skewed_rows(args, vocab: int) -> update.TrainBatch:
+    """About as many real tokens as the full-length batch, in lengths like the paper's: prompts
+    around 256 tokens, responses around 2K, log-normal, at most `--skewed-cap`."""
+    mean_response = 2048 * math.exp(0.5)  # a log-normal's mean: median x e^(σ²/2), σ = 1
+    rows = max(2, round(args.rows * (args.prompt_len + args.response_len)
+                        / (256 * math.exp(0.18) + mean_response)))
+    return skewed_batch(rows, args.skewed_cap, vocab, seed=0, prompt_median=256,
+                        response_median=2048)
+
+
 def timed(fn, *args, **kwargs):
     torch.cuda.synchronize()
     start = time.perf_counter()
@@ -106,22 +121,48 @@ def timed(fn, *args, **kwargs):
 def update_rows(args, policy, optimizer, model, label: str) -> list[dict]:
     cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=args.micro_batch_tokens,
                               logprob_chunk_tokens=4096)
-    batch = random_batch(args.rows, args.prompt_len, args.response_len, model.config.vocab_size)
-    tokens = args.rows * (args.prompt_len + args.response_len)
-    update.ppo_update(policy, optimizer, batch, update.batch_logprobs(policy, batch, cfg), cfg)
-    torch.cuda.reset_peak_memory_stats()
-    old, logprob_s = timed(update.batch_logprobs, policy, batch, cfg)
-    stats, update_s = timed(update.ppo_update, policy, optimizer, batch, old, cfg)
-    peak = peak_tflops()
-    achieved = flops_per_token(model, args.prompt_len + args.response_len) * tokens / update_s
-    bf16_representable = bool((old == old.bfloat16().float()).all())
-    return [{"check": label, "tokens/s (fwd+bwd+AdamW)": round(tokens / update_s),
-             "MFU": f"{100 * achieved / peak / 1e12:.1f}%" if peak else "n/a",
-             "log-prob pass tokens/s": round(tokens / logprob_s),
-             "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1),
-             "log-probs": f"{old.dtype}, {'all' if bf16_representable else 'not all'} "
-                          "bf16-representable",
-             "finite loss": math.isfinite(stats["loss"])}]
+    vocab = model.config.vocab_size
+    rows = []
+    for batch, lengths in ((random_batch(args.rows, args.prompt_len, args.response_len, vocab),
+                            "full-length rows"), (skewed_rows(args, vocab), "skewed lengths")):
+        sequences = (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).tolist()
+        tokens = sum(sequences)
+        update.ppo_update(policy, optimizer, batch, update.batch_logprobs(policy, batch, cfg), cfg)
+        torch.cuda.reset_peak_memory_stats()
+        old, logprob_s = timed(update.batch_logprobs, policy, batch, cfg)
+        stats, update_s = timed(update.ppo_update, policy, optimizer, batch, old, cfg)
+        peak = peak_tflops()
+        achieved = sum(n * flops_per_token(model, n) for n in sequences) / update_s
+        bf16_representable = bool((old == old.bfloat16().float()).all())
+        rows.append({"check": f"{label}, {lengths}", "rows": len(sequences), "tokens": tokens,
+                     "longest": max(sequences),
+                     "tokens/s (fwd+bwd+AdamW)": round(tokens / update_s),
+                     "MFU": f"{100 * achieved / peak / 1e12:.1f}%" if peak else "n/a",
+                     "log-prob pass tokens/s": round(tokens / logprob_s),
+                     "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1),
+                     "log-probs": f"{old.dtype}, {'all' if bf16_representable else 'not all'} "
+                                  "bf16-representable",
+                     "finite loss": math.isfinite(stats["loss"])})
+    return rows
+
+
+def check_packing(args) -> list[dict]:
+    model = build_model(args.layers)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    batch = skewed_rows(args, model.config.vocab_size)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        result = side_by_side(model, batch, args.micro_batch_tokens, repeats=1,
+                              synchronize=torch.cuda.synchronize)
+    del model
+    torch.cuda.empty_cache()
+    real = result["real tokens"]
+    return [{"check": f"packing, skewed lengths, {name} (bf16 autocast)",
+             "padded tokens/s": round(real / result[name][0]),
+             "packed tokens/s": round(real / result[name][1]),
+             "packed / padded": round(result[name][0] / result[name][1], 2),
+             "padded computes x real": round(result["padded tokens"] / real, 2)}
+            for name in ("forward + backward", "forward")]
 
 
 def check_update(args) -> list[dict]:
@@ -272,6 +313,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32, help="rollouts in the update's batch")
     parser.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
     parser.add_argument("--response-len", type=int, default=1536, help="response tokens per row")
+    parser.add_argument("--skewed-cap", type=int, default=16384,
+                        help="longest response of the skewed batch (the paper's 16K)")
     parser.add_argument("--micro-batch-tokens", type=int, default=32768,
                         help="tokens per forward/backward pass (the paper preset's)")
     parser.add_argument("--gen-samples", type=int, default=512,

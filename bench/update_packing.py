@@ -68,9 +68,10 @@ def padded_token_logprobs(model, batch: update.TrainBatch, rows: list[int], chun
     return hidden.new_zeros(live.shape).masked_scatter(live, torch.cat(pieces))
 
 
-def skewed_batch(rows: int, cap: int, vocab: int, seed: int) -> update.TrainBatch:
-    """Prompts log-normal around 100 tokens (σ 0.6, at most cap / 4), responses around 300
-    (σ 1.0, at most cap)."""
+def skewed_batch(rows: int, cap: int, vocab: int, seed: int, prompt_median: int = 100,
+                 response_median: int = 300) -> update.TrainBatch:
+    """Log-normal lengths: prompts around `prompt_median` tokens (σ 0.6, at most cap / 4),
+    responses around `response_median` (σ 1.0, at most cap)."""
     g = torch.Generator().manual_seed(seed)
 
     def lengths(median: float, sigma: float, most: int) -> list[int]:
@@ -78,24 +79,55 @@ def skewed_batch(rows: int, cap: int, vocab: int, seed: int) -> update.TrainBatc
         return drawn.round().clamp(1, most).long().tolist()
 
     prompts = [torch.randint(3, vocab, (n,), generator=g).tolist()
-               for n in lengths(100, 0.6, cap // 4)]
+               for n in lengths(prompt_median, 0.6, cap // 4)]
     responses = [torch.randint(3, vocab, (n,), generator=g).tolist()
-                 for n in lengths(300, 1.0, cap)]
+                 for n in lengths(response_median, 1.0, cap)]
     prompt_ids, prompt_mask = rollout.left_pad(prompts, 0)
     return update.TrainBatch(prompt_ids, prompt_mask, rollout.right_pad(responses, 0),
                              rollout.right_pad([[1] * len(r) for r in responses], 0),
                              torch.randn(rows, generator=g))
 
 
-def timed_pass(forward, batches: list[list[int]], backward: bool) -> float:
-    start = time.perf_counter()
-    for rows in batches:
-        if backward:
-            forward(rows).sum().backward()
-        else:
-            with torch.no_grad():
-                forward(rows)
-    return time.perf_counter() - start
+def side_by_side(model, batch: update.TrainBatch, budget: int, chunk_tokens: int = 4096,
+                 repeats: int = 2, synchronize=lambda: None) -> dict:
+    """Seconds of each path over the whole batch, forward + backward and forward only (the fastest
+    of `repeats`, alternating), and how many tokens each computes. Sets `model`'s attention to
+    the packed one (calls without a pack, the padded path's, stay transformers' sdpa)."""
+    rows = list(range(len(batch.advantages)))
+    padded_bins = padded_micro_batches(batch, rows, budget)
+    packed_bins = update.micro_batches(batch, rows, budget)
+    policy = update.Policy(model)
+
+    def padded(rows):
+        return padded_token_logprobs(model, batch, rows, chunk_tokens)
+
+    def packed(rows):
+        return policy(update.pack_rows(batch, rows), 1.0, chunk_tokens)[0]
+
+    def timed_pass(forward, bins: list[list[int]], backward: bool) -> float:
+        synchronize()
+        start = time.perf_counter()
+        for rows in bins:
+            if backward:
+                forward(rows).sum().backward()
+            else:
+                with torch.no_grad():
+                    forward(rows)
+        synchronize()
+        return time.perf_counter() - start
+
+    timed_pass(padded, padded_bins[-1:], True)  # warm-up: first calls allocate
+    timed_pass(packed, packed_bins[-1:], True)
+    result = {"real tokens": int(batch.prompt_mask.sum() + batch.response_mask.sum()),
+              "padded tokens": sum(len(b) * int(batch.prompt_mask[b].sum(-1).max()
+                                                + batch.response_mask[b].sum(-1).max())
+                                   for b in padded_bins),
+              "padded micro-batches": len(padded_bins), "packed micro-batches": len(packed_bins)}
+    for name, backward in (("forward + backward", True), ("forward", False)):
+        times = [(timed_pass(padded, padded_bins, backward),
+                  timed_pass(packed, packed_bins, backward)) for _ in range(repeats)]
+        result[name] = tuple(min(column) for column in zip(*times))
+    return result
 
 
 def main() -> None:
@@ -119,33 +151,17 @@ def main() -> None:
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     batch = skewed_batch(args.rows, args.cap, vocab, args.seed)
-    budget, chunk = 2 * args.cap, 4096
-    real = int(batch.prompt_mask.sum() + batch.response_mask.sum())
-    padded_bins = padded_micro_batches(batch, list(range(args.rows)), budget)
-    packed_bins = update.micro_batches(batch, list(range(args.rows)), budget)
-    computed = sum(len(b) * int(batch.prompt_mask[b].sum(-1).max()
-                                + batch.response_mask[b].sum(-1).max()) for b in padded_bins)
-
-    def padded(rows):
-        return padded_token_logprobs(model, batch, rows, chunk)
-
-    policy = update.Policy(model)  # sets packed attention; `padded` calls keep sdpa's masks
-
-    def packed(rows):
-        return policy(update.pack_rows(batch, rows), 1.0, chunk)[0]
-
+    result = side_by_side(model, batch, 2 * args.cap, repeats=args.repeats)
+    real, padded = result["real tokens"], result["padded tokens"]
     print(f"{args.rows} rows, {real:,} real tokens (prompts ~100, responses ~300 tokens, "
-          f"log-normal, cap {args.cap}), budget {budget:,}, fp32, {args.threads} thread(s), "
-          f"activation checkpointing; padded: {len(padded_bins)} micro-batches computing "
-          f"{computed:,} tokens ({computed / real:.2f}x real); packed: {len(packed_bins)}")
+          f"log-normal, cap {args.cap}), budget {2 * args.cap:,}, fp32, {args.threads} "
+          f"thread(s), activation checkpointing; padded: {result['padded micro-batches']} "
+          f"micro-batches computing {padded:,} tokens ({padded / real:.2f}x real); packed: "
+          f"{result['packed micro-batches']}")
     print("| pass | padded tokens/s | packed tokens/s | packed / padded |")
     print("| --- | --- | --- | --- |")
-    timed_pass(padded, padded_bins[-1:], True)  # warm-up: first calls allocate
-    timed_pass(packed, packed_bins[-1:], True)
-    for name, backward in (("update (forward + backward)", True), ("log-probs (forward)", False)):
-        times = [(timed_pass(padded, padded_bins, backward),
-                  timed_pass(packed, packed_bins, backward)) for _ in range(args.repeats)]
-        padded_s, packed_s = (min(column) for column in zip(*times))
+    for name in ("forward + backward", "forward"):
+        padded_s, packed_s = result[name]
         print(f"| {name} | {real / padded_s:,.0f} | {real / packed_s:,.0f} | "
               f"{padded_s / packed_s:.2f}x |")
 

@@ -2,6 +2,7 @@
 monitor."""
 
 import copy
+import inspect
 import dataclasses
 import json
 import math
@@ -537,3 +538,33 @@ def test_processes_with_unequal_shares_run_the_same_number_of_passes(untrained_m
         assert counts[0][phase] == counts[1][phase], phase
     assert (counts[0]["grad_norm"] == pytest.approx(counts[1]["grad_norm"])
             and counts[0]["grad_norm"] > 0)
+
+
+def reference_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, scale=None,
+                          window_size=(-1, -1), enable_gqa=False):
+    """torch.nn.attention.varlen.varlen_attn's documented semantics ([T, heads, head_dim]
+    sequences delimited by cu_seq; window (-1, 0): causal), on CPU, for the glue around it."""
+    assert window_size == (-1, 0) and torch.equal(cu_seq_q, cu_seq_k) and max_q == max_k
+    assert enable_gqa or key.shape[1] == query.shape[1]
+    bounds = cu_seq_q.tolist()
+    assert max_q == max(b - a for a, b in zip(bounds[:-1], bounds[1:]))
+    return torch.cat([torch.nn.functional.scaled_dot_product_attention(
+        query[a:b].transpose(0, 1), key[a:b].transpose(0, 1), value[a:b].transpose(0, 1),
+        is_causal=True, scale=scale, enable_gqa=enable_gqa).transpose(0, 1)
+        for a, b in zip(bounds[:-1], bounds[1:])])
+
+
+@pytest.mark.parametrize("gqa_in_kernel", [True, False])
+def test_the_cuda_varlen_call_gets_the_layout_causality_and_heads_it_documents(monkeypatch,
+                                                                                gqa_in_kernel):
+    g = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(1, heads, 11, 8, generator=g) for heads in (4, 2, 2))
+    cu_seqlens = torch.tensor([0, 3, 4, 11], dtype=torch.int32)
+    parameters = dict(inspect.signature(reference_varlen_attn).parameters)
+    if not gqa_in_kernel:  # a torch whose varlen_attn takes no enable_gqa: K/V repeated per head
+        del parameters["enable_gqa"]
+    monkeypatch.setattr(update, "varlen_attn", reference_varlen_attn)
+    monkeypatch.setattr(update, "VARLEN_PARAMETERS", parameters)
+    out = update._varlen_attention(query, key, value, cu_seqlens, 7, 0.3)
+    exact = update._per_sequence_attention(query, key, value, cu_seqlens, 0.3).transpose(1, 2)
+    assert out.shape == (1, 11, 4, 8) and torch.allclose(out, exact, atol=1e-6)

@@ -181,6 +181,15 @@ def test_training_smoke_run_with_the_vllm_engine(tmp_path):
     assert all(r["mismatch_abs_max"] < FP32_GAP and r["mismatch_kl"] > -2**-52 for r in train_rows)
 
 
+def test_two_processes_with_vllm_engines_train_to_the_end_and_exit_cleanly(tmp_path):
+    """Closing the run frees what the engines held of the DDP policy before the process group
+    goes (vLLM's constructor pins its callers' frames); else every launched vLLM run exits 1."""
+    ran = accelerate_launch("train_brorl.py", "--preset", "smoke", "--engine", "vllm",
+                            "--output-dir", str(tmp_path / "vllm-ddp"), check=False)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "done: " in ran.stdout
+
+
 @pytest.mark.slow  # about 2 min here: two vLLM engines start, twice
 def test_two_processes_each_with_its_own_vllm_engine_checkpoint_and_resume(tmp_path):
     """The 8-GPU topology in miniature: one in-process engine per process (`external_launcher`), DDP
