@@ -171,7 +171,8 @@ class Config:
     minibatches: int = update.UpdateConfig.minibatches
     """PPO mini-batches (optimizer steps) per step; the paper keeps this fixed as N grows"""
     micro_batch_tokens: int = update.UpdateConfig.micro_batch_tokens
-    """tokens per forward/backward micro-batch (gradient accumulation fills the mini-batch)"""
+    """real tokens (prompt + response) per packed forward/backward micro-batch; a longer row goes
+    alone (gradient accumulation fills the mini-batch)"""
     logprob_chunk_tokens: int = update.UpdateConfig.logprob_chunk_tokens
     """response tokens per output-layer chunk when computing log-probs"""
     gradient_checkpointing: bool = False

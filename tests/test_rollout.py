@@ -127,10 +127,10 @@ def test_vllm_wakes_its_weights_then_loads_the_new_ones_then_wakes_its_kv_cache(
 
 def test_non_finite_sampler_logprobs_stop_the_step_naming_the_rows(untrained_policy):
     _, tokenizer = untrained_policy
-    logprobs = [[-0.5, -1.0], [-0.2, float("nan")], [-0.1], [float("-inf")]]
+    logprobs = [[-0.5, -1.0], [-0.25, float("nan")], [-0.125], [float("-inf")]]
     with pytest.raises(rollout.EngineError, match=r"2 rollouts \(rows \[1, 3\], prompts \[0, 1\]"):
         rollout.pack_rollouts(tokenizer, [[5, 6], [7]], [0, 0, 1, 1], [[8, 9], [8, 9], [8], [9]],
                               logprobs, [False] * 4)
     finite = rollout.pack_rollouts(tokenizer, [[5, 6], [7]], [0, 1], [[8, 9], [8]],
                                    logprobs[:1] + logprobs[2:3], [False] * 2)
-    assert finite.logprobs.tolist() == [[-0.5, -1.0], [-0.1, 0.0]]
+    assert finite.logprobs.tolist() == [[-0.5, -1.0], [-0.125, 0.0]]
