@@ -586,6 +586,8 @@ def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateC
     """The clipped policy-gradient step against π_old (and π_ref if β > 0), when any process kept
     a row; with how far the sampler's log-probs were from the trainer's."""
     stats = dict.fromkeys(update.UPDATE_STATS, 0.0)
+    # every process gets about the same compute in each mini-batch (exact; FSDP runs in lockstep)
+    batch = update.deal_rows(batch, run.accelerator.unwrap_model(run.policy).linear_cost)
     old_logprobs = update.batch_logprobs(run.policy, batch, update_cfg)
     mismatch = update.sampler_mismatch(old_logprobs, batch.sampler_logprobs,
                                        batch.response_mask * (batch.weights > 0)[:, None])

@@ -344,10 +344,17 @@ class Policy(torch.nn.Module):
 
     def __init__(self, model):
         super().__init__()
-        if "sliding_attention" in model.config.layer_types:
+        config = model.config
+        if "sliding_attention" in config.layer_types:
             raise ValueError("update.Policy: sliding-window attention is not supported in packs")
         model.set_attn_implementation(PACKED_ATTENTION)
         self.model = model
+        # a sequence of L tokens costs ∝ L·linear_cost + L² (`row_costs`): a decoder layer's
+        # weights over the width of its attention (the 1.5B Qwen2: 30,500)
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        self.linear_cost = (sum(p.numel() for p in model.base_model.layers[0].parameters())
+                            / (heads * head_dim))
 
     def forward(self, pack: Pack, temperature: float = 1.0, chunk_tokens: int = 4096):
         return token_logprobs(self.model, pack, temperature, chunk_tokens)
@@ -561,6 +568,80 @@ def update_micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int
     minibatch = batch.minibatch.tolist()
     return [mb for k in sorted({minibatch[i] for i in rows})
             for mb in micro_batches(batch, [i for i in rows if minibatch[i] == k], max_tokens)]
+
+
+def row_costs(batch: TrainBatch, linear_cost: float) -> torch.Tensor:
+    """[B] each row's compute, up to a constant: L·linear_cost + L² for a sequence of L tokens
+    (the weights' FLOPs grow with L, causal attention's with L²; `Policy.linear_cost` weighs the
+    two for the model)."""
+    lengths = (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).double()
+    return lengths * (linear_cost + lengths)
+
+
+def deal_rows(batch: TrainBatch, linear_cost: float) -> TrainBatch:
+    """Every process's rows re-dealt across the processes so that, in each PPO mini-batch, each
+    process gets about the same compute (`row_costs`, largest first to the least loaded, LPT):
+    under FSDP every pass waits for the slowest process, and each process's own prompts give it
+    very different loads at the paper's skewed lengths.
+
+    Exact: a row carries everything the update reads of it (tokens, advantage, weight, sampler
+    log-probs, mini-batch), and the token mean and statistics are sums over every process, so
+    where a row is computed changes only the order of the sums. Every process takes part (a
+    collective); one process: the batch itself. Communication: the lengths and mini-batches of all
+    rows to every process, then each row's tensors once, to its new process (about (P-1)/P of the
+    batch's tokens at P processes, once per step)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return batch
+    processes, rank = dist.get_world_size(), dist.get_rank()
+    weights = torch.ones(len(batch.advantages)) if batch.weights is None else batch.weights
+    minibatch = (torch.zeros(len(weights), dtype=torch.long) if batch.minibatch is None
+                 else batch.minibatch)
+    everyone = [None] * processes
+    dist.all_gather_object(everyone, (row_costs(batch, linear_cost).tolist(), minibatch.tolist()))
+    # the same plan on every process: rows largest first (ties by process, then row), each to the
+    # least loaded process
+    owner = [[0] * len(costs) for costs, _ in everyone]
+    for k in sorted({m for _, minibatches in everyone for m in minibatches}):
+        rows = sorted(((cost, source, i) for source, (costs, minibatches) in enumerate(everyone)
+                       for i, (cost, m) in enumerate(zip(costs, minibatches)) if m == k),
+                      key=lambda row: (-row[0], row[1], row[2]))
+        loads = [0.0] * processes
+        for cost, source, i in rows:
+            target = loads.index(min(loads))
+            owner[source][i] = target
+            loads[target] += cost
+    fields = dict(prompt_ids=batch.prompt_ids, prompt_mask=batch.prompt_mask,
+                  response_ids=batch.response_ids, response_mask=batch.response_mask,
+                  advantages=batch.advantages, weights=weights, minibatch=minibatch,
+                  sampler_logprobs=batch.sampler_logprobs)
+    received = []
+    for source in range(processes):
+        outgoing = None
+        if rank == source:
+            targets = torch.tensor(owner[rank], dtype=torch.long)
+            outgoing = [{name: None if value is None else value[targets == target]
+                         for name, value in fields.items()} for target in range(processes)]
+        piece = [None]
+        dist.scatter_object_list(piece, outgoing, src=source)
+        received.append(piece[0])
+    dealt = {name: _concat_rows([piece[name] for piece in received], name) for name in fields}
+    if batch.minibatch is None:  # ppo_update draws the split
+        dealt["minibatch"] = None
+    return TrainBatch(**dealt)
+
+
+def _concat_rows(pieces: list, name: str) -> torch.Tensor | None:
+    """Rows from several processes as one tensor: prompts left-padded, the rest right-padded, to the
+    widest piece (padding is masked out; 0 stands for it)."""
+    if pieces[0] is None:
+        return None
+    if pieces[0].dim() == 1:
+        return torch.cat(pieces)
+    width = max(piece.shape[1] for piece in pieces)
+    left = name.startswith("prompt")
+    return torch.cat([torch.nn.functional.pad(piece, (width - piece.shape[1], 0) if left
+                                              else (0, width - piece.shape[1]))
+                      for piece in pieces])
 
 
 def lockstep_passes(local_passes: int) -> int:

@@ -7,11 +7,13 @@ processes.
 
 The global batch is 4 prompts x 3 rollouts with fixed random tokens and rewards. Process r takes
 prompts r, r + P, ... (as train_brorl.py does), so with 2 processes the shares differ in tokens; the
-advantages are REINFORCE++-baseline (whitened over the whole batch through update.all_sum) and the
-micro-batches are small, so gradient accumulation without sync is exercised. Writes the updated
+advantages are REINFORCE++-baseline (whitened over the whole batch through update.all_sum), the rows
+are re-dealt across processes by cost (update.deal_rows) and the micro-batches are small, so
+gradient accumulation without sync is exercised. Writes the updated
 parameters (main process).
 """
 
+import json
 import sys
 import weakref
 from pathlib import Path
@@ -62,6 +64,13 @@ def main() -> None:
                               rollout.right_pad([[1] * len(responses[r]) for r in rows], 0),
                               advantages)
     cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=20, max_grad_norm=1e9)
+    # rows re-dealt by cost (with 2 processes, rows move between them; with 1, nothing moves)
+    linear_cost = accelerator.unwrap_model(policy).linear_cost
+    own = update.row_costs(batch, linear_cost)
+    batch = update.deal_rows(batch, linear_cost)
+    dealt = update.row_costs(batch, linear_cost)
+    out.with_name(f"{out.stem}.rank{rank}.json").write_text(json.dumps(
+        {"rows": [len(own), len(dealt)], "cost": [float(own.sum()), float(dealt.sum())]}))
     old = update.batch_logprobs(policy, batch, cfg)
     update.ppo_update(policy, optimizer, batch, old - 0.1, cfg)  # ratios != 1: clipping acts
     if accelerator.is_main_process:

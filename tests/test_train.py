@@ -514,6 +514,12 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
     accelerate_launch("tests/data_parallel_update.py", str(untrained_model_dir),
                       str(tmp_path / "two.pt"))
     one, two = torch.load(tmp_path / "one.pt"), torch.load(tmp_path / "two.pt")
+    # the rows were re-dealt: same total, each process's compute closer to half of it
+    shares = [json.loads((tmp_path / f"two.rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert sum(s["rows"][0] for s in shares) == sum(s["rows"][1] for s in shares) == 12
+    before, after = ([s["cost"][k] for s in shares] for k in (0, 1))
+    assert sum(before) == pytest.approx(sum(after))
+    assert max(after) - min(after) < max(before) - min(before)
     start = rollout.load_policy(str(untrained_model_dir))[0].state_dict()
     # the update moved something
     assert any(not torch.equal(start[name], one[name]) for name in one)
