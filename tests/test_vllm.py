@@ -48,7 +48,8 @@ def model_dir(request, untrained_model_dir, tied_model_dir):
 
 @pytest.fixture(scope="module")
 def engine(model_dir):
-    engine = rollout.VLLMEngine(str(model_dir), dtype="float32", max_model_len=128, seed=0,
+    # 256: room for prompts that fill a KV block (128 tokens on vLLM's CPU backend)
+    engine = rollout.VLLMEngine(str(model_dir), dtype="float32", max_model_len=256, seed=0,
                                 request_seeds=True)
     yield engine
     engine.close()  # one engine per process at a time: vLLM's parallel state is global
@@ -123,6 +124,26 @@ def test_weight_sync_changes_samples_and_realigns_logprobs_across_sleep_and_wake
     engine.sleep()
     engine.wake_up(perturbed(model, 0.1, seed=2))
     assert engine_vs_trainer_gap(engine, model, tokenizer)[1] < FP32_GAP
+
+
+def test_a_weight_load_resets_the_prefix_cache_of_prompts_that_fill_kv_blocks(engine, model_dir,
+                                                                             monkeypatch):
+    """vLLM caches the K/V of full blocks of prompt tokens: after new weights those are stale.
+    Prompts here fill a block, so without the reset the gap shows (checked below by removing it)."""
+    model, tokenizer = load_policy(str(model_dir))
+    block = engine.llm.llm_engine.vllm_config.cache_config.block_size
+    prompts = [[3 + (7 * i + p) % 80 for i in range(block + 5)] for p in range(2)]
+    params = rollout.SamplingParams(n=4, max_new_tokens=6)
+
+    def gap_after_loading(seed: int) -> float:
+        engine.load_weights(perturbed(model, 0.1, seed))
+        out = rollout.generate(engine, tokenizer, prompts, params, torch.Generator().manual_seed(0))
+        return float((trainer_logprobs(model, out, 1.0) - out.logprobs).abs().max())
+
+    rollout.generate(engine, tokenizer, prompts, params)  # the prompts' blocks are cached
+    assert gap_after_loading(seed=3) < FP32_GAP
+    monkeypatch.setattr(engine.llm, "reset_prefix_cache", lambda: True)
+    assert gap_after_loading(seed=4) > FP32_GAP  # stale cached blocks: what the reset prevents
 
 
 def test_same_seed_same_samples(engine, untrained_policy):
