@@ -1,5 +1,5 @@
-"""simulate.py: Theorem 1 against autograd, Lemma 2 by Monte Carlo, the Fig. 3 simulator and its
-files."""
+"""simulate.py: Theorem 1 against autograd for the paper's surrogate and the trainer's estimators,
+Lemma 2 by Monte Carlo, the Fig. 3 simulator and its files."""
 
 import csv
 import json
@@ -44,6 +44,49 @@ def test_sampled_terms_are_never_negative_and_only_the_unsampled_term_can_be():
         signs.add(bool(unsampled < 0))
     assert signs == {True, False}  # the coupling term really takes both signs
 
+
+
+def fixed_group(vocab=40, n=12, peak=2.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(vocab, generator=g, dtype=torch.float64) * peak
+    correct = torch.arange(vocab) < vocab // 3
+    return z, correct, torch.multinomial(torch.softmax(z, -1), n, replacement=True, generator=g)
+
+
+@pytest.mark.parametrize("name", simulate.ESTIMATOR_ROWS)
+@pytest.mark.parametrize("kwargs", [dict(), dict(peak=0.0), dict(peak=6.0, n=3),
+                                    dict(vocab=300, n=63, seed=1)])
+def test_trainer_update_terms_equal_the_autograd_first_order_change(name, kwargs):
+    z, correct, tokens = fixed_group(**kwargs)
+    (*terms, total), delta_z, bound = simulate.estimator_step(name, z, correct, tokens, eta=0.5)
+    assert float(total) == pytest.approx(float(sum(terms)))
+    # closed form and autograd are each within one float64 rounding bound of the exact value
+    assert abs(float(total) - float(simulate.first_order_change(z, correct, delta_z))) <= 2 * bound
+
+
+def test_group_baselined_estimators_never_shrink_the_correct_mass_and_raw_rewards_can():
+    g = torch.Generator().manual_seed(1)
+    negative_totals = dict.fromkeys(["raw", "surrogate"], 0)
+    single_correct_tokens_fall = 0
+    for _ in range(2000):
+        z, correct, tokens = simulate.random_group(g)
+        for name in simulate.ADVANTAGES:
+            weights = simulate.group_weights(name, correct[tokens])
+            bound = simulate.rounding_bound(len(z), weights, 1.0)
+            sampled_pos, sampled_neg, unsampled, total = simulate.logprob_update_terms(
+                z, correct, tokens, weights, 1.0)
+            assert min(sampled_pos, sampled_neg, total) >= -bound and abs(unsampled) <= bound
+        # with the baseline, every unsampled token moves by -(1/N)·Σ_j A_j·p_{y_j}
+        p = torch.softmax(z, -1)
+        weights = simulate.group_weights("grpo", correct[tokens])
+        unsampled_correct = correct.clone().index_fill_(0, tokens, False)
+        single_correct_tokens_fall += bool(unsampled_correct.any()
+                                           and (weights * p[tokens]).sum() > 0)
+        for name in negative_totals:
+            (*_, total), _, bound = simulate.estimator_step(name, z, correct, tokens)
+            negative_totals[name] += float(total) < -bound
+    assert all(count > 0 for count in negative_totals.values()), negative_totals
+    assert single_correct_tokens_fall > 0  # the total grows while single correct tokens fall
 
 def test_lemma2_unsampled_second_moment_matches_its_expectation():
     g = torch.Generator().manual_seed(0)
@@ -121,3 +164,10 @@ def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     bad = run_script("simulate.py", "--weight-decay", "-0.01", check=False)
     assert (bad.returncode == 2 and "--weight-decay must be >= 0" in bad.stderr
             and "Traceback" not in bad.stderr)
+
+
+def test_check_estimators_command_passes_with_a_row_per_estimator():
+    result = run_script("simulate.py", "--check-estimators", "--instances", "300")
+    assert "PASS" in result.stdout
+    rows = {line.split("|")[0].strip() for line in result.stdout.splitlines() if "|" in line}
+    assert set(simulate.ESTIMATOR_ROWS) <= rows
