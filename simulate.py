@@ -320,9 +320,12 @@ class SimConfig:
     anchor_correct: bool = False
     train_anchor: bool = False
     temperature: float = 1.0
+    optimizer: str = "adamw"  # or "sgd"
     lr: float = 1e-3
-    weight_decay: float = 0.01
+    lr_scaling: str = "none"  # or "linear": lr·N, the same step per draw whatever N
+    weight_decay: float = 0.01  # AdamW's (SGD runs without)
     steps: int = 1000
+    samples: int = 0  # > 0: every N draws this many tokens in samples / N steps (steps unused)
     ns: list[int] = field(default_factory=lambda: [4, 8, 16, 512, 51200])
     seeds: int = 4
     seed: int = 0
@@ -389,6 +392,18 @@ class TokenSampler:
                                   out=self.tokens).clamp_(max=p.shape[1] - 1)
 
 
+def run_steps(cfg: SimConfig, n: int) -> int:
+    """Steps at N: cfg.steps (equal steps, Fig. 3), or cfg.samples / N (equal samples)."""
+    return cfg.samples // n if cfg.samples else cfg.steps
+
+
+def run_lr(cfg: SimConfig, n: int) -> float:
+    """The learning rate at N: cfg.lr, or cfg.lr·N with linear scaling. SGD on the mean over the
+    N draws then moves the logits by lr per draw at every N, so at equal samples every N takes the
+    same expected step, up to the batch-mean baseline's factor (1 - 1/N)."""
+    return cfg.lr * n if cfg.lr_scaling == "linear" else cfg.lr
+
+
 def seed_generator(cfg: SimConfig, n: int, seed_index: int) -> torch.Generator:
     """The random stream of one (N, seed) run, fixed by cfg.seed alone."""
     return torch.Generator().manual_seed((cfg.seed * 1_000_003 + n) * 1_009 + seed_index)
@@ -404,7 +419,9 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
     z0, correct = initial_state(cfg)
     rewards = torch.where(correct, 1.0, -1.0)
     z = z0.expand(len(seed_indices), -1).clone().requires_grad_(True)  # [S, V]
-    optimizer = torch.optim.AdamW([z], lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    lr = run_lr(cfg, n)
+    optimizer = (torch.optim.AdamW([z], lr=lr, weight_decay=cfg.weight_decay, fused=True)
+                 if cfg.optimizer == "adamw" else torch.optim.SGD([z], lr=lr))
     sample_tokens = TokenSampler(cfg.vocab, n, [seed_generator(cfg, n, s) for s in seed_indices])
     p, grad = torch.empty_like(z, requires_grad=False), torch.empty_like(z, requires_grad=False)
     p0 = softmax_(z0, torch.empty_like(z0), cfg.temperature)[correct]
@@ -419,7 +436,7 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
 
     with torch.no_grad():
         record(softmax_(z, p, cfg.temperature))
-        for _ in range(cfg.steps):
+        for _ in range(run_steps(cfg, n)):
             tokens = sample_tokens(p)  # [S, N]
             drawn_rewards = rewards[tokens]
             # surrogate -(1/N) Σ_j r̃_j·p_{token j}, r̃_j = R_j - mean(R) (rewards centred on the
@@ -452,9 +469,10 @@ def _simulate_one(cfg: SimConfig, n: int, seed_indices: list[int],
 def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tensor]]:
     """The sweep over N: {N: {metric: [steps + 1, seeds]}}, the same numbers whatever `workers` is
     (every (N, seed) run has its own generator). With workers > 1 the seeds of each N are split into
-    `workers` slices that run in parallel processes of one thread each, largest N first: the steps
-    are too small to gain from intra-op threads, and slicing the seeds keeps the processes evenly
-    loaded (N=51,200 alone takes as long as all the other N together).
+    `workers` slices that run in parallel processes of one thread each, costliest N first (steps ×
+    (V + N)): the steps are too small to gain from intra-op threads, and slicing the seeds keeps the
+    processes evenly loaded (at equal steps N=51,200 alone takes as long as all the other N
+    together).
     """
     if workers <= 1:
         return {n: _simulate_one(cfg, n, list(range(cfg.seeds)), threads=0) for n in cfg.ns}
@@ -464,7 +482,7 @@ def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tens
               for part in torch.arange(cfg.seeds).tensor_split(min(workers, cfg.seeds))]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {n: [pool.submit(_simulate_one, cfg, n, part, 1) for part in slices]
-                   for n in sorted(cfg.ns, reverse=True)}
+                   for n in sorted(cfg.ns, key=lambda n: -run_steps(cfg, n) * (cfg.vocab + n))}
         parts = {n: [f.result() for f in futures[n]] for n in cfg.ns}
     return {n: {name: torch.cat([part[name] for part in parts[n]], dim=1) for name in parts[n][0]}
             for n in cfg.ns}
@@ -514,16 +532,20 @@ def plot(results, cfg: SimConfig, path: Path) -> None:
         for n, m in results.items():
             values = m[name]
             mean, std = values.mean(-1), values.std(-1, unbiased=False)
-            steps = torch.arange(len(mean))
-            ax.plot(steps, mean, label=f"N={n}")
-            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+            x = torch.arange(len(mean)) * (n if cfg.samples else 1)
+            ax.plot(x, mean, label=f"N={n}")
+            ax.fill_between(x, mean - std, mean + std, alpha=0.2)
         ax.set_title(title)
-        ax.set_xlabel("step")
+        ax.set_xlabel("tokens drawn (N × step)" if cfg.samples else "step")
         if name == "worst_change":
             ax.set_yscale("symlog", linthresh=1e-7)
     axes[0].legend()
+    lr = f"lr {cfg.lr:g}" + ("·N" if cfg.lr_scaling == "linear" else "")
+    budget = (f"equal samples: {cfg.samples:,} draws per N" if cfg.samples
+              else f"equal steps: {cfg.steps:,}")
     fig.suptitle(f"BroRL Fig. 3 simulator: V={cfg.vocab}, {cfg.n_correct} correct, {cfg.seeds} "
-                 "seeds (mean ± std)")
+                 f"seeds (mean ± std); {'AdamW' if cfg.optimizer == 'adamw' else 'SGD'} {lr}, "
+                 f"{budget}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -555,10 +577,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="let the anchor's logit be trained")
     parser.add_argument("--temperature", type=float, default=d.temperature,
                         help="softmax temperature")
-    parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default=d.optimizer,
+                        help="AdamW (the paper's) or plain SGD")
+    parser.add_argument("--lr", type=float, default=d.lr, help="learning rate")
+    parser.add_argument("--lr-scaling", choices=["none", "linear"], default=d.lr_scaling,
+                        help="linear: the learning rate at N is lr·N (the same step per draw)")
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
                         help="AdamW weight decay (torch's default; the paper states none)")
     parser.add_argument("--steps", type=int, default=d.steps, help="RL steps")
+    parser.add_argument("--equal-samples", dest="samples", type=int, default=d.samples,
+                        help="compare N at equal samples instead of equal steps: every N draws "
+                             "this many tokens (a multiple of every N), in samples / N steps")
     parser.add_argument("--ns", type=int, nargs="+", default=d.ns,
                         help="rollouts per step N to compare")
     parser.add_argument("--seeds", type=int, default=d.seeds,
@@ -580,6 +609,8 @@ def main(argv: list[str] | None = None) -> None:
         (args.weight_decay >= 0, "--weight-decay must be >= 0"),
         (args.steps >= 1 and args.seeds >= 1, "--steps and --seeds must be >= 1"),
         (min(args.ns) >= 1, "every N in --ns must be >= 1"),
+        (args.samples >= 0 and all(args.samples % n == 0 for n in args.ns),
+         "--equal-samples must be a multiple of every N in --ns"),
         (args.workers >= 1, "--workers must be >= 1"),
     ]
     for ok, message in problems:
@@ -588,7 +619,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = SimConfig(**{k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__})
     start = time.time()
     summary = write_outputs(simulate(cfg, args.workers), cfg, args.out)
-    print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {cfg.steps} steps in "
+    budget = f"{cfg.samples} draws" if cfg.samples else f"{cfg.steps} steps"
+    print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {budget} in "
           f"{time.time() - start:.1f}s -> {args.out}")
     print(f"{'N':>6} | correct_mass | frac_increased | worst_change | shrink_seed_frac")
     for n, s in summary.items():

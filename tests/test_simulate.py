@@ -141,6 +141,25 @@ def test_simulator_shapes_ranges_and_determinism():
     assert all(torch.equal(parallel[n][k], first[n][k]) for n in SMALL.ns for k in first[n])
 
 
+
+# every N draws 4,000 tokens: N=4 in 1,000 steps, N=200 in 20, SGD at 5 per draw (lr 5·N)
+EQUAL_SAMPLES = simulate.SimConfig(vocab=3000, n_correct=200, optimizer="sgd", lr=5.0,
+                                   lr_scaling="linear", samples=4000, ns=[4, 200], seeds=8)
+
+
+def test_at_equal_samples_sgd_with_lr_proportional_to_n_gains_the_same_correct_mass_at_every_n():
+    results = simulate.simulate(EQUAL_SAMPLES)
+    start = results[4]["correct_mass"][0, 0]
+    gains = []
+    for n in EQUAL_SAMPLES.ns:
+        assert results[n]["correct_mass"].shape == (4000 // n + 1, EQUAL_SAMPLES.seeds)
+        # the expected step per draw is the same at every N but for the batch-mean baseline, which
+        # shrinks it by (1 - 1/N): a draw's reward is centred on a mean that includes itself
+        gain = (results[n]["correct_mass"][-1] - start) / (1 - 1 / n)
+        gains.append((float(gain.mean()), float(gain.std()) / EQUAL_SAMPLES.seeds**0.5))
+    (gain_4, se_4), (gain_200, se_200) = gains
+    assert gain_4 > 0 and abs(gain_4 - gain_200) <= 4 * (se_4**2 + se_200**2) ** 0.5
+
 def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
     simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200", "--steps", "20",
                    "--ns", "4", "2000", "--seeds", "2", "--workers", "1"])
@@ -156,6 +175,19 @@ def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
         assert 0 <= values["shrink_seed_frac"] <= 1
 
 
+
+def test_equal_samples_cli_runs_every_n_for_the_same_draws(tmp_path):
+    simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200",
+                   "--equal-samples", "400", "--ns", "4", "40", "--optimizer", "sgd", "--lr", "5",
+                   "--lr-scaling", "linear", "--seeds", "2", "--workers", "1"])
+    assert (tmp_path / "fig3.png").stat().st_size > 10_000
+    with open(tmp_path / "curves.csv") as f:
+        last_step = {}
+        for row in csv.DictReader(f):
+            last_step[row["n"]] = max(last_step.get(row["n"], 0), int(row["step"]))
+    assert last_step == {"4": 100, "40": 10}
+    assert json.loads((tmp_path / "config.json").read_text())["samples"] == 400
+
 def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     result = run_script("simulate.py", "--check-theorem", "--instances", "200")
     assert "PASS" in result.stdout and "worst relative error" in result.stdout
@@ -163,6 +195,9 @@ def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     assert bad.returncode == 2 and "--n-correct must be in [1, vocab - 1]" in bad.stderr
     bad = run_script("simulate.py", "--weight-decay", "-0.01", check=False)
     assert (bad.returncode == 2 and "--weight-decay must be >= 0" in bad.stderr
+            and "Traceback" not in bad.stderr)
+    bad = run_script("simulate.py", "--equal-samples", "1000", "--ns", "16", "512", check=False)
+    assert (bad.returncode == 2 and "--equal-samples must be a multiple of every N" in bad.stderr
             and "Traceback" not in bad.stderr)
 
 
