@@ -46,9 +46,16 @@ above their start from 64% to 82%, and leaves the worst drops at a few 1e-6 eith
 free logit, so labels are exchangeable; the correct tokens are the first `--n-correct` ones, the
 anchor is the last.
 
+Fig. 3 compares N at equal steps, so a larger N has drawn N times the tokens. `--equal-samples`
+gives every N the same number of draws instead (samples / N steps), and `--optimizer sgd` with
+`--lr-scaling linear` (lr·N) makes the expected step per draw the same at every N, so what is left
+of an N-dependence comes from how the draws are grouped.
+
     python simulate.py --check-theorem
     python simulate.py --check-estimators
     python simulate.py --out runs/fig3                  # the paper's setup, 4 seeds
+    python simulate.py --out runs/fig3-equal-samples-sgd --equal-samples 102400 --optimizer sgd \\
+        --lr 300 --lr-scaling linear
 """
 
 import argparse
