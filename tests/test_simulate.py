@@ -197,8 +197,8 @@ def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     assert (bad.returncode == 2 and "--weight-decay must be >= 0" in bad.stderr
             and "Traceback" not in bad.stderr)
     bad = run_script("simulate.py", "--equal-samples", "1000", "--ns", "16", "512", check=False)
-    assert (bad.returncode == 2 and "--equal-samples must be a multiple of every N" in bad.stderr
-            and "Traceback" not in bad.stderr)
+    assert (bad.returncode == 2 and "Traceback" not in bad.stderr
+            and "--equal-samples must be 0 or a positive multiple of every N" in bad.stderr)
 
 
 def test_check_estimators_command_passes_with_a_row_per_estimator():
