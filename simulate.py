@@ -29,7 +29,11 @@ correct mass. Lemma 2: a token of probability p stays unsampled in N i.i.d. draw
 Σ_i p_i²(1 - p_i)^N falls with N. Larger N leaves less mass to the term that can be negative.
 
 `--check-theorem` verifies all of this numerically (float64 autograd through the update and the
-softmax, random instances; Monte Carlo for Lemma 2). The default run is the simulator of Fig. 3
+softmax, random instances; Monte Carlo for Lemma 2). The trainer steps another loss,
+-(1/N)·Σ_j A_j·log p_{y_j} with group-baselined advantages A_j (update.ADVANTAGES): the same
+three terms for it are `logprob_update_terms`, whose docstring shows why the unsampled term vanishes
+and the total is never negative then, and `--check-estimators` checks that for every estimator
+beside raw rewards, whose total can be negative. The default run is the simulator of Fig. 3
 (Sec. 4.1): 128,000 tokens of which 10,000 are correct (reward +1, the rest -1), logits 0 seeded
 with z=3 on the correct tokens and one anchor token at z=5, N draws per step, rewards centred on the
 batch mean, an AdamW step (lr 1e-3) on -(1/N)·Σ_draws r̃_j·p_{token j}, 1000 steps. Where the paper
@@ -42,8 +46,16 @@ above their start from 64% to 82%, and leaves the worst drops at a few 1e-6 eith
 free logit, so labels are exchangeable; the correct tokens are the first `--n-correct` ones, the
 anchor is the last.
 
+Fig. 3 compares N at equal steps, so a larger N has drawn N times the tokens. `--equal-samples`
+gives every N the same number of draws instead (samples / N steps), and `--optimizer sgd` with
+`--lr-scaling linear` (lr·N) makes the expected step per draw the same at every N, so what is left
+of an N-dependence comes from how the draws are grouped.
+
     python simulate.py --check-theorem
+    python simulate.py --check-estimators
     python simulate.py --out runs/fig3                  # the paper's setup, 4 seeds
+    python simulate.py --out runs/fig3-equal-samples-sgd --equal-samples 102400 --optimizer sgd \\
+        --lr 300 --lr-scaling linear
 """
 
 import argparse
@@ -56,6 +68,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+
+from update import ADVANTAGES
 
 # ---- Theorem 1 -----------------------------------------------------------------------------------
 
@@ -81,16 +95,27 @@ def theorem1_terms(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: 
     return sampled_pos, sampled_neg, unsampled_term, sampled_pos + sampled_neg + unsampled_term
 
 
-def first_order_delta_q_pos(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: float,
-                            eta: float, n: int):
-    """ΔQ_pos to first order by autograd: Δz = -η·∇(surrogate), then ∇Q_pos · Δz."""
+def surrogate_delta_z(z, sampled_correct, sampled_wrong, r_c: float, r_w: float, eta: float,
+                      n: int):
+    """Δz = -η·∇(surrogate), by autograd."""
     z = z.detach().clone().requires_grad_(True)
     p = torch.softmax(z, dim=-1)
     rewards = torch.where(sampled_correct, r_c, 0.0) + torch.where(sampled_wrong, r_w, 0.0)
     surrogate = -(rewards.to(z.dtype) * p).sum() / n  # each distinct sampled token counted once
-    delta_z = -eta * torch.autograd.grad(surrogate, z)[0]
-    grad_q_pos = torch.autograd.grad(torch.softmax(z, dim=-1)[correct].sum(), z)[0]
-    return (grad_q_pos * delta_z).sum()
+    return -eta * torch.autograd.grad(surrogate, z)[0]
+
+
+def first_order_change(z, mask, delta_z):
+    """Σ_{i∈mask} Δp_i to first order for the logit change Δz, by autograd: ∇(Σ_{i∈mask} p_i)·Δz."""
+    z = z.detach().clone().requires_grad_(True)
+    return (torch.autograd.grad(torch.softmax(z, dim=-1)[mask].sum(), z)[0] * delta_z).sum()
+
+
+def first_order_delta_q_pos(z, correct, sampled_correct, sampled_wrong, r_c: float, r_w: float,
+                            eta: float, n: int):
+    """ΔQ_pos to first order by autograd: Δz = -η·∇(surrogate), then ∇Q_pos · Δz."""
+    return first_order_change(
+        z, correct, surrogate_delta_z(z, sampled_correct, sampled_wrong, r_c, r_w, eta, n))
 
 
 def random_instance(g: torch.Generator):
@@ -152,6 +177,145 @@ def check_theorem(instances: int = 2000, seed: int = 0) -> bool:
     return ok
 
 
+# ---- Theorem 1 for the trainer's update ----------------------------------------------------------
+
+
+def logprob_update_terms(z, correct, tokens, advantages, eta: float):
+    """The three Theorem 1 terms and their sum for one step of the trainer's loss
+    -(1/N)·Σ_j A_j·log p_{y_j}: (sampled_pos, sampled_neg, unsampled, total).
+
+    z: [V] logits; correct: [V] bool; tokens: [N] the group's draws y_j; advantages: [N] their A_j.
+
+    The trainer does not step the paper's surrogate. At ratio 1 (first mini-batch, no KL, TIS
+    weights 1) its clipped loss has the gradient of -(1/N)·Σ_j A_j·log p_{y_j} over the group's
+    draws j, A_j from one of update.ADVANTAGES. Since ∂log p_y/∂z_k = δ_yk - p_k, a step of size η
+    moves the logits by
+
+        Δz_k = (η/N)·(C_k - p_k·M),   C_k = Σ_{j: y_j = k} A_j (0 for an unsampled k),  M = Σ_j A_j,
+
+    and the same algebra as Theorem 1 (A, B, U the distinct sampled correct, sampled incorrect and
+    unsampled tokens; Σ_{k∈A} p_k·C_k = Σ_{j: y_j∈P} A_j·p_{y_j}) gives
+
+        ΔQ_pos = (η/N)[Q_neg·(Σ_{j: y_j∈P} A_j·p_{y_j} - M·A_2)
+                       + Q_pos·(M·B_2 - Σ_{j: y_j∉P} A_j·p_{y_j})
+                       + M·(Q_pos·U_neg,2 - Q_neg·U_pos,2)],
+
+    Theorem 1 with the batch mood S_R replaced by M and the sampled p_i·R_i by the advantage each
+    token collected. Every estimator in update.ADVANTAGES centres the rewards on their group's mean
+    (GRPO then divides by the group's std, REINFORCE++-baseline whitens over the batch: a positive
+    scale, and a batch mean that is 0 because every group's centred rewards sum to 0), so M = 0: the
+    unsampled coupling term vanishes, unsampled logits do not move, and since a correct draw's
+    reward is the group's largest, A_j ≥ 0 for y_j∈P and A_j ≤ 0 for y_j∉P: both sampled terms are
+    ≥ 0, so ΔQ_pos ≥ 0 in every group, at every N. Raw rewards (A_j = R_j, no baseline) leave M ≠ 0,
+    and the total can be negative, as in the paper's surrogate. What the baseline does not prevent:
+    every unsampled token, correct or not, changes by Δlog p_u = -Σ_k p_k·Δz_k =
+    -(η/N)·Σ_j A_j·p_{y_j} (M = 0), negative whenever the sampled correct tokens outweigh the
+    sampled incorrect ones, so single unsampled correct tokens still lose probability while the
+    total grows.
+    """
+    n = len(tokens)
+    p = torch.softmax(z, dim=-1)
+    collected = torch.zeros_like(p).index_add_(0, tokens, advantages.to(p.dtype))  # C_k
+    m = advantages.to(p.dtype).sum()
+    sampled = torch.zeros_like(correct).index_fill_(0, tokens, True)
+    sampled_correct, sampled_wrong, unsampled = sampled & correct, sampled & ~correct, ~sampled
+    q_pos, q_neg = p[correct].sum(), p[~correct].sum()
+    a_2, b_2 = (p[sampled_correct] ** 2).sum(), (p[sampled_wrong] ** 2).sum()
+    u_pos_2, u_neg_2 = (p[unsampled & correct] ** 2).sum(), (p[unsampled & ~correct] ** 2).sum()
+    scale = eta / n
+    sampled_pos = scale * q_neg * ((p * collected)[sampled_correct].sum() - m * a_2)
+    sampled_neg = scale * q_pos * (m * b_2 - (p * collected)[sampled_wrong].sum())
+    unsampled_term = scale * m * (q_pos * u_neg_2 - q_neg * u_pos_2)
+    return sampled_pos, sampled_neg, unsampled_term, sampled_pos + sampled_neg + unsampled_term
+
+
+def logprob_update_delta_z(z, tokens, advantages, eta: float):
+    """Δz = -η·∇ of -(1/N)·Σ_j A_j·log p_{y_j}, by autograd."""
+    z = z.detach().clone().requires_grad_(True)
+    loss = -(advantages.to(z.dtype) * torch.log_softmax(z, dim=-1)[tokens]).sum() / len(tokens)
+    return -eta * torch.autograd.grad(loss, z)[0]
+
+
+def random_group(g: torch.Generator):
+    """A random categorical group: logits (flat or peaked) over 2-300 tokens, a correct set, N in
+    [2, 63] draws."""
+    vocab = int(torch.randint(2, 301, (1,), generator=g))
+    z = torch.randn(vocab, generator=g, dtype=torch.float64) * float(torch.rand(1, generator=g)) * 8
+    correct = torch.rand(vocab, generator=g) < float(torch.rand(1, generator=g))
+    n = int(torch.randint(2, 64, (1,), generator=g))
+    tokens = torch.multinomial(torch.softmax(z, -1), n, replacement=True, generator=g)
+    return z, correct, tokens
+
+
+def group_weights(name: str, correct_drawn):
+    """The per-draw weights A_j of one group: an update.ADVANTAGES estimator on binary rewards (1
+    correct, 0 not), or "raw": the rewards ±1 themselves, no baseline."""
+    if name == "raw":
+        return torch.where(correct_drawn, 1.0, -1.0).double()
+    rewards = correct_drawn.double()
+    return ADVANTAGES[name](rewards, torch.zeros(len(rewards), dtype=torch.long))
+
+
+def rounding_bound(vocab: int, weights, eta: float) -> float:
+    """How far float64 rounding can move a computed ΔQ_pos: every term is a sum of at most V + N
+    products of probabilities (≤ 1) and weights, of size ≤ (η/N)·Σ_j |A_j|, and each sum or product
+    adds at most 2^-53 relative; 4 such steps per term."""
+    return 4 * (vocab + len(weights)) * 2**-53 * eta / len(weights) * float(weights.abs().sum())
+
+
+# every ADVANTAGES estimator, then the two raw-reward updates: the trainer's loss with A_j = R_j =
+# ±1 (no baseline), and Theorem 1's own, the paper's surrogate (R_c = 1, R_w = -1)
+ESTIMATOR_ROWS = [*ADVANTAGES, "raw", "surrogate"]
+
+
+def estimator_step(name: str, z, correct, tokens, eta: float = 1.0):
+    """One group's step under one row of ESTIMATOR_ROWS: the closed-form (sampled_pos,
+    sampled_neg, unsampled, total), Δz by autograd, and the float64 rounding bound."""
+    weights = group_weights("raw" if name == "surrogate" else name, correct[tokens])
+    if name == "surrogate":
+        sampled = torch.zeros_like(correct).index_fill_(0, tokens, True)
+        args = (sampled & correct, sampled & ~correct, 1.0, -1.0, eta, len(tokens))
+        return (theorem1_terms(z, correct, *args), surrogate_delta_z(z, *args),
+                rounding_bound(len(z), weights, eta))
+    return (logprob_update_terms(z, correct, tokens, weights, eta),
+            logprob_update_delta_z(z, tokens, weights, eta), rounding_bound(len(z), weights, eta))
+
+
+def check_estimators(groups: int = 2000, seed: int = 0) -> bool:
+    """Theorem 1's terms for every row of ESTIMATOR_ROWS over the same random groups: the closed
+    form against autograd, the sign of the total (never below 0 with a group baseline, which is
+    checked; below 0 in a few groups in a thousand with raw rewards, which is counted), and how
+    often unsampled correct tokens lose probability."""
+    g = torch.Generator().manual_seed(seed)
+    instances = [random_group(g) for _ in range(groups)]
+    print(f"Theorem 1 for the trainer's update: {groups} random categorical groups (V 2-300, "
+          "N 2-63, flat to peaked logits, binary rewards), float64, η = 1; mean of each term")
+    print(f"{'row':>22} | sampled correct | sampled wrong | unsampled | total     | total < 0 "
+          "| unsampled < 0 | an unsampled correct token falls | worst |closed - autograd|")
+    ok = True
+    for name in ESTIMATOR_ROWS:
+        sums, negative_total, negative_unsampled, falls, worst = torch.zeros(4), 0, 0, 0, 0.0
+        for z, correct, tokens in instances:
+            terms, delta_z, bound = estimator_step(name, z, correct, tokens)
+            sums += torch.tensor([float(t) for t in terms])
+            negative_total += float(terms[3]) < -bound
+            negative_unsampled += float(terms[2]) < -bound
+            delta_log_p = delta_z - (torch.softmax(z, -1) * delta_z).sum()
+            unsampled_correct = correct.clone().index_fill_(0, tokens, False)
+            falls += bool((delta_log_p[unsampled_correct] < -bound).any())
+            error = abs(float(terms[3]) - float(first_order_change(z, correct, delta_z)))
+            worst = max(worst, error / max(bound, 1e-300))
+        means = sums / groups
+        print(f"{name:>22} | {means[0]:15.3e} | {means[1]:13.3e} | {means[2]:9.2e} | "
+              f"{means[3]:9.3e} | {negative_total:9d} | {negative_unsampled:13d} | "
+              f"{falls:32d} | {worst:.2f} rounding bounds")
+        ok &= worst <= 2  # closed form and autograd each within one rounding bound
+        ok &= negative_total == 0 or name not in ADVANTAGES
+    print("(rounding bound: 4·(V + N)·2^-53·(η/N)·Σ_j |A_j| per group; 'below 0': below minus "
+          "it)")
+    print("PASS" if ok else "FAIL")
+    return ok
+
 # ---- the Fig. 3 simulator ------------------------------------------------------------------------
 
 
@@ -164,9 +328,12 @@ class SimConfig:
     anchor_correct: bool = False
     train_anchor: bool = False
     temperature: float = 1.0
+    optimizer: str = "adamw"  # or "sgd"
     lr: float = 1e-3
-    weight_decay: float = 0.01
+    lr_scaling: str = "none"  # or "linear": lr·N, the same step per draw whatever N
+    weight_decay: float = 0.01  # AdamW's (SGD runs without)
     steps: int = 1000
+    samples: int = 0  # > 0: every N draws this many tokens in samples / N steps (steps unused)
     ns: list[int] = field(default_factory=lambda: [4, 8, 16, 512, 51200])
     seeds: int = 4
     seed: int = 0
@@ -233,6 +400,18 @@ class TokenSampler:
                                   out=self.tokens).clamp_(max=p.shape[1] - 1)
 
 
+def run_steps(cfg: SimConfig, n: int) -> int:
+    """Steps at N: cfg.steps (equal steps, Fig. 3), or cfg.samples / N (equal samples)."""
+    return cfg.samples // n if cfg.samples else cfg.steps
+
+
+def run_lr(cfg: SimConfig, n: int) -> float:
+    """The learning rate at N: cfg.lr, or cfg.lr·N with linear scaling. SGD on the mean over the
+    N draws then moves the logits by lr per draw at every N, so at equal samples every N takes the
+    same expected step, up to the batch-mean baseline's factor (1 - 1/N)."""
+    return cfg.lr * n if cfg.lr_scaling == "linear" else cfg.lr
+
+
 def seed_generator(cfg: SimConfig, n: int, seed_index: int) -> torch.Generator:
     """The random stream of one (N, seed) run, fixed by cfg.seed alone."""
     return torch.Generator().manual_seed((cfg.seed * 1_000_003 + n) * 1_009 + seed_index)
@@ -248,7 +427,9 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
     z0, correct = initial_state(cfg)
     rewards = torch.where(correct, 1.0, -1.0)
     z = z0.expand(len(seed_indices), -1).clone().requires_grad_(True)  # [S, V]
-    optimizer = torch.optim.AdamW([z], lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    lr = run_lr(cfg, n)
+    optimizer = (torch.optim.AdamW([z], lr=lr, weight_decay=cfg.weight_decay, fused=True)
+                 if cfg.optimizer == "adamw" else torch.optim.SGD([z], lr=lr))
     sample_tokens = TokenSampler(cfg.vocab, n, [seed_generator(cfg, n, s) for s in seed_indices])
     p, grad = torch.empty_like(z, requires_grad=False), torch.empty_like(z, requires_grad=False)
     p0 = softmax_(z0, torch.empty_like(z0), cfg.temperature)[correct]
@@ -263,7 +444,7 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
 
     with torch.no_grad():
         record(softmax_(z, p, cfg.temperature))
-        for _ in range(cfg.steps):
+        for _ in range(run_steps(cfg, n)):
             tokens = sample_tokens(p)  # [S, N]
             drawn_rewards = rewards[tokens]
             # surrogate -(1/N) Σ_j r̃_j·p_{token j}, r̃_j = R_j - mean(R) (rewards centred on the
@@ -296,9 +477,10 @@ def _simulate_one(cfg: SimConfig, n: int, seed_indices: list[int],
 def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tensor]]:
     """The sweep over N: {N: {metric: [steps + 1, seeds]}}, the same numbers whatever `workers` is
     (every (N, seed) run has its own generator). With workers > 1 the seeds of each N are split into
-    `workers` slices that run in parallel processes of one thread each, largest N first: the steps
-    are too small to gain from intra-op threads, and slicing the seeds keeps the processes evenly
-    loaded (N=51,200 alone takes as long as all the other N together).
+    `workers` slices that run in parallel processes of one thread each, costliest N first (steps ×
+    (V + N)): the steps are too small to gain from intra-op threads, and slicing the seeds keeps the
+    processes evenly loaded (at equal steps N=51,200 alone takes as long as all the other N
+    together).
     """
     if workers <= 1:
         return {n: _simulate_one(cfg, n, list(range(cfg.seeds)), threads=0) for n in cfg.ns}
@@ -308,7 +490,7 @@ def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tens
               for part in torch.arange(cfg.seeds).tensor_split(min(workers, cfg.seeds))]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {n: [pool.submit(_simulate_one, cfg, n, part, 1) for part in slices]
-                   for n in sorted(cfg.ns, reverse=True)}
+                   for n in sorted(cfg.ns, key=lambda n: -run_steps(cfg, n) * (cfg.vocab + n))}
         parts = {n: [f.result() for f in futures[n]] for n in cfg.ns}
     return {n: {name: torch.cat([part[name] for part in parts[n]], dim=1) for name in parts[n][0]}
             for n in cfg.ns}
@@ -358,16 +540,20 @@ def plot(results, cfg: SimConfig, path: Path) -> None:
         for n, m in results.items():
             values = m[name]
             mean, std = values.mean(-1), values.std(-1, unbiased=False)
-            steps = torch.arange(len(mean))
-            ax.plot(steps, mean, label=f"N={n}")
-            ax.fill_between(steps, mean - std, mean + std, alpha=0.2)
+            x = torch.arange(len(mean)) * (n if cfg.samples else 1)
+            ax.plot(x, mean, label=f"N={n}")
+            ax.fill_between(x, mean - std, mean + std, alpha=0.2)
         ax.set_title(title)
-        ax.set_xlabel("step")
+        ax.set_xlabel("tokens drawn (N × step)" if cfg.samples else "step")
         if name == "worst_change":
             ax.set_yscale("symlog", linthresh=1e-7)
     axes[0].legend()
+    lr = f"lr {cfg.lr:g}" + ("·N" if cfg.lr_scaling == "linear" else "")
+    budget = (f"equal samples: {cfg.samples:,} draws per N" if cfg.samples
+              else f"equal steps: {cfg.steps:,}")
     fig.suptitle(f"BroRL Fig. 3 simulator: V={cfg.vocab}, {cfg.n_correct} correct, {cfg.seeds} "
-                 "seeds (mean ± std)")
+                 f"seeds (mean ± std); {'AdamW' if cfg.optimizer == 'adamw' else 'SGD'} {lr}, "
+                 f"{budget}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -379,8 +565,11 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check-theorem", action="store_true",
                         help="verify Theorem 1 and Lemma 2 numerically, then exit")
+    parser.add_argument("--check-estimators", action="store_true",
+                        help="Theorem 1's terms for update.ADVANTAGES's estimators and for raw "
+                             "rewards on random groups, then exit")
     parser.add_argument("--instances", type=int, default=2000,
-                        help="random instances for --check-theorem")
+                        help="random instances (groups) for --check-theorem / --check-estimators")
     parser.add_argument("--out", type=Path, default=Path("runs/fig3"),
                         help="output directory for the simulator")
     parser.add_argument("--vocab", type=int, default=d.vocab, help="vocabulary size")
@@ -396,10 +585,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="let the anchor's logit be trained")
     parser.add_argument("--temperature", type=float, default=d.temperature,
                         help="softmax temperature")
-    parser.add_argument("--lr", type=float, default=d.lr, help="AdamW learning rate")
+    parser.add_argument("--optimizer", choices=["adamw", "sgd"], default=d.optimizer,
+                        help="AdamW (the paper's) or plain SGD")
+    parser.add_argument("--lr", type=float, default=d.lr, help="learning rate")
+    parser.add_argument("--lr-scaling", choices=["none", "linear"], default=d.lr_scaling,
+                        help="linear: the learning rate at N is lr·N (the same step per draw)")
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay,
                         help="AdamW weight decay (torch's default; the paper states none)")
     parser.add_argument("--steps", type=int, default=d.steps, help="RL steps")
+    parser.add_argument("--equal-samples", dest="samples", type=int, default=d.samples,
+                        help="compare N at equal samples instead of equal steps: every N draws "
+                             "this many tokens (a multiple of every N), in samples / N steps")
     parser.add_argument("--ns", type=int, nargs="+", default=d.ns,
                         help="rollouts per step N to compare")
     parser.add_argument("--seeds", type=int, default=d.seeds,
@@ -409,8 +605,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="parallel processes, each running a slice of the seeds of one N at a "
                              "time (1: in this process)")
     args = parser.parse_args(argv)
-    if args.check_theorem:
-        sys.exit(0 if check_theorem(args.instances, args.seed) else 1)
+    if args.check_theorem or args.check_estimators:
+        if args.instances < 1:
+            parser.error("--instances must be >= 1")
+        check = check_theorem if args.check_theorem else check_estimators
+        sys.exit(0 if check(args.instances, args.seed) else 1)
     problems = [
         (args.vocab >= 2, "--vocab must be >= 2"), (0 < args.n_correct < args.vocab,
          "--n-correct must be in [1, vocab - 1] (the last token is the anchor)"),
@@ -418,6 +617,8 @@ def main(argv: list[str] | None = None) -> None:
         (args.weight_decay >= 0, "--weight-decay must be >= 0"),
         (args.steps >= 1 and args.seeds >= 1, "--steps and --seeds must be >= 1"),
         (min(args.ns) >= 1, "every N in --ns must be >= 1"),
+        (args.samples >= 0 and all(args.samples % n == 0 for n in args.ns),
+         "--equal-samples must be 0 or a positive multiple of every N in --ns"),
         (args.workers >= 1, "--workers must be >= 1"),
     ]
     for ok, message in problems:
@@ -426,7 +627,8 @@ def main(argv: list[str] | None = None) -> None:
     cfg = SimConfig(**{k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__})
     start = time.time()
     summary = write_outputs(simulate(cfg, args.workers), cfg, args.out)
-    print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {cfg.steps} steps in "
+    budget = f"{cfg.samples} draws" if cfg.samples else f"{cfg.steps} steps"
+    print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {budget} in "
           f"{time.time() - start:.1f}s -> {args.out}")
     print(f"{'N':>6} | correct_mass | frac_increased | worst_change | shrink_seed_frac")
     for n, s in summary.items():

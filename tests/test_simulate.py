@@ -1,5 +1,5 @@
-"""simulate.py: Theorem 1 against autograd, Lemma 2 by Monte Carlo, the Fig. 3 simulator and its
-files."""
+"""simulate.py: Theorem 1 against autograd for the paper's surrogate and the trainer's estimators,
+Lemma 2 by Monte Carlo, the Fig. 3 simulator and its files."""
 
 import csv
 import json
@@ -44,6 +44,49 @@ def test_sampled_terms_are_never_negative_and_only_the_unsampled_term_can_be():
         signs.add(bool(unsampled < 0))
     assert signs == {True, False}  # the coupling term really takes both signs
 
+
+
+def fixed_group(vocab=40, n=12, peak=2.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(vocab, generator=g, dtype=torch.float64) * peak
+    correct = torch.arange(vocab) < vocab // 3
+    return z, correct, torch.multinomial(torch.softmax(z, -1), n, replacement=True, generator=g)
+
+
+@pytest.mark.parametrize("name", simulate.ESTIMATOR_ROWS)
+@pytest.mark.parametrize("kwargs", [dict(), dict(peak=0.0), dict(peak=6.0, n=3),
+                                    dict(vocab=300, n=63, seed=1)])
+def test_trainer_update_terms_equal_the_autograd_first_order_change(name, kwargs):
+    z, correct, tokens = fixed_group(**kwargs)
+    (*terms, total), delta_z, bound = simulate.estimator_step(name, z, correct, tokens, eta=0.5)
+    assert float(total) == pytest.approx(float(sum(terms)))
+    # closed form and autograd are each within one float64 rounding bound of the exact value
+    assert abs(float(total) - float(simulate.first_order_change(z, correct, delta_z))) <= 2 * bound
+
+
+def test_group_baselined_estimators_never_shrink_the_correct_mass_and_raw_rewards_can():
+    g = torch.Generator().manual_seed(1)
+    negative_totals = dict.fromkeys(["raw", "surrogate"], 0)
+    single_correct_tokens_fall = 0
+    for _ in range(2000):
+        z, correct, tokens = simulate.random_group(g)
+        for name in simulate.ADVANTAGES:
+            weights = simulate.group_weights(name, correct[tokens])
+            bound = simulate.rounding_bound(len(z), weights, 1.0)
+            sampled_pos, sampled_neg, unsampled, total = simulate.logprob_update_terms(
+                z, correct, tokens, weights, 1.0)
+            assert min(sampled_pos, sampled_neg, total) >= -bound and abs(unsampled) <= bound
+        # with the baseline, every unsampled token moves by -(1/N)·Σ_j A_j·p_{y_j}
+        p = torch.softmax(z, -1)
+        weights = simulate.group_weights("grpo", correct[tokens])
+        unsampled_correct = correct.clone().index_fill_(0, tokens, False)
+        single_correct_tokens_fall += bool(unsampled_correct.any()
+                                           and (weights * p[tokens]).sum() > 0)
+        for name in negative_totals:
+            (*_, total), _, bound = simulate.estimator_step(name, z, correct, tokens)
+            negative_totals[name] += float(total) < -bound
+    assert all(count > 0 for count in negative_totals.values()), negative_totals
+    assert single_correct_tokens_fall > 0  # the total grows while single correct tokens fall
 
 def test_lemma2_unsampled_second_moment_matches_its_expectation():
     g = torch.Generator().manual_seed(0)
@@ -98,6 +141,25 @@ def test_simulator_shapes_ranges_and_determinism():
     assert all(torch.equal(parallel[n][k], first[n][k]) for n in SMALL.ns for k in first[n])
 
 
+
+# every N draws 4,000 tokens: N=4 in 1,000 steps, N=200 in 20, SGD at 5 per draw (lr 5·N)
+EQUAL_SAMPLES = simulate.SimConfig(vocab=3000, n_correct=200, optimizer="sgd", lr=5.0,
+                                   lr_scaling="linear", samples=4000, ns=[4, 200], seeds=8)
+
+
+def test_at_equal_samples_sgd_with_lr_proportional_to_n_gains_the_same_correct_mass_at_every_n():
+    results = simulate.simulate(EQUAL_SAMPLES)
+    start = results[4]["correct_mass"][0, 0]
+    gains = []
+    for n in EQUAL_SAMPLES.ns:
+        assert results[n]["correct_mass"].shape == (4000 // n + 1, EQUAL_SAMPLES.seeds)
+        # the expected step per draw is the same at every N but for the batch-mean baseline, which
+        # shrinks it by (1 - 1/N): a draw's reward is centred on a mean that includes itself
+        gain = (results[n]["correct_mass"][-1] - start) / (1 - 1 / n)
+        gains.append((float(gain.mean()), float(gain.std()) / EQUAL_SAMPLES.seeds**0.5))
+    (gain_4, se_4), (gain_200, se_200) = gains
+    assert gain_4 > 0 and abs(gain_4 - gain_200) <= 4 * (se_4**2 + se_200**2) ** 0.5
+
 def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
     simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200", "--steps", "20",
                    "--ns", "4", "2000", "--seeds", "2", "--workers", "1"])
@@ -113,6 +175,19 @@ def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
         assert 0 <= values["shrink_seed_frac"] <= 1
 
 
+
+def test_equal_samples_cli_runs_every_n_for_the_same_draws(tmp_path):
+    simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200",
+                   "--equal-samples", "400", "--ns", "4", "40", "--optimizer", "sgd", "--lr", "5",
+                   "--lr-scaling", "linear", "--seeds", "2", "--workers", "1"])
+    assert (tmp_path / "fig3.png").stat().st_size > 10_000
+    with open(tmp_path / "curves.csv") as f:
+        last_step = {}
+        for row in csv.DictReader(f):
+            last_step[row["n"]] = max(last_step.get(row["n"], 0), int(row["step"]))
+    assert last_step == {"4": 100, "40": 10}
+    assert json.loads((tmp_path / "config.json").read_text())["samples"] == 400
+
 def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     result = run_script("simulate.py", "--check-theorem", "--instances", "200")
     assert "PASS" in result.stdout and "worst relative error" in result.stdout
@@ -121,3 +196,13 @@ def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     bad = run_script("simulate.py", "--weight-decay", "-0.01", check=False)
     assert (bad.returncode == 2 and "--weight-decay must be >= 0" in bad.stderr
             and "Traceback" not in bad.stderr)
+    bad = run_script("simulate.py", "--equal-samples", "1000", "--ns", "16", "512", check=False)
+    assert (bad.returncode == 2 and "Traceback" not in bad.stderr
+            and "--equal-samples must be 0 or a positive multiple of every N" in bad.stderr)
+
+
+def test_check_estimators_command_passes_with_a_row_per_estimator():
+    result = run_script("simulate.py", "--check-estimators", "--instances", "300")
+    assert "PASS" in result.stdout
+    rows = {line.split("|")[0].strip() for line in result.stdout.splitlines() if "|" in line}
+    assert set(simulate.ESTIMATOR_ROWS) <= rows
