@@ -1049,11 +1049,11 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     runs whatever the earlier ones gave, and outputs are compared here only once the sandbox is
     closed: being given the next input tells a program nothing about its previous output, so no
     program can learn whether it was right (and tell a later sample). Each test starts from a fresh
-    program (a forked process, or a fresh module), so the order changes no verdict. A test that
-    times out, or a program that crashes, ends the run (the harness is gone or still busy):
-    deciding that is the program's own doing, not its outputs'. The time it may take is bounded
-    per test and for the whole program (RLIMIT_CPU: every test's time), the step's fairness by the
-    CPU cgroup and the response's share of the budget."""
+    program (a forked process, or a fresh module), so the order changes no verdict. A timeout or a
+    crash ends the run (the harness is busy or gone), which the program's own doing decides, not
+    whether its outputs were right. Its time is bounded per test and in all (RLIMIT_CPU: every
+    test's time); the step's fairness comes from the CPU cgroup and the response's share of the
+    budget."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]

