@@ -1059,7 +1059,7 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
     else:
         inputs = [x if isinstance(x, list) else [x] for x in inputs]
-    tests = sorted(zip(inputs, outputs), key=lambda test: len(json.dumps(test[0])))
+    tests = sorted(zip(inputs, outputs), key=lambda test: len(sandbox.json_text(test[0])))
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
@@ -1184,8 +1184,13 @@ def parse_code_spec(answer) -> dict:
     """A task's test spec (dict or JSON string) checked for shape; ValueError naming the problem:
     {"inputs": [...], "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based
     tests (inputs are argument lists, outputs return values); or a HumanEval spec {"test":
-    "def check(candidate): ...", "entry_point", optional "prompt"}."""
-    spec = _json_data(answer)
+    "def check(candidate): ...", "entry_point", optional "prompt"}. Integers in JSON text may be
+    longer than CPython's 4,300-digit limit (sandbox.json_int)."""
+    spec = answer
+    try:
+        spec = json.loads(answer, parse_int=sandbox.json_int) if isinstance(answer, str) else spec
+    except (ValueError, RecursionError):
+        pass
     if isinstance(spec, dict) and isinstance(spec.get("test"), str) and \
             isinstance(spec.get("entry_point"), str) and isinstance(spec.get("prompt", ""), str):
         return spec
@@ -1457,7 +1462,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     for i, (task, response, answer) in enumerate(items):
         if (task, id(answer)) not in gold_keys:  # the data's fault: raised
             gold = task_kind(task).read_gold(answer)
-            gold_keys[task, id(answer)] = json.dumps(gold, sort_keys=True)
+            gold_keys[task, id(answer)] = sandbox.json_text(gold, sort_keys=True)
             golds[gold_keys[task, id(answer)]] = gold
         gold_key = gold_keys[task, id(answer)]
         try:

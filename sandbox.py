@@ -379,6 +379,8 @@ def record_asserts(tree: ast.Module) -> ast.Module:
 # asserts: only the arguments it is called with, the same whether its answers were right or wrong.
 TESTER = "import ast\n" + VALUE_CODEC + inspect.getsource(record_asserts) + r"""
 import json, os, sys
+if hasattr(sys, "set_int_max_str_digits"):
+    sys.set_int_max_str_digits(0)  # judges' interpreters predate CPython's 4,300-digit limit
 replies, calls = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
@@ -1000,11 +1002,72 @@ def _read_line(pipe, data: bytes, time_left: Callable[[], float], cap: int) -> t
     return data, ""
 
 
+# Integers cross between the sandboxes and this process whatever their length up to MAX_INT_DIGITS:
+# CPython (since 3.11, 3.10.7) refuses to convert one of more than 4,300 digits to or from text,
+# which the judges' interpreters never did. This process converts them INT_CHUNK digits at a time,
+# leaving the limit, which guards it against hostile text, in place; the sandboxes lift it.
+MAX_INT_DIGITS = 100_000  # about 0.2 s to write, 0.05 s to read
+INT_CHUNK = 4000
+
+
+def json_int(digits: str) -> int:
+    """json.loads's parse_int: the integer `digits` spells, of up to MAX_INT_DIGITS digits;
+    ValueError for a longer one."""
+    if len(digits) <= INT_CHUNK:
+        return int(digits)
+    magnitude = digits.lstrip("-")
+    if len(magnitude) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
+    value = 0
+    for start in range(0, len(magnitude), INT_CHUNK):
+        chunk = magnitude[start:start + INT_CHUNK]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return -value if digits.startswith("-") else value
+
+
+def json_text(value, **options) -> str:
+    """json.dumps(value, **options), integers of more than 4,300 digits included (up to
+    MAX_INT_DIGITS; ValueError for a longer one)."""
+    try:
+        return json.dumps(value, **options)
+    except ValueError:
+        pass
+    long_ints, marker = {}, secrets.token_hex(8)
+
+    def marked(item):  # each long integer as a string that json.dumps writes, replaced below
+        if type(item) is int and abs(item) >= 10 ** INT_CHUNK:
+            key = f"{marker}-{len(long_ints)}"
+            long_ints[json.dumps(key)] = _digits(item)
+            return key
+        if isinstance(item, (list, tuple)):
+            return [marked(x) for x in item]
+        if isinstance(item, dict):
+            return {k: marked(x) for k, x in item.items()}
+        return item
+
+    text = json.dumps(marked(value), **options)
+    for key, digits in long_ints.items():
+        text = text.replace(key, digits, 1)
+    return text
+
+
+def _digits(value: int) -> str:
+    if value < 0:
+        return "-" + _digits(-value)
+    chunks, base = [], 10 ** INT_CHUNK
+    while value >= base and len(chunks) * INT_CHUNK <= MAX_INT_DIGITS:
+        value, chunk = divmod(value, base)
+        chunks.append(str(chunk).zfill(INT_CHUNK))
+    if value >= base:
+        raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
+    return str(value) + "".join(reversed(chunks))
+
+
 def _json_object(line: bytes) -> dict | None:
     """The JSON object a hostile line holds; None for anything else (undecodable, not JSON, nested
-    past the recursion limit, not an object)."""
+    past the recursion limit, an integer longer than MAX_INT_DIGITS, not an object)."""
     try:
-        value = json.loads(line)
+        value = json.loads(line, parse_int=json_int)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -1068,7 +1131,7 @@ class SandboxedProcess:
     def send(self, message: dict, deadline: float) -> str | None:
         """Write one request line; None once written, else why not ("timeout" or "crashed: ...").
         Its reply is awaited until `deadline` in the sandbox's CPU time (see _time_left)."""
-        data = (json.dumps(message) + "\n").encode()
+        data = (json_text(message) + "\n").encode()
         now = time.monotonic()
         self.request, self.cpu_sample = (now, _cpu_seconds(self.cgroups), deadline - now), None
         while data:

@@ -70,6 +70,21 @@ def test_integers_past_pythons_4300_digit_limit_print_as_on_a_judge():
     assert reward.run_program("print(10 ** int(input()))", spec, FAST).status == "ok"
 
 
+def test_integers_past_the_4300_digit_limit_cross_as_arguments_results_and_golds():
+    big = 10 ** 5000
+    call_based = {"fn_name": "f", "inputs": [[big]], "outputs": [big + 1]}
+    assert reward.run_program("def f(x):\n    return x + 1", call_based, FAST).status == "ok"
+    humaneval = {"entry_point": "f", "test": "def check(candidate):\n"
+                                             "    assert candidate(5000) == 10 ** 5000\n"}
+    assert reward.run_program("def f(n):\n    return 10 ** n", humaneval, FAST).status == "ok"
+    gold = '{"fn_name": "f", "inputs": [[5000]], "outputs": [1%s]}' % ("0" * 5000)
+    assert reward.score("code", fenced("def f(n):\n    return 10 ** n"), gold) == 1.0
+    # a reply longer than the trainer reads back is a crash, not an exception
+    endless = {"fn_name": "f", "inputs": [[1]], "outputs": [1]}
+    assert reward.run_program("def f(n):\n    return 10 ** 120_000", endless, FAST).status == \
+        "crashed: a malformed reply"
+
+
 def test_a_call_based_program_with_a_main_block_is_not_run_as_main():
     program = ("def add(a, b):\n    return a + b\n\n"
                "if __name__ == '__main__':\n    print(add(*map(int, input().split())))")
