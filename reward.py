@@ -263,9 +263,11 @@ def is_snippet(statements: list) -> bool:
 
 
 def is_program(statements: list) -> bool:
-    """Whether a block's statements do something: some statement is more than an expression
-    without a call (`3`, `YES`, `1, 2` are sample output, not a program)."""
-    return any(not isinstance(statement, ast.Expr) or
+    """Whether a block's statements do something: some statement is more than an expression or an
+    annotation without a value, without a call (`3`, `YES`, `1, 2` are sample output, `Input: 3`
+    and `Output: [1, 2]` a sample's labels, not a program)."""
+    return any(not (isinstance(statement, ast.Expr) or
+                    isinstance(statement, ast.AnnAssign) and statement.value is None) or
                any(isinstance(node, ast.Call) for node in ast.walk(statement))
                for statement in statements)
 

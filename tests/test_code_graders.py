@@ -175,6 +175,9 @@ ADD = "def add(a, b):\n    return a + b\n"
     ("```python\nprint(1)\n```\nExample:\n```python\n>>> f(3)\n6\n```", "print(1)\n"),
     ("```\nx = input()\nprint(x)\n```\nOutput:\n```\nYES\n```", "x = input()\nprint(x)\n"),
     ("```\n1 2\n```", None),  # not Python
+    # a sample written as labels parses as annotations, and is still no program
+    ("```python\nprint(int(input()) * 2)\n```\n```\nInput: 3\nOutput: 6\n```",
+     "print(int(input()) * 2)\n"),
     ("```python\r\nprint(3)\r\n```\r\n", "print(3)\r\n"),  # CRLF fences
     # an example after the program written as comments in a python block is not the program
     ("```python\nprint(4)\n```\nExample:\n```python\n# input: 3\n# output: 4\n```", "print(4)\n"),
