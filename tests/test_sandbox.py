@@ -265,8 +265,9 @@ HOSTILE_REPORTS = {
     "deep nesting": "report(b'[' * 100000 + b'\\n')",
     "not an object": "report(b'[1, 2, 3]\\n')",
     "a status that is not a string": "report(b'{\"status\": [\"ok\"]}\\n')",
-    "an integer past int()'s limit": "report(b'{\"status\": \"ok\", \"result\": ' "
-                                     "+ b'9' * 5000 + b'}\\n')",
+    "an integer longer than the trainer reads": "report(b'{\"status\": \"ok\", \"result\": ' "
+                                                f"+ b'9' * {sandbox.MAX_INT_DIGITS + 1} "
+                                                "+ b'}\\n')",
     "a line past the cap": "report(b'{\"status\": \"ok\", \"stdout\": \"' "
                            "+ b'7' * (8 << 20) + b'\"}\\n')",
     "a flood of forged passes": "import json\n"
