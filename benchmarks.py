@@ -134,12 +134,43 @@ def code_contests_record(row: dict, index: int) -> dict | None:
             "answer": {"inputs": inputs, "outputs": outputs}}
 
 
+# EvalPlus's tests use numpy to spot float arrays (is_floats) and to compare floats
+# (MBPP+'s `assert np.allclose(out, exp, rtol=1e-07, atol=atol)`); where the sandbox's Python lacks
+# numpy, a stand-in gives both on plain values: numpy.allclose's rule (|a - b| <= atol + rtol |b|,
+# element by element, equal infinities close, NaN never) over numbers and nested lists or tuples
+# of them, broadcast as numpy broadcasts them (trailing dimensions, 1 stretched), anything else a
+# TypeError as in numpy.
 NUMPY_OPTIONAL = """try:
     import numpy as np
-except ImportError:  # the sandbox's Python may lack numpy; EvalPlus uses it only to spot float arrays
+except ImportError:
     class np:
         ndarray = ()
-"""  # noqa: E501 (a program that is run: its comment line cannot be rewrapped)
+
+        @staticmethod
+        def allclose(a, b, rtol=1e-05, atol=1e-08):
+            def shape(v):
+                if not isinstance(v, (list, tuple)):
+                    return ()
+                return (len(v),) + (shape(v[0]) if v else ())
+            def item(v, index):
+                for i, size in zip(index[len(index) - len(shape(v)):], shape(v)):
+                    v = v[i if size > 1 else 0]
+                if isinstance(v, (list, tuple)) or not isinstance(v, (int, float, complex)):
+                    raise TypeError("not a number")
+                return v
+            ndim = max(len(shape(a)), len(shape(b)))
+            dims = [[1] * (ndim - len(shape(v))) + list(shape(v)) for v in (a, b)]
+            if any(x != y and 1 not in (x, y) for x, y in zip(*dims)):
+                raise ValueError("operands could not be broadcast together")
+            indices = [()]
+            for x, y in zip(*dims):
+                indices = [index + (i,) for index in indices for i in range(y if x == 1 else x)]
+            def close(x, y):  # numpy.isclose: infinities only equal, NaN never close
+                if abs(x) == float("inf") or abs(y) == float("inf"):
+                    return x == y
+                return abs(x - y) <= atol + rtol * abs(y)
+            return all(close(item(a, i), item(b, i)) for i in indices)
+"""
 
 
 def evalplus_check(test: str) -> str:

