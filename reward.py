@@ -62,7 +62,7 @@ import sandbox
 # long run of spaces or repeated tags: the policy finds such responses, see score_batch's caps).
 ANSWER_LEAD = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)  # "answer" also ends "final answer"
 INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, ASCII digits
-RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
+RATIONAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(/[0-9]+)?\Z")  # with match()
 FENCE = re.compile(r"`{3,}|~{3,}")
 PYTHON_TAGS = ("", "python", "python3", "py", "py3")  # "" is an untagged block
 FENCE_INFO_CHARS = 32  # longest text after a fence on an opening line ("python title=...")
@@ -284,10 +284,12 @@ def last_answer_tag(response: str) -> str | None:
 
 def boxed_answer(response: str) -> str | None:
     """Math's final answer: the last box's content (`\\boxed {5}` too), None if there is none or it
-    is blank. A problem of several parts is answered one box per part: boxes joined by only `,`,
-    `and` or `or` (and `$`, spaces) are read together, up to MAX_JOINED_BOXES, as math-verify's
-    extraction reads them (`\\boxed{2}` and `\\boxed{3}` is the list `2, 3`). Linear: each box's
-    content is scanned once, backwards from its closing brace."""
+    is blank. A problem of several parts is answered one box per part: boxes joined by only a
+    separator (`,`, `;`, `and`, `or`, `\\text{and}`, with spaces, `\\quad` and `$` around it) and
+    the label of the next part (`$x=\\boxed{2}$ and $x=\\boxed{3}$`) are read together, up to
+    MAX_JOINED_BOXES, as math-verify's extraction reads them (`\\boxed{2}` and `\\boxed{3}` is the
+    list `2, 3`; the labels go, as there). Linear: each box's content is scanned once, backwards
+    from its closing brace, and each gap between boxes is at most BOX_GAP_CHARS."""
     start, content = _last_box(response)
     if content is None or not content.strip():
         return None  # no box, or an unclosed or blank one: no answer
@@ -299,29 +301,26 @@ def boxed_answer(response: str) -> str | None:
 
 
 MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
+BOX_GAP_CHARS = 64  # math-verify joins boxes fewer than 70 characters apart
+BOX_GAP = re.compile(
+    r"\}(?:\\q?quad(?![a-zA-Z])|[\s$])*"
+    r"(?:,\s*(?:and|or)(?![a-zA-Z])|[,;]|(?<![a-zA-Z])(?:and|or)(?![a-zA-Z])"
+    r"|\\(?:text|mbox|mathrm)\{\s*(?:and|or)\s*\})(?:\\q?quad(?![a-zA-Z])|[\s$])*"
+    # the next part's label: a letter or a macro's name (`\theta`), perhaps with a subscript
+    r"(?:(?<![a-zA-Z0-9\\}])(?:\\[a-zA-Z]+|[a-zA-Z])(?:_\{?[a-zA-Z0-9]+\}?)?'*\s*=[\s$]*)?\Z")
 
 
 def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
-    """The box just before the box at `start` when only a separator lies between them (`,`, `and`,
-    `or`, `,and`, `,or`, with spaces and `$` around it): (its start, its content), else None."""
-    i = _skip_back(text, start, " \t\n$")
-    if i == 0 or text[i - 1] not in ",dr":
-        return None  # no separator ends there (most responses: one box)
-    word = next((w for w in ("and", "or") if i >= len(w) and text.startswith(w, i - len(w))
-                 and not (i > len(w) and text[i - len(w) - 1].isalpha())), "")
-    i -= len(word)
-    if i > 0 and text[i - 1] == ",":
-        i -= 1
-    elif not word:
-        return None  # spaces alone do not join two boxes
-    i = _skip_back(text, i, " \t\n$")
-    if i == 0 or text[i - 1] != "}":
-        return None
-    brace = matching_brace(text, i - 1)
+    """The box just before the box at `start` when only a separator (and the next part's label)
+    lies between them (BOX_GAP): (its start, its content), else None."""
+    gap = BOX_GAP.search(text, max(start - BOX_GAP_CHARS, 0), start)
+    if gap is None:
+        return None  # most responses: one box
+    brace = matching_brace(text, gap.start())
     opening = _skip_back(text, max(brace, 0), " \t\n")
     for macro in BOX_MACROS:
         if brace > 0 and text.startswith(macro, opening - len(macro)):
-            return opening - len(macro), text[brace + 1:i - 1]
+            return opening - len(macro), text[brace + 1:gap.start()]
     return None
 
 
@@ -353,7 +352,17 @@ MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ('"
 TEXT_MACROS = ("\\text", "\\textbf", "\\textit", "\\texttt", "\\textrm", "\\mathrm",
                "\\mathbf", "\\mathit", "\\boxed", "\\fbox")
 TRAILING_UNIT = re.compile(r"\\(?:text|mathrm)\{[A-Za-z ]*\}\Z")
-DECIMAL = re.compile(r"([+-]?)([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
+# a thousands separator (`,` or `{,}`) follows a group of 1 to 3 digits that is no leading zero:
+# `0,065` is a decimal comma, not 65
+DECIMAL = re.compile(r"([+-]?)([1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
+# font switches (`\bf 5`, `\displaystyle`) and font macros (`\mathbf 5` and `\mathbf{5}` are 5)
+FONT_SWITCHES = ("bf|it|rm|sf|tt|tiny|scriptsize|footnotesize|small|normalsize|large|Large|LARGE"
+                 "|huge|Huge|displaystyle|textstyle|scriptstyle")
+FONT_MACROS = "mathbf|mathrm|mathit|mathsf|mathtt|textbf|textrm|textit|text|boldsymbol"
+# what a number's spelling may add around its digits, as math-verify reads it: a Unicode minus,
+# `{,}` between thousands, a font switch or a font macro before them (`\mathbf 7`)
+NUMBER_SPELLING = re.compile(r"(?P<minus>\u2212)|(?P<comma>\{,\})"
+                             rf"|\\(?:{FONT_SWITCHES}|{FONT_MACROS})(?![a-zA-Z])\s*")
 
 
 def unwrap_answer(answer: str) -> str:
@@ -391,10 +400,12 @@ def _macro_argument(answer: str) -> str:
 
 
 def canonical_decimal(text: str) -> str | None:
-    """A decimal number spelled one way (`+1,024.50` is `1024.5`, `116.0` is `116`, `-0` is `0`),
-    None if `text` is not one. Digit strings, not floats or ints: an answer can have more digits
-    than either holds exactly, or than `int()` accepts."""
-    number = DECIMAL.match(text)
+    """A decimal number spelled one way (`+1,024.50` and `1{,}024.5` are `1024.5`, `116.0` is
+    `116`, `-0` is `0`, `\\mathbf 7` is `7`, a Unicode minus is `-`), None if `text` is not
+    one. Digit strings, not floats or ints: an answer can have more digits than either holds
+    exactly, or than `int()` accepts."""
+    text = NUMBER_SPELLING.sub(lambda m: "-" if m["minus"] else "," if m["comma"] else "", text)
+    number = DECIMAL.match(text.strip())
     if number is None:
         return None
     sign, whole, fraction = number.groups()
@@ -417,26 +428,47 @@ def check_arith(pred: str, answer: str) -> bool:
 
 
 def normalize_math(s: str) -> str:
-    """Spelling-only normalisation before comparing answers: sizing, font-switch and spacing macros
-    (`\\left.` is no delimiter, `\\bf 5` is 5), `$` and a currency `\\$`, \\dfrac/\\tfrac,
-    `°` as `^\\circ`, "percent" as `\\%`, a repeating decimal (`0.\\overline{3}`) as its
-    fraction, a trailing period, and spaces that do not separate two letters (`\\cdot x` keeps
-    its)."""
-    s = re.sub(r"\\(?:left|right)\s*\.|\\left\b|\\right\b|\\[!,;:]|\\ |\\?\$", " ", s)
-    s = FONT_SWITCH.sub(" ", s)
-    s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
+    """Spelling-only normalisation before comparing answers, each step one that leaves
+    math-verify's verdict as it was (the differential tests check it) or that reads what
+    math-verify cannot: sizing, font-switch and spacing macros (`\\left.` is no delimiter, `\\bf 5`
+    is 5), `$` and a currency `\\$`, \\dfrac/\\tfrac, a font macro's unbraced argument braced
+    (`\\mathbf 3` is `\\mathbf{3}`), a Unicode minus, `°` as `^\\circ`, "percent" as `\\%`, a
+    repeating decimal (`0.\\overline{3}`) as its fraction, a trailing period, and spaces that
+    separate nothing (kept between two letters or digits, `2 3` is no 23, and after a macro's
+    name, `\\cdot x`). LaTeX is read token by token: `\\\\` (a matrix's row break) is one token,
+    never a backslash and a control space `\\ `."""
+    s = LATEX_SPELLING.sub(_respell, s)
     s = s.replace("°", "^\\circ")
     s = PERCENT_WORD.sub(r"\\%", s)
     s = REPEATING_DECIMAL.sub(_repeating_decimal_fraction, s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".")
-    s = re.sub(r"(?<=[^a-zA-Z]) | (?=[^a-zA-Z])", "", s)
-    s = re.sub(r"\^\{(\w)\}", r"^\1", s)  # x^{2} -> x^2
+    s = SPACE.sub(r"\1", s)
+    s = re.sub(r"\^\{([a-zA-Z0-9])\}", r"^\1", s)  # x^{2} -> x^2
     # a whole-answer numeric fraction -> a/b
-    return re.sub(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$", r"\1\2/\3", s)
+    return re.sub(r"^(-?)\\frac\{([0-9]+)\}\{([0-9]+)\}\Z", r"\1\2/\3", s)
 
 
-FONT_SWITCH = re.compile(r"\\(?:bf|it|rm|sf|tt|tiny|scriptsize|footnotesize|small|normalsize|large"
-                         r"|Large|LARGE|huge|Huge|displaystyle|textstyle|scriptstyle)(?![a-zA-Z])")
+# One pass over the tokens normalize_math respells, the row break `\\` first so that its second
+# backslash starts no macro.
+LATEX_SPELLING = re.compile(
+    r"(?P<row>\\\\)|(?P<blank>\\(?:left|right)\s*\.|\\(?:left|right)(?![a-zA-Z])|\\[!,;: ]"
+    rf"|\\?\$|\\(?:{FONT_SWITCHES})(?![a-zA-Z]))|(?P<frac>\\[dt]frac(?![a-zA-Z]))"
+    rf"|(?P<font>\\(?:{FONT_MACROS}))\s+(?P<argument>[a-zA-Z0-9])|(?P<minus>\u2212)")
+
+
+def _respell(match: re.Match) -> str:
+    if match["row"]:
+        return match["row"]
+    if match["frac"]:
+        return "\\frac"
+    if match["font"]:
+        return f"{match['font']}{{{match['argument']}}}"
+    return "-" if match["minus"] else " "
+
+
+# after spaces are collapsed: a space is kept between two letters or digits, and after a macro's
+# name before one; a bare space elsewhere goes (group 1 keeps what matched, `\\.` skips `\\`, `\{`)
+SPACE = re.compile(r"(\\[a-zA-Z]+ (?=[a-zA-Z0-9])|\\.|(?<=[a-zA-Z0-9]) (?=[a-zA-Z0-9]))| ")
 PERCENT_WORD = re.compile(
     r"\s*(?:\\(?:text|mbox|mathrm)\{\s*percent(?:age)?\s*\}|\bpercent(?:age)?\b)")
 # digits bounded so that the fraction stays small: longer ones are left to math-verify (scoring 0)
@@ -453,10 +485,13 @@ def _repeating_decimal_fraction(match: re.Match) -> str:
 
 
 def math_fast_path(pred: str, gold: str) -> bool | None:
-    """Decide normalised answers without sympy where that is safe, else None: equal strings or equal
-    plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`, `1.5/2`) are correct; plain numbers that differ by
-    more than check_math's relative tolerance (compare_numbers) are wrong."""
-    if pred == gold:
+    """The verdict check_math would give on two normalised answers where it is known without
+    sympy, else None (check_math decides): equal plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`,
+    `1.5/2`) are correct, plain numbers that differ by more than check_math's relative tolerance
+    (compare_numbers) are wrong, and an answer spelled as the gold is correct where its spelling
+    is one math-verify reads as equal to itself (SELF_EQUAL: no equation, relation, list word or
+    macro outside a short list, whose rules can make an answer differ from itself)."""
+    if pred == gold and SELF_EQUAL.match(gold):
         return True
     if RATIONAL.match(pred) and RATIONAL.match(gold) and max(len(pred), len(gold)) <= 30:
         try:
@@ -468,6 +503,11 @@ def math_fast_path(pred: str, gold: str) -> bool | None:
         if abs(p - g) > (RELATIVE_TOLERANCE * abs(g) if g else ZERO_TOLERANCE):
             return False
     return None
+
+
+SELF_MACROS = "frac|sqrt|pi|infty|cdot|times|circ|cup|begin|end"
+SELF_EQUAL = re.compile(rf"(?:[0-9a-zA-Z+\-*/^_.,()\[\]{{}}|!'& ]|\\[{{}}%]|\\\\"
+                        rf"|\\(?:{SELF_MACROS})(?![a-zA-Z]))+\Z")
 
 
 def _rational(number: str) -> Fraction:

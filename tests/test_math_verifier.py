@@ -408,6 +408,54 @@ def test_boxes_read_together_are_one_answer():
     assert reward.boxed_answer("}" * 100_000 + ", \\boxed{2}") == "2"
 
 
+# ---- spellings the normalisation must not change: matrices, one box per part, macros ------------
+
+COLUMN = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
+MATRIX = "\\begin{pmatrix} \\frac{1}{2} & 3 \\\\ -4 & 5 \\end{pmatrix}"
+
+
+@pytest.mark.parametrize("box, gold, expected", [
+    # `\\` ends a matrix row; it is no control space `\ ` (math-verify's verdicts, each one)
+    ("\\begin{bmatrix}1\\\\2\\end{bmatrix}", COLUMN, 1.0),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", COLUMN, 1.0),
+    ("\\left(\\begin{array}{c} 1 \\\\ 2 \\end{array}\\right)", COLUMN, 1.0),
+    ("\\begin{pmatrix} 0.5 & 3 \\\\ -4 & 5 \\end{pmatrix}", MATRIX, 1.0),
+    ("\\begin{bmatrix} \\dfrac{1}{2} & 3 \\\\ -4 & 5 \\end{bmatrix}", MATRIX, 1.0),
+    ("\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}", COLUMN, 0.0),
+    ("\\begin{pmatrix} 2 \\\\ 1 \\end{pmatrix}", COLUMN, 0.0),
+    ("\\begin{pmatrix} 1 & 2 \\end{pmatrix}", COLUMN, 0.0),  # a row is not a column
+    # malformed: a control space or `\2` where the row break belongs
+    ("\\begin{pmatrix} 1 \\ 2 \\end{pmatrix}", COLUMN, 0.0),
+    ("\\begin{pmatrix}1\\2\\end{pmatrix}", COLUMN, 0.0),
+])
+def test_a_matrix_is_read_with_its_rows_whatever_its_environment_and_spacing(box, gold, expected):
+    assert reward.score("math", f"so \\boxed{{{box}}}", gold) == expected
+
+
+@pytest.mark.parametrize("response, gold, expected", [
+    ("$x=\\boxed{2}$ and $x=\\boxed{3}$", "2, 3", 1.0),
+    ("$x=\\boxed{2}$ and $x=\\boxed{3}$", "3", 0.0),  # two values for one
+    ("\\boxed{(2,2)} \\quad \\text{and} \\quad \\boxed{(6,2)}", "(2,2), (6,2)", 1.0),
+    ("\\boxed{(2,2)} \\quad \\text{and} \\quad \\boxed{(6,2)}", "(6,2)", 0.0),
+    ("$a_1 = \\boxed{2}$, $a_2 = \\boxed{3}$", "2, 3", 1.0),
+])
+def test_one_labelled_box_per_part_is_read_as_the_list_of_parts(response, gold, expected):
+    assert reward.score("math", response, gold) == expected
+
+
+@pytest.mark.parametrize("box, gold, expected", [
+    ("\\mathbf 3", "3", 1.0), ("\\mathbf 3", "4", 0.0), ("\\textbf 3", "3", 1.0),
+    ("1{,}085", "1085", 1.0), ("1{,}085", "1086", 0.0),
+    ("\\displaystyle\\frac{1}{2}", "0.5", 1.0), ("\\displaystyle 3", "3", 1.0),
+    ("\u22125", "-5", 1.0), ("\u22125", "5", 0.0), ("3\u22122", "1", 1.0),
+    ("0,065", "0.065", 1.0), ("0,065", "65", 0.0),
+    ("1 000", "1000", 0.0), ("2 3", "23", 0.0),  # math-verify reads no number split by a space
+])
+def test_macros_separators_and_minus_signs_are_read_as_math_verify_reads_them(box, gold,
+                                                                                expected):
+    assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
+
+
 def test_the_fast_path_reads_decimal_fractions_with_the_relative_tolerance():
     assert reward.math_fast_path("1.5/2", "3/4") is True
     assert reward.math_fast_path("0.0000001", "0") is None  # math-verify's rounding decides
