@@ -427,48 +427,75 @@ def check_arith(pred: str, answer: str) -> bool:
         canonical_decimal(answer)
 
 
-def normalize_math(s: str) -> str:
-    """Spelling-only normalisation before comparing answers, each step one that leaves
-    math-verify's verdict as it was (the differential tests check it) or that reads what
-    math-verify cannot: sizing, font-switch and spacing macros (`\\left.` is no delimiter, `\\bf 5`
-    is 5), `$` and a currency `\\$`, \\dfrac/\\tfrac, a font macro's unbraced argument braced
-    (`\\mathbf 3` is `\\mathbf{3}`), a Unicode minus, `°` as `^\\circ`, "percent" as `\\%`, a
-    repeating decimal (`0.\\overline{3}`) as its fraction, a trailing period, and spaces that
-    separate nothing (kept between two letters or digits, `2 3` is no 23, and after a macro's
-    name, `\\cdot x`). LaTeX is read token by token: `\\\\` (a matrix's row break) is one token,
-    never a backslash and a control space `\\ `."""
-    s = LATEX_SPELLING.sub(_respell, s)
+def respell_math(s: str) -> str:
+    """An answer as check_math reads it: the answer as written, but for the spellings math-verify
+    cannot read, each respelled in place (the intentional differences in docs/verifiers.md): a
+    null delimiter (`\\left.` is none), a font switch (`\\bf 5`), a bold or italic number
+    (`\\mathbf 3`, `\\mathbf{3}`: math-verify reads them as text, `-\\mathbf{6}` as `-`), `°` as
+    `^\\circ`, "percent" as `\\%`, a repeating decimal (`0.\\overline{3}`) as its fraction, a
+    row break before a macro or a letter (`\\\\\\frac`: a space after the row break, which
+    math-verify outside a `matrix` reads as one backslash) and a trailing period; and what
+    math-verify's normalisation removes before check_math splits the answer into items (`\\!`,
+    `$`, `\\$`, `\\displaystyle`: `\\$32,\\!348` is one number). Spacing is left as written:
+    math-verify's own rules depend on it (its reading of `\\frac{a}{b}, 5` differs with one space
+    and with two)."""
+    s = RESPELLING.sub(_respell, s)
     s = s.replace("°", "^\\circ")
     s = PERCENT_WORD.sub(r"\\%", s)
     s = REPEATING_DECIMAL.sub(_repeating_decimal_fraction, s)
-    s = re.sub(r"\s+", " ", s).strip().rstrip(".")
-    s = SPACE.sub(r"\1", s)
+    return s.strip().removesuffix(".").strip()
+
+
+# One pass over LaTeX's tokens, the row break `\\` first so that its second backslash starts no
+# macro (`\\ ` is a row break and a space, never a backslash and a control space).
+BOLD_MACROS = "mathbf|textbf|boldsymbol|bm|mathit|textit"
+RESPELLING = re.compile(
+    r"(?P<row>\\\\)(?P<macro>(?=[a-zA-Z\\]))?|(?P<gone>\\!\s*|\\?\$|\\displaystyle(?![a-zA-Z]))"
+    rf"|\\(?:left|right)\s*\.|\\(?:{FONT_SWITCHES})(?![a-zA-Z])"
+    rf"|\\(?:{BOLD_MACROS})(?:\{{(?P<braced>[0-9]+(?:\.[0-9]+)?)\}}|\s+(?P<digit>[0-9]))")
+
+
+def _respell(match: re.Match) -> str:
+    """What RESPELLING turns a token into: a row break kept (a space after it before a macro), what
+    math-verify itself removes (`\\!`, `$`, `\\displaystyle`) removed, a bold number its digits,
+    and a null delimiter or a font switch a space."""
+    if match["row"]:
+        return match["row"] + (" " if match["macro"] is not None else "")
+    if match["gone"]:
+        return ""
+    return match["braced"] or match["digit"] or " "
+
+
+@functools.lru_cache(maxsize=4096)
+def normalize_math(s: str) -> str:
+    """The fast path's spelling of an answer (math_fast_path compares these): respell_math's, then
+    what math-verify reads alike wherever it occurs dropped or made one: spacing macros (`\\,`,
+    `\\!`), `\\left` and `\\right` just before their delimiter (`\\left (` is no delimiter there),
+    \\dfrac/\\tfrac, `x^{2}` as `x^2`, a whole numeric `\\frac{a}{b}` as `a/b`, and spaces that
+    separate nothing (kept between two letters or digits, `2 3` is no 23, and after a macro's name
+    before one, `\\cdot x`; one after a row break)."""
+    s = SPELLING.sub(lambda m: "\\frac" if m["frac"] else m["row"] or " ", respell_math(s))
+    s = SPACE.sub(_respace, re.sub(r"\s+", " ", s).strip())
     s = re.sub(r"\^\{([a-zA-Z0-9])\}", r"^\1", s)  # x^{2} -> x^2
     # a whole-answer numeric fraction -> a/b
     return re.sub(r"^(-?)\\frac\{([0-9]+)\}\{([0-9]+)\}\Z", r"\1\2/\3", s)
 
 
-# One pass over the tokens normalize_math respells, the row break `\\` first so that its second
-# backslash starts no macro.
-LATEX_SPELLING = re.compile(
-    r"(?P<row>\\\\)|(?P<blank>\\(?:left|right)\s*\.|\\(?:left|right)(?![a-zA-Z])|\\[!,;: ]"
-    rf"|\\?\$|\\(?:{FONT_SWITCHES})(?![a-zA-Z]))|(?P<frac>\\[dt]frac(?![a-zA-Z]))"
-    rf"|(?P<font>\\(?:{FONT_MACROS}))\s+(?P<argument>[a-zA-Z0-9])|(?P<minus>\u2212)")
-
-
-def _respell(match: re.Match) -> str:
-    if match["row"]:
-        return match["row"]
-    if match["frac"]:
-        return "\\frac"
-    if match["font"]:
-        return f"{match['font']}{{{match['argument']}}}"
-    return "-" if match["minus"] else " "
+SPELLING = re.compile(r"(?P<row>\\\\)|\\(?:left|right)(?=[()\[\]|]|\\[{}])|\\[!,;: ]"
+                      r"|(?P<frac>\\[dt]frac(?![a-zA-Z]))")
 
 
 # after spaces are collapsed: a space is kept between two letters or digits, and after a macro's
-# name before one; a bare space elsewhere goes (group 1 keeps what matched, `\\.` skips `\\`, `\{`)
-SPACE = re.compile(r"(\\[a-zA-Z]+ (?=[a-zA-Z0-9])|\\.|(?<=[a-zA-Z0-9]) (?=[a-zA-Z0-9]))| ")
+# name before one; a row break is followed by one; a bare space elsewhere goes (`\\.` passes over
+# `\{` and the like whole)
+SPACE = re.compile(r"(?P<row>\\\\) ?|(?P<keep>\\[a-zA-Z]+ (?=[a-zA-Z0-9])|\\."
+                   r"|(?<=[a-zA-Z0-9]) (?=[a-zA-Z0-9]))| ")
+
+
+def _respace(match: re.Match) -> str:
+    return "\\\\ " if match["row"] else match["keep"] or ""
+
+
 PERCENT_WORD = re.compile(
     r"\s*(?:\\(?:text|mbox|mathrm)\{\s*percent(?:age)?\s*\}|\bpercent(?:age)?\b)")
 # digits bounded so that the fraction stays small: longer ones are left to math-verify (scoring 0)
@@ -485,13 +512,13 @@ def _repeating_decimal_fraction(match: re.Match) -> str:
 
 
 def math_fast_path(pred: str, gold: str) -> bool | None:
-    """The verdict check_math would give on two normalised answers where it is known without
-    sympy, else None (check_math decides): equal plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`,
-    `1.5/2`) are correct, plain numbers that differ by more than check_math's relative tolerance
-    (compare_numbers) are wrong, and an answer spelled as the gold is correct where its spelling
-    is one math-verify reads as equal to itself (SELF_EQUAL: no equation, relation, list word or
-    macro outside a short list, whose rules can make an answer differ from itself)."""
-    if pred == gold and SELF_EQUAL.match(gold):
+    """The verdict math-verify gives on two answers, from their normalised spellings
+    (normalize_math), where it is known without sympy, else None (check_math decides): equal plain
+    numbers (`0.5`, `1/2`, `\\frac{2}{4}`, `1.5/2`) are correct, plain numbers that differ by more
+    than check_math's relative tolerance (compare_numbers) are wrong, and an answer spelled as the
+    gold is correct where math-verify reads that spelling as equal to itself however it is spaced
+    (reads_as_itself)."""
+    if pred == gold and reads_as_itself(gold):
         return True
     if RATIONAL.match(pred) and RATIONAL.match(gold) and max(len(pred), len(gold)) <= 30:
         try:
@@ -505,8 +532,23 @@ def math_fast_path(pred: str, gold: str) -> bool | None:
     return None
 
 
+def reads_as_itself(normalised: str) -> bool:
+    """Whether math-verify reads every spelling of `normalised` (normalize_math's) as equal to
+    every other: digits, letters, brackets, operators and the macros of SELF_MACROS only (no
+    equation, relation, list word or text, whose rules can make an answer differ from itself: `6 =
+    6` holds, `1 \\lor 2` is read as a list), `pmatrix` and `bmatrix` environments without commas
+    (math-verify reads an entry `2{,}944` by its fallback, as the spacing falls), and no `}` before
+    a digit after a `\\frac` (math-verify's `\\frac{a}{b}` repair reads `\\frac{1}{2},
+    \\begin{pmatrix}5.0` as `{5}.0`, 0, with one space after the `}` but not with two)."""
+    if not SELF_EQUAL.match(normalised) or re.search(r"\\frac\{.*\}[0-9]", normalised):
+        return False
+    environments = re.findall(r"\\(?:begin|end)\{([a-zA-Z]*)\}", normalised)
+    return not environments or ("," not in normalised
+                                and set(environments) <= {"pmatrix", "bmatrix"})
+
+
 SELF_MACROS = "frac|sqrt|pi|infty|cdot|times|circ|cup|begin|end"
-SELF_EQUAL = re.compile(rf"(?:[0-9a-zA-Z+\-*/^_.,()\[\]{{}}|!'& ]|\\[{{}}%]|\\\\"
+SELF_EQUAL = re.compile(rf"(?:[0-9a-zA-Z+\-*/^_.,()\[\]{{}}|!'&]|\\[{{}}%]|\\\\ "
                         rf"|\\(?:{SELF_MACROS})(?![a-zA-Z]))+\Z")
 
 
@@ -586,8 +628,9 @@ def answer_items(box: str) -> list[str]:
 
 
 def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
-    """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`; a stray closing
-    one is ignored)."""
+    """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`, and an
+    environment's `\\begin{...}` to `\\end{...}`: a matrix's entry `2,281` is one number; a stray
+    closing one is ignored)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(box):
         found = separator.match(box, i) if depth == 0 else None
@@ -595,9 +638,9 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
             parts.append(box[start:i])
             i = start = found.end()
             continue
-        if box[i] in "{([":
+        if box[i] in "{([" or box.startswith("\\begin{", i):
             depth += 1
-        elif box[i] in "})]":
+        elif box[i] in "})]" or box.startswith("\\end{", i):
             depth = max(depth - 1, 0)
         i += 1
     return parts + [box[start:]]
@@ -1269,20 +1312,18 @@ def read_arith_gold(answer) -> str:
 
 
 def read_math_gold(answer) -> str:
-    """The gold answer normalised once per prompt (normalize_math), as math_check_here and
-    check_math read it."""
+    """The gold answer as check_math reads it (respell_math), once per prompt."""
     if not isinstance(answer, str):
         raise ValueError(f"math answer must be a string, got {type(answer).__name__}")
-    return normalize_math(answer)
+    return respell_math(answer)
 
 
 def math_check_here(pred: str, gold: str) -> bool | str:
-    """The fast path (math_fast_path) on the normalised answer, else that answer for check_math:
-    answers spelled alike after normalising (`x^{2}`, `x^2`) share one check."""
-    normalised = normalize_math(pred)
-    verdict = math_fast_path(normalised, gold)
-
-    return normalised if verdict is None else verdict
+    """The fast path (math_fast_path) on the normalised answer and gold, else the answer as
+    check_math reads it (respell_math): answers spelled alike (`\\boxed{5}` in several responses)
+    share one check."""
+    verdict = math_fast_path(normalize_math(pred), normalize_math(gold))
+    return respell_math(pred) if verdict is None else verdict
 
 
 def read_reasoning_gym_gold(answer) -> dict:
