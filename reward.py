@@ -586,15 +586,18 @@ def check_math(pred: str, gold: str) -> bool:
     with the gold answer as one list, so several candidates for one gold value are wrong. Numbers
     are compared within a relative tolerance (compare_numbers).
 
-    The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot
-    read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be
-    read as 5."""
+    An answer written exactly as the gold is read as the gold is (its equations and lists are the
+    gold's own). Any other box is read as LaTeX only, whole: math-verify's fallback for a box its
+    LaTeX grammar cannot read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or
+    `\\cancel{6} 5` would be read as 5."""
     import sympy  # imported lazily, as math-verify: sympy is slow to import
     from math_verify import verify
 
     gold_parsed = _parse_latex(f"${gold}$")
     if not gold_parsed:
         return False
+    if pred.strip() == gold.strip():  # the gold as written: no hedge, read as the gold is read
+        return verify(gold_parsed, gold_parsed, timeout_seconds=None)
     values = []
     for item in answer_items(pred):
         sides = [item] if "=" in gold else equation_sides(item)

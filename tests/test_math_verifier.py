@@ -394,6 +394,12 @@ def test_labels_are_names_not_values():
     assert not any(map(reward.is_a_label, ["6x", "x^2", "\\pi r", "6 \\text{ or } x", "x, y"]))
 
 
+@pytest.mark.parametrize("gold", ["\\lambda=2\\sqrt{2}, A(\\pm 1, 0)", "x = 6 \\lor x = 5",
+                                  "y = 2x + 1, y = -x", "a_1 = 3; a_2 = 4"])
+def test_the_gold_written_exactly_is_right_whatever_its_equations_and_lists(gold):
+    assert reward.score("math", f"so \\boxed{{{gold}}}", gold) == 1.0
+
+
 # ---- numbers: a relative tolerance ---------------------------------------------------------------
 
 @pytest.mark.parametrize("box, gold, expected", [
