@@ -62,7 +62,7 @@ import sandbox
 # long run of spaces or repeated tags: the policy finds such responses, see score_batch's caps).
 ANSWER_LEAD = re.compile(r"answer\s*(?:is|:|=)", re.IGNORECASE)  # "answer" also ends "final answer"
 INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, ASCII digits
-RATIONAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(/\d+)?$")
+RATIONAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(/[0-9]+)?\Z")  # with match()
 FENCE = re.compile(r"`{3,}|~{3,}")
 PYTHON_TAGS = ("", "python", "python3", "py", "py3")  # "" is an untagged block
 FENCE_INFO_CHARS = 32  # longest text after a fence on an opening line ("python title=...")
@@ -286,10 +286,12 @@ def last_answer_tag(response: str) -> str | None:
 
 def boxed_answer(response: str) -> str | None:
     """Math's final answer: the last box's content (`\\boxed {5}` too), None if there is none or it
-    is blank. A problem of several parts is answered one box per part: boxes joined by only `,`,
-    `and` or `or` (and `$`, spaces) are read together, up to MAX_JOINED_BOXES, as math-verify's
-    extraction reads them (`\\boxed{2}` and `\\boxed{3}` is the list `2, 3`). Linear: each box's
-    content is scanned once, backwards from its closing brace."""
+    is blank. A problem of several parts is answered one box per part: boxes joined by only a
+    separator (`,`, `;`, `and`, `or`, `\\text{and}`, with spaces, `\\quad` and `$` around it) and
+    the label of the next part (`$x=\\boxed{2}$ and $x=\\boxed{3}$`) are read together, up to
+    MAX_JOINED_BOXES, as math-verify's extraction reads them (`\\boxed{2}` and `\\boxed{3}` is the
+    list `2, 3`; the labels go, as there). Linear: each box's content is scanned once, backwards
+    from its closing brace, and each gap between boxes is at most BOX_GAP_CHARS."""
     start, content = _last_box(response)
     if content is None or not content.strip():
         return None  # no box, or an unclosed or blank one: no answer
@@ -301,29 +303,26 @@ def boxed_answer(response: str) -> str | None:
 
 
 MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
+BOX_GAP_CHARS = 64  # math-verify joins boxes fewer than 70 characters apart
+BOX_GAP = re.compile(
+    r"\}(?:\\q?quad(?![a-zA-Z])|[\s$])*"
+    r"(?:,\s*(?:and|or)(?![a-zA-Z])|[,;]|(?<![a-zA-Z])(?:and|or)(?![a-zA-Z])"
+    r"|\\(?:text|mbox|mathrm)\{\s*(?:and|or)\s*\})(?:\\q?quad(?![a-zA-Z])|[\s$])*"
+    # the next part's label: a letter or a macro's name (`\theta`), perhaps with a subscript
+    r"(?:(?<![a-zA-Z0-9\\}])(?:\\[a-zA-Z]+|[a-zA-Z])(?:_\{?[a-zA-Z0-9]+\}?)?'*\s*=[\s$]*)?\Z")
 
 
 def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
-    """The box just before the box at `start` when only a separator lies between them (`,`, `and`,
-    `or`, `,and`, `,or`, with spaces and `$` around it): (its start, its content), else None."""
-    i = _skip_back(text, start, " \t\n$")
-    if i == 0 or text[i - 1] not in ",dr":
-        return None  # no separator ends there (most responses: one box)
-    word = next((w for w in ("and", "or") if i >= len(w) and text.startswith(w, i - len(w))
-                 and not (i > len(w) and text[i - len(w) - 1].isalpha())), "")
-    i -= len(word)
-    if i > 0 and text[i - 1] == ",":
-        i -= 1
-    elif not word:
-        return None  # spaces alone do not join two boxes
-    i = _skip_back(text, i, " \t\n$")
-    if i == 0 or text[i - 1] != "}":
-        return None
-    brace = matching_brace(text, i - 1)
+    """The box just before the box at `start` when only a separator (and the next part's label)
+    lies between them (BOX_GAP): (its start, its content), else None."""
+    gap = BOX_GAP.search(text, max(start - BOX_GAP_CHARS, 0), start)
+    if gap is None:
+        return None  # most responses: one box
+    brace = matching_brace(text, gap.start())
     opening = _skip_back(text, max(brace, 0), " \t\n")
     for macro in BOX_MACROS:
         if brace > 0 and text.startswith(macro, opening - len(macro)):
-            return opening - len(macro), text[brace + 1:i - 1]
+            return opening - len(macro), text[brace + 1:gap.start()]
     return None
 
 
@@ -355,7 +354,17 @@ MATH_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"), ('"
 TEXT_MACROS = ("\\text", "\\textbf", "\\textit", "\\texttt", "\\textrm", "\\mathrm",
                "\\mathbf", "\\mathit", "\\boxed", "\\fbox")
 TRAILING_UNIT = re.compile(r"\\(?:text|mathrm)\{[A-Za-z ]*\}\Z")
-DECIMAL = re.compile(r"([+-]?)([0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
+# a thousands separator (`,` or `{,}`) follows a group of 1 to 3 digits that is no leading zero:
+# `0,065` is a decimal comma, not 65
+DECIMAL = re.compile(r"([+-]?)([1-9][0-9]{0,2}(?:,[0-9]{3})+|[0-9]+)(?:\.([0-9]*))?\Z")
+# font switches (`\bf 5`, `\displaystyle`) and font macros (`\mathbf 5` and `\mathbf{5}` are 5)
+FONT_SWITCHES = ("bf|it|rm|sf|tt|tiny|scriptsize|footnotesize|small|normalsize|large|Large|LARGE"
+                 "|huge|Huge|displaystyle|textstyle|scriptstyle")
+FONT_MACROS = "mathbf|mathrm|mathit|mathsf|mathtt|textbf|textrm|textit|text|boldsymbol"
+# what a number's spelling may add around its digits, as math-verify reads it: a Unicode minus,
+# `{,}` between thousands, a font switch or a font macro before them (`\mathbf 7`)
+NUMBER_SPELLING = re.compile(r"(?P<minus>\u2212)|(?P<comma>\{,\})"
+                             rf"|\\(?:{FONT_SWITCHES}|{FONT_MACROS})(?![a-zA-Z])\s*")
 
 
 def unwrap_answer(answer: str) -> str:
@@ -393,10 +402,12 @@ def _macro_argument(answer: str) -> str:
 
 
 def canonical_decimal(text: str) -> str | None:
-    """A decimal number spelled one way (`+1,024.50` is `1024.5`, `116.0` is `116`, `-0` is `0`),
-    None if `text` is not one. Digit strings, not floats or ints: an answer can have more digits
-    than either holds exactly, or than `int()` accepts."""
-    number = DECIMAL.match(text)
+    """A decimal number spelled one way (`+1,024.50` and `1{,}024.5` are `1024.5`, `116.0` is
+    `116`, `-0` is `0`, `\\mathbf 7` is `7`, a Unicode minus is `-`), None if `text` is not
+    one. Digit strings, not floats or ints: an answer can have more digits than either holds
+    exactly, or than `int()` accepts."""
+    text = NUMBER_SPELLING.sub(lambda m: "-" if m["minus"] else "," if m["comma"] else "", text)
+    number = DECIMAL.match(text.strip())
     if number is None:
         return None
     sign, whole, fraction = number.groups()
@@ -418,27 +429,75 @@ def check_arith(pred: str, answer: str) -> bool:
         canonical_decimal(answer)
 
 
-def normalize_math(s: str) -> str:
-    """Spelling-only normalisation before comparing answers: sizing, font-switch and spacing macros
-    (`\\left.` is no delimiter, `\\bf 5` is 5), `$` and a currency `\\$`, \\dfrac/\\tfrac,
-    `°` as `^\\circ`, "percent" as `\\%`, a repeating decimal (`0.\\overline{3}`) as its
-    fraction, a trailing period, and spaces that do not separate two letters (`\\cdot x` keeps
-    its)."""
-    s = re.sub(r"\\(?:left|right)\s*\.|\\left\b|\\right\b|\\[!,;:]|\\ |\\?\$", " ", s)
-    s = FONT_SWITCH.sub(" ", s)
-    s = re.sub(r"\\[dt]frac\b", r"\\frac", s)
+def respell_math(s: str) -> str:
+    """An answer as check_math reads it: the answer as written, but for the spellings math-verify
+    cannot read, each respelled in place (the intentional differences in docs/verifiers.md): a
+    null delimiter (`\\left.` is none), a font switch (`\\bf 5`), a bold or italic number
+    (`\\mathbf 3`, `\\mathbf{3}`: math-verify reads them as text, `-\\mathbf{6}` as `-`), `°` as
+    `^\\circ`, "percent" as `\\%`, a repeating decimal (`0.\\overline{3}`) as its fraction, a
+    row break before a macro or a letter (`\\\\\\frac`: a space after the row break, which
+    math-verify outside a `matrix` reads as one backslash) and a trailing period; and what
+    math-verify's normalisation removes before check_math splits the answer into items (`\\!`,
+    `$`, `\\$`, `\\displaystyle`: `\\$32,\\!348` is one number). Spacing is left as written:
+    math-verify's own rules depend on it (its reading of `\\frac{a}{b}, 5` differs with one space
+    and with two)."""
+    s = RESPELLING.sub(_respell, s)
     s = s.replace("°", "^\\circ")
     s = PERCENT_WORD.sub(r"\\%", s)
     s = REPEATING_DECIMAL.sub(_repeating_decimal_fraction, s)
-    s = re.sub(r"\s+", " ", s).strip().rstrip(".")
-    s = re.sub(r"(?<=[^a-zA-Z]) | (?=[^a-zA-Z])", "", s)
-    s = re.sub(r"\^\{(\w)\}", r"^\1", s)  # x^{2} -> x^2
+    return s.strip().removesuffix(".").strip()
+
+
+# One pass over LaTeX's tokens, the row break `\\` first so that its second backslash starts no
+# macro (`\\ ` is a row break and a space, never a backslash and a control space).
+BOLD_MACROS = "mathbf|textbf|boldsymbol|bm|mathit|textit"
+RESPELLING = re.compile(
+    r"(?P<row>\\\\)(?P<macro>(?=[a-zA-Z\\]))?|(?P<gone>\\!\s*|\\?\$|\\displaystyle(?![a-zA-Z]))"
+    rf"|\\(?:left|right)\s*\.|\\(?:{FONT_SWITCHES})(?![a-zA-Z])"
+    rf"|\\(?:{BOLD_MACROS})(?:\{{(?P<braced>[0-9]+(?:\.[0-9]+)?)\}}|\s+(?P<digit>[0-9]))")
+
+
+def _respell(match: re.Match) -> str:
+    """What RESPELLING turns a token into: a row break kept (a space after it before a macro), what
+    math-verify itself removes (`\\!`, `$`, `\\displaystyle`) removed, a bold number its digits,
+    and a null delimiter or a font switch a space."""
+    if match["row"]:
+        return match["row"] + (" " if match["macro"] is not None else "")
+    if match["gone"]:
+        return ""
+    return match["braced"] or match["digit"] or " "
+
+
+@functools.lru_cache(maxsize=4096)
+def normalize_math(s: str) -> str:
+    """The fast path's spelling of an answer (math_fast_path compares these): respell_math's, then
+    what math-verify reads alike wherever it occurs dropped or made one: spacing macros (`\\,`,
+    `\\!`), `\\left` and `\\right` just before their delimiter (`\\left (` is no delimiter there),
+    \\dfrac/\\tfrac, `x^{2}` as `x^2`, a whole numeric `\\frac{a}{b}` as `a/b`, and spaces that
+    separate nothing (kept between two letters or digits, `2 3` is no 23, and after a macro's name
+    before one, `\\cdot x`; one after a row break)."""
+    s = SPELLING.sub(lambda m: "\\frac" if m["frac"] else m["row"] or " ", respell_math(s))
+    s = SPACE.sub(_respace, re.sub(r"\s+", " ", s).strip())
+    s = re.sub(r"\^\{([a-zA-Z0-9])\}", r"^\1", s)  # x^{2} -> x^2
     # a whole-answer numeric fraction -> a/b
-    return re.sub(r"^(-?)\\frac\{(\d+)\}\{(\d+)\}$", r"\1\2/\3", s)
+    return re.sub(r"^(-?)\\frac\{([0-9]+)\}\{([0-9]+)\}\Z", r"\1\2/\3", s)
 
 
-FONT_SWITCH = re.compile(r"\\(?:bf|it|rm|sf|tt|tiny|scriptsize|footnotesize|small|normalsize|large"
-                         r"|Large|LARGE|huge|Huge|displaystyle|textstyle|scriptstyle)(?![a-zA-Z])")
+SPELLING = re.compile(r"(?P<row>\\\\)|\\(?:left|right)(?=[()\[\]|]|\\[{}])|\\[!,;: ]"
+                      r"|(?P<frac>\\[dt]frac(?![a-zA-Z]))")
+
+
+# after spaces are collapsed: a space is kept between two letters or digits, and after a macro's
+# name before one; a row break is followed by one; a bare space elsewhere goes (`\\.` passes over
+# `\{` and the like whole)
+SPACE = re.compile(r"(?P<row>\\\\) ?|(?P<keep>\\[a-zA-Z]+ (?=[a-zA-Z0-9])|\\."
+                   r"|(?<=[a-zA-Z0-9]) (?=[a-zA-Z0-9]))| ")
+
+
+def _respace(match: re.Match) -> str:
+    return "\\\\ " if match["row"] else match["keep"] or ""
+
+
 PERCENT_WORD = re.compile(
     r"\s*(?:\\(?:text|mbox|mathrm)\{\s*percent(?:age)?\s*\}|\bpercent(?:age)?\b)")
 # digits bounded so that the fraction stays small: longer ones are left to math-verify (scoring 0)
@@ -455,10 +514,13 @@ def _repeating_decimal_fraction(match: re.Match) -> str:
 
 
 def math_fast_path(pred: str, gold: str) -> bool | None:
-    """Decide normalised answers without sympy where that is safe, else None: equal strings or equal
-    plain numbers (`0.5`, `1/2`, `\\frac{2}{4}`, `1.5/2`) are correct; plain numbers that differ by
-    more than check_math's relative tolerance (compare_numbers) are wrong."""
-    if pred == gold:
+    """The verdict math-verify gives on two answers, from their normalised spellings
+    (normalize_math), where it is known without sympy, else None (check_math decides): equal plain
+    numbers (`0.5`, `1/2`, `\\frac{2}{4}`, `1.5/2`) are correct, plain numbers that differ by more
+    than check_math's relative tolerance (compare_numbers) are wrong, and an answer spelled as the
+    gold is correct where math-verify reads that spelling as equal to itself however it is spaced
+    (reads_as_itself)."""
+    if pred == gold and reads_as_itself(gold):
         return True
     if RATIONAL.match(pred) and RATIONAL.match(gold) and max(len(pred), len(gold)) <= 30:
         try:
@@ -470,6 +532,26 @@ def math_fast_path(pred: str, gold: str) -> bool | None:
         if abs(p - g) > (RELATIVE_TOLERANCE * abs(g) if g else ZERO_TOLERANCE):
             return False
     return None
+
+
+def reads_as_itself(normalised: str) -> bool:
+    """Whether math-verify reads every spelling of `normalised` (normalize_math's) as equal to
+    every other: digits, letters, brackets, operators and the macros of SELF_MACROS only (no
+    equation, relation, list word or text, whose rules can make an answer differ from itself: `6 =
+    6` holds, `1 \\lor 2` is read as a list), `pmatrix` and `bmatrix` environments without commas
+    (math-verify reads an entry `2{,}944` by its fallback, as the spacing falls), and no `}` before
+    a digit after a `\\frac` (math-verify's `\\frac{a}{b}` repair reads `\\frac{1}{2},
+    \\begin{pmatrix}5.0` as `{5}.0`, 0, with one space after the `}` but not with two)."""
+    if not SELF_EQUAL.match(normalised) or re.search(r"\\frac\{.*\}[0-9]", normalised):
+        return False
+    environments = re.findall(r"\\(?:begin|end)\{([a-zA-Z]*)\}", normalised)
+    return not environments or ("," not in normalised
+                                and set(environments) <= {"pmatrix", "bmatrix"})
+
+
+SELF_MACROS = "frac|sqrt|pi|infty|cdot|times|circ|cup|begin|end"
+SELF_EQUAL = re.compile(rf"(?:[0-9a-zA-Z+\-*/^_.,()\[\]{{}}|!'&]|\\[{{}}%]|\\\\ "
+                        rf"|\\(?:{SELF_MACROS})(?![a-zA-Z]))+\Z")
 
 
 def _rational(number: str) -> Fraction:
@@ -506,15 +588,18 @@ def check_math(pred: str, gold: str) -> bool:
     with the gold answer as one list, so several candidates for one gold value are wrong. Numbers
     are compared within a relative tolerance (compare_numbers).
 
-    The box is read as LaTeX only, whole: math-verify's fallback for a box its LaTeX grammar cannot
-    read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or `\\cancel{6} 5` would be
-    read as 5."""
+    An answer written exactly as the gold is read as the gold is (its equations and lists are the
+    gold's own). Any other box is read as LaTeX only, whole: math-verify's fallback for a box its
+    LaTeX grammar cannot read takes the last number in it, so `6 \\implies 5`, `6 \\cdot{} 5` or
+    `\\cancel{6} 5` would be read as 5."""
     import sympy  # imported lazily, as math-verify: sympy is slow to import
     from math_verify import verify
 
     gold_parsed = _parse_latex(f"${gold}$")
     if not gold_parsed:
         return False
+    if pred.strip() == gold.strip():  # the gold as written: no hedge, read as the gold is read
+        return verify(gold_parsed, gold_parsed, timeout_seconds=None)
     values = []
     for item in answer_items(pred):
         sides = [item] if "=" in gold else equation_sides(item)
@@ -548,8 +633,9 @@ def answer_items(box: str) -> list[str]:
 
 
 def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
-    """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`; a stray closing
-    one is ignored)."""
+    """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`, and an
+    environment's `\\begin{...}` to `\\end{...}`: a matrix's entry `2,281` is one number; a stray
+    closing one is ignored)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(box):
         found = separator.match(box, i) if depth == 0 else None
@@ -557,9 +643,9 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
             parts.append(box[start:i])
             i = start = found.end()
             continue
-        if box[i] in "{([":
+        if box[i] in "{([" or box.startswith("\\begin{", i):
             depth += 1
-        elif box[i] in "})]":
+        elif box[i] in "})]" or box.startswith("\\end{", i):
             depth = max(depth - 1, 0)
         i += 1
     return parts + [box[start:]]
@@ -1243,20 +1329,18 @@ def read_arith_gold(answer) -> str:
 
 
 def read_math_gold(answer) -> str:
-    """The gold answer normalised once per prompt (normalize_math), as math_check_here and
-    check_math read it."""
+    """The gold answer as check_math reads it (respell_math), once per prompt."""
     if not isinstance(answer, str):
         raise ValueError(f"math answer must be a string, got {type(answer).__name__}")
-    return normalize_math(answer)
+    return respell_math(answer)
 
 
 def math_check_here(pred: str, gold: str) -> bool | str:
-    """The fast path (math_fast_path) on the normalised answer, else that answer for check_math:
-    answers spelled alike after normalising (`x^{2}`, `x^2`) share one check."""
-    normalised = normalize_math(pred)
-    verdict = math_fast_path(normalised, gold)
-
-    return normalised if verdict is None else verdict
+    """The fast path (math_fast_path) on the normalised answer and gold, else the answer as
+    check_math reads it (respell_math): answers spelled alike (`\\boxed{5}` in several responses)
+    share one check."""
+    verdict = math_fast_path(normalize_math(pred), normalize_math(gold))
+    return respell_math(pred) if verdict is None else verdict
 
 
 def read_reasoning_gym_gold(answer) -> dict:

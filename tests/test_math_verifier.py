@@ -37,6 +37,13 @@ INTENTIONAL_DIFFERENCES = {
     "null delimiters": (1.0, "`\\left.5\\right.` is 5 (`\\left.` is no delimiter); math-verify "
                                 "reads nothing"),
     "space before the box's brace": (1.0, "`\\boxed {5}` is a box; math-verify finds no answer"),
+    "trailing period": (1.0, "`\\boxed{42.}` is 42, a sentence's full stop; math-verify reads the "
+                             "string `42.`"),
+    "bold number": (1.0, "`-\\mathbf{5}` is -5: a bold or italic number is the number; "
+                         "math-verify reads `\\mathbf` as text, and `-\\mathbf{5}` as `-`"),
+    "row break before a macro in an array": (
+        1.0, "`\\\\\\frac{1}{2}` in an array is a row break, then 1/2; math-verify reads `\\\\` "
+             "before a letter outside a `matrix` environment as one backslash (`\\\\frac`)"),
     "no box": (0.0, "the answer is the last box (the prompt asks for one); math-verify also reads "
                     "an unboxed 'the answer is 5'"),
 }
@@ -66,6 +73,8 @@ def integer_answers(rng):
     wrong = [str(n + 1), str(n - 1), str(10 * n + 1)]
     pairs = [(str(n), s, True, None) for s in spellings] + [(str(n), w, False, None) for w in wrong]
     pairs.append((str(n), f"\\left.{n}\\right.", True, "null delimiters"))
+    pairs += [(str(n), f"{n}.", True, "trailing period"),
+              (str(n), f"-\\mathbf{{{-n}}}" if n < 0 else f"\\mathbf{{{n}}}", True, "bold number")]
     # hedges: a wrong value beside the right one, through an equation
     v = n + rng.randint(1, 9)
     pairs += [(str(n), f"x = {v}, x = {n}", False, "several candidates for one value"),
@@ -164,11 +173,46 @@ def solution_set_answers(rng):
     pairs = []
     for gold in (f"{a}, {b}", f"\\{{{a}, {b}\\}}"):
         spellings = [f"{b}, {a}", f"x = {a}, x = {b}", f"x = {a} \\text{{ or }} x = {b}",
-                     f"\\{{{b}, {a}\\}}", (str(a), str(b)), (f"x={a}", f"x={b}")]
+                     f"\\{{{b}, {a}\\}}", (str(a), str(b)), (f"x={a}", f"x={b}"),
+                     (f"x = \\boxed{{{a}}}", f"x = \\boxed{{{b}}}")]
         wrong = [str(a), f"{a}, {b + 1}", f"{a}, {b}, {b + 1}"]
         pairs += [(gold, s, True, None) for s in spellings]
         pairs += [(gold, w, False, None) for w in wrong]
     return pairs
+
+
+def matrix_and_vector_answers(rng):
+    """A column vector and a square matrix, in the environments and spacings models write; a row
+    is not a column, and a row break written as a control space `\\ ` breaks no row."""
+    a, b, c, d = (rng.randint(-9, 9) for _ in range(4))
+    b += b == a  # two entries that differ, so that swapping them is wrong
+    column = f"\\begin{{pmatrix}} {a} \\\\ {b} \\end{{pmatrix}}"
+    spellings = [f"\\begin{{pmatrix}}{a}\\\\{b}\\end{{pmatrix}}",
+                 f"\\begin{{bmatrix}} {a} \\\\ {b} \\end{{bmatrix}}",
+                 f"\\left(\\begin{{array}}{{c}} {a} \\\\ {b} \\end{{array}}\\right)"]
+    wrong = [f"\\begin{{pmatrix}} {a} \\\\ {b + 1} \\end{{pmatrix}}",
+             f"\\begin{{pmatrix}} {b} \\\\ {a} \\end{{pmatrix}}",
+             f"\\begin{{pmatrix}} {a} & {b} \\end{{pmatrix}}",
+             f"\\begin{{pmatrix}} {a} \\ {b} \\end{{pmatrix}}",
+             f"\\begin{{pmatrix}}{a}\\{abs(b)}\\end{{pmatrix}}"]
+    pairs = [(column, s, True, None) for s in spellings] + [(column, w, False, None) for w in wrong]
+    pairs.append((column, f"\\left(\\begin{{array}}{{c}}{a}\\\\\\frac{{{2 * b}}}{{2}}\\end{{array}}"
+                          f"\\right)", True, "row break before a macro in an array"))
+    q = rng.choice([2, 4, 5, 8])
+    p = rng.choice([k for k in range(1, 2 * q) if Fraction(k, q).denominator == q])
+    matrix = f"\\begin{{pmatrix}} \\frac{{{p}}}{{{q}}} & {c} \\\\ {d} & {a} \\end{{pmatrix}}"
+    spellings = [f"\\begin{{bmatrix}}\\dfrac{{{p}}}{{{q}}}&{c}\\\\{d}&{a}\\end{{bmatrix}}",
+                 f"\\begin{{pmatrix}} {p}/{q} & {c} \\\\ {d} & {a} \\end{{pmatrix}}",
+                 f"\\begin{{pmatrix}} {p / q} & {c} \\\\ {d} & {a} \\end{{pmatrix}}",
+                 f"\\left[ \\begin{{array}}{{cc}} \\frac{{{p}}}{{{q}}} & {c} \\\\ {d} & {a} "
+                 f"\\end{{array}} \\right]"]
+    wrong = [f"\\begin{{pmatrix}} \\frac{{{p}}}{{{q}}} & {c} \\\\ {d} & {a + 1} \\end{{pmatrix}}",
+             f"\\begin{{pmatrix}} \\frac{{{p}}}{{{q}}} & {c} & {d} & {a} \\end{{pmatrix}}"]
+    if c != d:  # the transpose
+        wrong.append(f"\\begin{{pmatrix}} \\frac{{{p}}}{{{q}}} & {d} \\\\ {c} & {a} "
+                     f"\\end{{pmatrix}}")
+    pairs += [(matrix, s, True, None) for s in spellings]
+    return pairs + [(matrix, w, False, None) for w in wrong]
 
 
 def polynomial_answers(rng):
@@ -226,8 +270,8 @@ def _scientific_answers(rng, exponent: int):
 
 
 SHAPES = [integer_answers, fraction_answers, decimal_answers, surd_answers,
-          interval_and_tuple_answers, solution_set_answers, polynomial_answers, unit_answers,
-          scientific_answers]
+          interval_and_tuple_answers, solution_set_answers, matrix_and_vector_answers,
+          polynomial_answers, unit_answers, scientific_answers]
 
 # how a response presents its answer: a template, the intentional difference it falls under, and
 # how often models write it (relative)
@@ -243,14 +287,16 @@ PLAIN_FORMATS = [f for f in RESPONSE_FORMATS if f[1] is None]
 
 def generate_pairs(rounds: int, seed: int = 0) -> list[Pair]:
     """`rounds` draws of every shape's gold values; each spelling presented in a random format.
-    A spelling given as a tuple is one box per part (`\\boxed{2}` and `\\boxed{3}`)."""
+    A spelling given as a tuple is one box per part (`\\boxed{2}` and `\\boxed{3}`, or
+    `$x = \\boxed{2}$ and $x = \\boxed{3}$`)."""
     rng = random.Random(seed)
     pairs = []
     for _ in range(rounds):
         for shape in SHAPES:
             for gold, spelling, correct, difference in shape(rng):
-                if isinstance(spelling, tuple):
-                    boxes = " and ".join(f"$\\boxed{{{part}}}$" for part in spelling)
+                if isinstance(spelling, tuple):  # a part with its own box keeps its label outside
+                    boxes = " and ".join(f"${part}$" if "\\boxed" in part else
+                                         f"$\\boxed{{{part}}}$" for part in spelling)
                     pairs.append(Pair(gold, f"The solutions are {boxes}.", correct, difference))
                     continue
                 # a spelling that differs on purpose is presented plainly: one difference a pair
@@ -348,6 +394,12 @@ def test_labels_are_names_not_values():
     assert not any(map(reward.is_a_label, ["6x", "x^2", "\\pi r", "6 \\text{ or } x", "x, y"]))
 
 
+@pytest.mark.parametrize("gold", ["\\lambda=2\\sqrt{2}, A(\\pm 1, 0)", "x = 6 \\lor x = 5",
+                                  "y = 2x + 1, y = -x", "a_1 = 3; a_2 = 4"])
+def test_the_gold_written_exactly_is_right_whatever_its_equations_and_lists(gold):
+    assert reward.score("math", f"so \\boxed{{{gold}}}", gold) == 1.0
+
+
 # ---- numbers: a relative tolerance ---------------------------------------------------------------
 
 @pytest.mark.parametrize("box, gold, expected", [
@@ -406,6 +458,54 @@ def test_boxes_read_together_are_one_answer():
     # one box and at most five before it, read backwards in one pass however many a response has
     assert reward.boxed_answer("\\boxed{1}, " * 50_000 + "\\boxed{2}") == "1, 1, 1, 1, 1, 2"
     assert reward.boxed_answer("}" * 100_000 + ", \\boxed{2}") == "2"
+
+
+# ---- spellings the normalisation must not change: matrices, one box per part, macros ------------
+
+COLUMN = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
+MATRIX = "\\begin{pmatrix} \\frac{1}{2} & 3 \\\\ -4 & 5 \\end{pmatrix}"
+
+
+@pytest.mark.parametrize("box, gold, expected", [
+    # `\\` ends a matrix row; it is no control space `\ ` (math-verify's verdicts, each one)
+    ("\\begin{bmatrix}1\\\\2\\end{bmatrix}", COLUMN, 1.0),
+    ("\\begin{pmatrix}1\\\\2\\end{pmatrix}", COLUMN, 1.0),
+    ("\\left(\\begin{array}{c} 1 \\\\ 2 \\end{array}\\right)", COLUMN, 1.0),
+    ("\\begin{pmatrix} 0.5 & 3 \\\\ -4 & 5 \\end{pmatrix}", MATRIX, 1.0),
+    ("\\begin{bmatrix} \\dfrac{1}{2} & 3 \\\\ -4 & 5 \\end{bmatrix}", MATRIX, 1.0),
+    ("\\begin{pmatrix} 1 \\\\ 3 \\end{pmatrix}", COLUMN, 0.0),
+    ("\\begin{pmatrix} 2 \\\\ 1 \\end{pmatrix}", COLUMN, 0.0),
+    ("\\begin{pmatrix} 1 & 2 \\end{pmatrix}", COLUMN, 0.0),  # a row is not a column
+    # malformed: a control space or `\2` where the row break belongs
+    ("\\begin{pmatrix} 1 \\ 2 \\end{pmatrix}", COLUMN, 0.0),
+    ("\\begin{pmatrix}1\\2\\end{pmatrix}", COLUMN, 0.0),
+])
+def test_a_matrix_is_read_with_its_rows_whatever_its_environment_and_spacing(box, gold, expected):
+    assert reward.score("math", f"so \\boxed{{{box}}}", gold) == expected
+
+
+@pytest.mark.parametrize("response, gold, expected", [
+    ("$x=\\boxed{2}$ and $x=\\boxed{3}$", "2, 3", 1.0),
+    ("$x=\\boxed{2}$ and $x=\\boxed{3}$", "3", 0.0),  # two values for one
+    ("\\boxed{(2,2)} \\quad \\text{and} \\quad \\boxed{(6,2)}", "(2,2), (6,2)", 1.0),
+    ("\\boxed{(2,2)} \\quad \\text{and} \\quad \\boxed{(6,2)}", "(6,2)", 0.0),
+    ("$a_1 = \\boxed{2}$, $a_2 = \\boxed{3}$", "2, 3", 1.0),
+])
+def test_one_labelled_box_per_part_is_read_as_the_list_of_parts(response, gold, expected):
+    assert reward.score("math", response, gold) == expected
+
+
+@pytest.mark.parametrize("box, gold, expected", [
+    ("\\mathbf 3", "3", 1.0), ("\\mathbf 3", "4", 0.0), ("\\textbf 3", "3", 1.0),
+    ("1{,}085", "1085", 1.0), ("1{,}085", "1086", 0.0),
+    ("\\displaystyle\\frac{1}{2}", "0.5", 1.0), ("\\displaystyle 3", "3", 1.0),
+    ("\u22125", "-5", 1.0), ("\u22125", "5", 0.0), ("3\u22122", "1", 1.0),
+    ("0,065", "0.065", 1.0), ("0,065", "65", 0.0),
+    ("1 000", "1000", 0.0), ("2 3", "23", 0.0),  # math-verify reads no number split by a space
+])
+def test_macros_separators_and_minus_signs_are_read_as_math_verify_reads_them(box, gold,
+                                                                                expected):
+    assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
 
 
 def test_the_fast_path_reads_decimal_fractions_with_the_relative_tolerance():

@@ -260,6 +260,8 @@ def test_word_sorting_gives_no_credit_to_the_sorted_list_plus_more_words(entry):
     ("syllogism", "yes", "Yes"), ("syllogism", "NO", "No"),
     ("simple_geometry", "116.0", "116"), ("simple_geometry", "$116$", "116"),
     ("basic_arithmetic", "-12.00", "-12"), ("gcd", "**6**", "6"),
+    ("basic_arithmetic", "\u221212", "-12"), ("basic_arithmetic", "1{,}085", "1085"),
+    ("basic_arithmetic", "\\mathbf 7", "7"), ("gcd", "\\displaystyle 6", "6"),
     ("knights_knaves", "Zoey: knight, Riley: knave", "Zoey is a knight, and Riley is a knave."),
     ("knights_knaves", "**Zoey** - knave; **Riley** - knave",
      "Zoey is a knave, and Riley is a knave."),
@@ -274,6 +276,7 @@ def test_reasoning_gym_answers_in_the_formats_models_write_score_one(dataset, wr
 @pytest.mark.parametrize("dataset, written, gold", [
     ("syllogism", "yes no", "Yes"), ("simple_geometry", "116.5", "116"),
     ("simple_geometry", "1160", "116"), ("gcd", "6 or 7", "6"),
+    ("basic_arithmetic", "0,065", "65"), ("gcd", "0,065", "65"),
     ("knights_knaves", "Zoey: knave, Riley: knave", "Zoey is a knight, and Riley is a knave."),
     ("knights_knaves", "Zoey is a knight knave, and Riley is a knave",
      "Zoey is a knight, and Riley is a knave."),
@@ -345,10 +348,18 @@ def test_unwrapping_a_hostile_answer_costs_a_few_linear_passes(answer):
     assert time.perf_counter() - start < 0.5
 
 
-@pytest.mark.parametrize("written", ["1, 2", "16,7", "1 6 7", "1,6,7", "1,000,0"])
+@pytest.mark.parametrize("written", ["1, 2", "16,7", "1 6 7", "1,6,7", "1,000,0", "0,065"])
 def test_arith_does_not_read_a_list_or_a_decimal_comma_as_one_integer(written):
     gold = written.replace(",", "").replace(" ", "")
     assert reward.score("arith", f"\\boxed{{{written}}}", gold) == 0.0
+
+
+@pytest.mark.parametrize("written, gold", [("1{,}085", "1085"), ("\u221212", "-12"),
+                                           ("\\mathbf 7", "7"), ("\\displaystyle 7", "7"),
+                                           ("\\textbf 7", "7")])
+def test_arith_reads_separators_minus_signs_and_font_macros_as_math_verify_does(written, gold):
+    assert reward.score("arith", f"\\boxed{{{written}}}", gold) == 1.0
+    assert reward.score("arith", f"The answer is ${written}$.", gold) == 1.0
 
 
 def test_arith_reads_a_unit_after_the_number_as_math_verify_does_and_nothing_else():
