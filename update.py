@@ -29,23 +29,15 @@ micro-batches, DDP's no_sync, FSDP's lockstep passes).
 """
 
 import contextlib
+import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-import transformers
 from torch.nn.functional import scaled_dot_product_attention
 from torch.utils.checkpoint import checkpoint
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import sdpa_mask
-
-try:  # torch >= 2.10: FlashAttention-2 over packed sequences, inside torch (CUDA only)
-    from torch.nn.attention.varlen import varlen_attn
-    VARLEN_PARAMETERS = inspect.signature(varlen_attn).parameters
-except ImportError:
-    varlen_attn, VARLEN_PARAMETERS = None, {}
 
 # TRY NOT TO MODIFY: reductions over the processes of `accelerate launch` (the tensor itself when
 # there is one process) ----------------------------------------------------------------------------
@@ -288,22 +280,34 @@ def _per_sequence_attention(query, key, value, cu_seqlens, scaling):
         scale=scaling, enable_gqa=True) for start, end in zip(bounds[:-1], bounds[1:])], dim=2)
 
 
+@functools.cache
+def varlen_kernel() -> tuple[Callable, Mapping] | None:
+    """torch's FlashAttention-2 over packed sequences (torch >= 2.10, CUDA) and its parameters, or
+    None; imported on first use (it loads torch's compiler stack, seconds)."""
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn, inspect.signature(varlen_attn).parameters
+
+
 def _varlen_attention(query, key, value, cu_seqlens, max_length, scaling):
+    varlen_attn, parameters = varlen_kernel()
     # [1, heads, T, head_dim] -> [T, heads, head_dim], as varlen_attn takes them
     query, key, value = (x[0].transpose(0, 1) for x in (query, key, value))
     # the signature moved between torch releases: causal as a window (>= 2.10) or a flag
-    options = {"scale": scaling} if "scale" in VARLEN_PARAMETERS else {}
-    options.update({"window_size": (-1, 0)} if "window_size" in VARLEN_PARAMETERS
+    options = {"scale": scaling} if "scale" in parameters else {}
+    options.update({"window_size": (-1, 0)} if "window_size" in parameters
                    else {"is_causal": True})
-    if "enable_gqa" in VARLEN_PARAMETERS:
+    if "enable_gqa" in parameters:
         options["enable_gqa"] = True
     else:
         heads_per_group = query.shape[1] // key.shape[1]
         key = key.repeat_interleave(heads_per_group, dim=1)
         value = value.repeat_interleave(heads_per_group, dim=1)
     cu_seqlens = cu_seqlens.to(query.device)
-    out = varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_length, max_length, **options)
-    return out.transpose(0, 1)[None]
+    return varlen_attn(query, key, value, cu_seqlens, cu_seqlens, max_length, max_length,
+                       **options)[None]  # [1, T, heads, head_dim]
 
 
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
@@ -317,22 +321,34 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
     head_dim] and no weights."""
     cu_seqlens = kwargs.get("cu_seq_lens_q")
     if cu_seqlens is None:
+        # loaded by now: transformers' models import it
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
                                       scaling=scaling, **kwargs)
     if dropout:
         raise ValueError("packed_attention: attention dropout is not supported")
-    if varlen_attn is not None and query.is_cuda and query.dtype in (torch.bfloat16,
-                                                                     torch.float16):
+    if (query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
+            and varlen_kernel() is not None):
         return _varlen_attention(query, key, value, cu_seqlens, kwargs["max_length_q"],
                                  scaling), None
     return _per_sequence_attention(query, key, value, cu_seqlens, scaling).transpose(1, 2), None
 
 
-# Registered with transformers under this name (`Policy` sets it on the model it wraps): the model
-# stays transformers' own class, and the name is not saved with its config.
+# `packed_attention`'s name in transformers' attention interface (`Policy` sets it on the model it
+# wraps): the model stays transformers' own class, and the name is not saved with its config.
 PACKED_ATTENTION = "brorl_packed"
-transformers.AttentionInterface.register(PACKED_ATTENTION, packed_attention)
-transformers.masking_utils.AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
+
+
+def register_packed_attention() -> None:
+    """Register `packed_attention` (and sdpa's masks for calls without a pack) with transformers.
+    Done by `Policy`, not at import: importing transformers' attention code takes seconds, which
+    scripts that only need `ADVANTAGES` (simulate.py) should not pay."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+    AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
 
 
 class Policy(torch.nn.Module):
@@ -347,6 +363,7 @@ class Policy(torch.nn.Module):
         config = model.config
         if "sliding_attention" in config.layer_types:
             raise ValueError("update.Policy: sliding-window attention is not supported in packs")
+        register_packed_attention()
         model.set_attn_implementation(PACKED_ATTENTION)
         self.model = model
         # a sequence of L tokens costs ∝ L·linear_cost + L² (`row_costs`): a decoder layer's

@@ -65,7 +65,7 @@ def measure(mode: str, n: int, response_len: int, prompt_len: int, vocab: int, c
         batch = update.TrainBatch(input_ids[:, :prompt_len], attention_mask[:, :prompt_len],
                                   input_ids[:, prompt_len:], attention_mask[:, prompt_len:],
                                   advantages)
-        model.set_attn_implementation(update.PACKED_ATTENTION)
+        update.Policy(model)  # sets the packed attention on the model
         logprobs, _ = update.token_logprobs(model, update.pack_rows(batch, list(range(n))),
                                             chunk_tokens=chunk)
     mask = torch.ones(n, response_len)

@@ -563,8 +563,7 @@ def test_the_cuda_varlen_call_gets_the_layout_causality_and_heads_it_documents(m
     parameters = dict(inspect.signature(reference_varlen_attn).parameters)
     if not gqa_in_kernel:  # a torch whose varlen_attn takes no enable_gqa: K/V repeated per head
         del parameters["enable_gqa"]
-    monkeypatch.setattr(update, "varlen_attn", reference_varlen_attn)
-    monkeypatch.setattr(update, "VARLEN_PARAMETERS", parameters)
+    monkeypatch.setattr(update, "varlen_kernel", lambda: (reference_varlen_attn, parameters))
     out = update._varlen_attention(query, key, value, cu_seqlens, 7, 0.3)
     exact = update._per_sequence_attention(query, key, value, cu_seqlens, 0.3).transpose(1, 2)
     assert out.shape == (1, 11, 4, 8) and torch.allclose(out, exact, atol=1e-6)
