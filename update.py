@@ -273,11 +273,52 @@ def token_logprobs(model, pack: Pack, temperature: float = 1.0, chunk_tokens: in
     return logprobs, entropy
 
 
-def _per_sequence_attention(query, key, value, cu_seqlens, scaling):
+def length_buckets(lengths: list[int]) -> list[list[int]]:
+    """Sequences grouped for batched attention, longest first: a group is padded to its longest,
+    and takes the next sequence while its padded attention (rows x longest²) stays within twice
+    its real one (Σ L²), so equal lengths make one group and padding at most doubles the work.
+
+    >>> length_buckets([3, 9, 3, 8, 1])
+    [[1, 3, 0, 2], [4]]
+    """
+    buckets, real = [], 0
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if buckets and (len(buckets[-1]) + 1) * lengths[buckets[-1][0]] ** 2 <= 2 * (
+                real + lengths[i] ** 2):
+            buckets[-1].append(i)
+            real += lengths[i] ** 2
+        else:
+            buckets.append([i])
+            real = lengths[i] ** 2
+    return buckets
+
+
+def _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling):
+    """Exact causal attention inside each packed sequence, by SDPA without a mask: the sequences of
+    each `length_buckets` group are laid out as rows right-padded to the group's longest, so
+    causality alone keeps every real position from the padding after it. [1, T, heads, head_dim]"""
     bounds = cu_seqlens.tolist()
-    return torch.cat([scaled_dot_product_attention(
-        query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], is_causal=True,
-        scale=scaling, enable_gqa=True) for start, end in zip(bounds[:-1], bounds[1:])], dim=2)
+    starts, lengths = bounds[:-1], [end - start for start, end in zip(bounds[:-1], bounds[1:])]
+    # [T, heads, head_dim]
+    query, key, value = (x[0].transpose(0, 1) for x in (query, key, value))
+    out = torch.empty_like(query)
+    for bucket in length_buckets(lengths):
+        width = lengths[bucket[0]]
+        sizes = torch.tensor([lengths[i] for i in bucket])
+        row = torch.repeat_interleave(torch.arange(len(bucket)), sizes)
+        column = torch.arange(int(sizes.sum())) - torch.repeat_interleave(sizes.cumsum(0) - sizes,
+                                                                          sizes)
+        place = column + torch.repeat_interleave(torch.tensor([starts[i] for i in bucket]), sizes)
+
+        def padded(x):  # [rows, heads, width, head_dim]
+            rows = x.new_zeros(len(bucket), width, *x.shape[1:])
+            rows[row, column] = x[place]
+            return rows.transpose(1, 2)
+
+        attended = scaled_dot_product_attention(padded(query), padded(key), padded(value),
+                                                is_causal=True, scale=scaling, enable_gqa=True)
+        out[place] = attended.transpose(1, 2)[row, column]
+    return out[None]
 
 
 @functools.cache
@@ -314,7 +355,8 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
                      scaling: float | None = None, **kwargs):
     """transformers' attention interface (`PACKED_ATTENTION`) for a `Pack`: causal attention inside
     each row and never across, nothing computed for padding. On CUDA in bf16/fp16, torch's own
-    FlashAttention-2 varlen kernel; elsewhere (CPU, fp32) one causal SDPA per row, exact. A call
+    FlashAttention-2 varlen kernel; elsewhere (CPU, fp32) causal SDPA over the rows grouped by
+    length, exact. A call
     without a pack (generation, evaluation) is transformers' `sdpa` unchanged.
 
     query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim]; returns [1, T, heads,
@@ -332,7 +374,7 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
             and varlen_kernel() is not None):
         return _varlen_attention(query, key, value, cu_seqlens, kwargs["max_length_q"],
                                  scaling), None
-    return _per_sequence_attention(query, key, value, cu_seqlens, scaling).transpose(1, 2), None
+    return _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling), None
 
 
 # `packed_attention`'s name in transformers' attention interface (`Policy` sets it on the model it

@@ -153,7 +153,7 @@ def check_packing(args) -> list[dict]:
     batch = skewed_rows(args, model.config.vocab_size)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         result = side_by_side(model, batch, args.micro_batch_tokens, repeats=1,
-                              synchronize=torch.cuda.synchronize)
+                              synchronize=torch.cuda.synchronize, clock=time.perf_counter)
     del model
     torch.cuda.empty_cache()
     real = result["real tokens"]

@@ -9,7 +9,7 @@ paths share the model, the rows, the chunked output layer and activation checkpo
   left/right-padded to that width, transformers' `sdpa` with a 2-D padding mask;
 - packed: `update.micro_batches` (first-fit decreasing on real tokens), one `update.Pack` per
   micro-batch, `update.packed_attention` (one causal SDPA per row on CPU).
-Tokens/s counts real tokens only. The model is the review's CPU stand-in for the 1.5B's ratios:
+Tokens/s counts real tokens only, over this process's CPU time (1 thread by default). The model is the review's CPU stand-in for the 1.5B's ratios:
 4 layers, hidden 256, 4/2 heads, vocabulary 2,048 (its output layer ~18% of the body, as at 1.5B).
 
     python bench/update_packing.py                       # 64 rows, cap 2,048, budget 4,096
@@ -89,10 +89,12 @@ def skewed_batch(rows: int, cap: int, vocab: int, seed: int, prompt_median: int 
 
 
 def side_by_side(model, batch: update.TrainBatch, budget: int, chunk_tokens: int = 4096,
-                 repeats: int = 2, synchronize=lambda: None) -> dict:
+                 repeats: int = 2, synchronize=lambda: None, clock=time.process_time) -> dict:
     """Seconds of each path over the whole batch, forward + backward and forward only (the fastest
     of `repeats`, alternating), and how many tokens each computes. Sets `model`'s attention to
-    the packed one (calls without a pack, the padded path's, stay transformers' sdpa)."""
+    the packed one (calls without a pack, the padded path's, stay transformers' sdpa). The clock:
+    this process's CPU time by default (on a shared CPU, what other jobs take is not counted);
+    wall time for a GPU."""
     rows = list(range(len(batch.advantages)))
     padded_bins = padded_micro_batches(batch, rows, budget)
     packed_bins = update.micro_batches(batch, rows, budget)
@@ -106,7 +108,7 @@ def side_by_side(model, batch: update.TrainBatch, budget: int, chunk_tokens: int
 
     def timed_pass(forward, bins: list[list[int]], backward: bool) -> float:
         synchronize()
-        start = time.perf_counter()
+        start = clock()
         for rows in bins:
             if backward:
                 forward(rows).sum().backward()
@@ -114,7 +116,7 @@ def side_by_side(model, batch: update.TrainBatch, budget: int, chunk_tokens: int
                 with torch.no_grad():
                     forward(rows)
         synchronize()
-        return time.perf_counter() - start
+        return clock() - start
 
     timed_pass(padded, padded_bins[-1:], True)  # warm-up: first calls allocate
     timed_pass(packed, packed_bins[-1:], True)

@@ -2,6 +2,7 @@
 monitor."""
 
 import copy
+import doctest
 import inspect
 import dataclasses
 import json
@@ -565,5 +566,12 @@ def test_the_cuda_varlen_call_gets_the_layout_causality_and_heads_it_documents(m
         del parameters["enable_gqa"]
     monkeypatch.setattr(update, "varlen_kernel", lambda: (reference_varlen_attn, parameters))
     out = update._varlen_attention(query, key, value, cu_seqlens, 7, 0.3)
-    exact = update._per_sequence_attention(query, key, value, cu_seqlens, 0.3).transpose(1, 2)
+    bounds = cu_seqlens.tolist()
+    exact = torch.cat([torch.nn.functional.scaled_dot_product_attention(
+        query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True, scale=0.3,
+        enable_gqa=True) for a, b in zip(bounds[:-1], bounds[1:])], dim=2).transpose(1, 2)
     assert out.shape == (1, 11, 4, 8) and torch.allclose(out, exact, atol=1e-6)
+
+
+def test_the_examples_in_update_docstrings_hold():
+    assert doctest.testmod(update).failed == 0
