@@ -1114,7 +1114,7 @@ def _reply_cap(config: VerifyConfig) -> int:
     return 6 * (config.code_output_kb << 10) + (1 << 16)
 
 
-REPLY_CAPS_IN_ALL = 8  # a program's replies together, in reply caps: 48 MiB by default
+REPLY_CAPS_IN_ALL = 8  # a program's replies together, in reply caps: 48.5 MiB by default
 
 
 def _replies_cap(config: VerifyConfig) -> int:
@@ -1151,7 +1151,8 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     crash ends the run (the harness is busy or gone), which the program's own doing decides, not
     whether its outputs were right. Its time is bounded per test and in all (RLIMIT_CPU: every
     test's time); the step's fairness comes from the CPU cgroup and the response's share of the
-    budget."""
+    budget. Replies are kept as the bytes they came in, _replies_cap of them in all, and parsed one
+    at a time to be compared."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
@@ -1177,12 +1178,13 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
             if reply is None:  # out of time, dead or talking nonsense
                 ended = failure
                 break
-            replies_left -= len(program_box.reply_line)
+            status, line = reply["status"], program_box.reply_line
+            del reply  # parsed, it can take 20 times its line: not kept while another is parsed
+            replies_left -= len(line)
             if replies_left < 0:
                 ended = f"crashed: replies over {_replies_cap(config)} bytes in all"
                 break
-            replies.append((reply["status"], program_box.reply_line))
-            del reply  # not kept while the next is read and parsed
+            replies.append((status, line))
     finally:
         peak = program_box.close()
     statuses = [status if status != "ok" else

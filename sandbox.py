@@ -11,19 +11,21 @@ nothing else of the host (not the repository and its data files, home, /tmp, /va
 unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
 private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write
 (the root is remounted read-only); a seccomp filter denying the kernel's keyrings, ptrace, new user
-namespaces and the calls that drop, fill or look up the page cache (DENIED_SYSCALLS), and a fresh
-session keyring; where this process may make memory cgroups (root, or a delegated
-cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
-each process's address-space limit, and where it may make cpu cgroups, one holding all its
-processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed (so a busy
-neighbour cannot time it out); a non-root uid of this process's own when the trainer is root
-(2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it
+namespaces, the calls that drop, fill or look up the page cache, set a file's times, watch files or
+lock them (DENIED_SYSCALLS), and a fresh session keyring; where this process may make memory cgroups
+(root, or a delegated cgroup), one cgroup bounding the whole sandbox's memory (every process, the
+tmpfs, pipes) besides each process's address-space limit, and where it may make cpu cgroups, one
+holding all its processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed
+(so a busy neighbour cannot time it out); a non-root uid of this process's own when the trainer is
+root (2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it
 does not for root); rlimits on CPU time, address space, file size, open files, processes and core
 dumps; a clean environment.
 A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
 output or return value: the caller times each test from outside, reads at most a capped line per
-test, compares outputs outside once every test has run, and treats a malformed, oversized or extra
-reply as a crash of that program. HumanEval-style tests run in a second sandbox (TESTER) and call
+test (its long integers bounded together: json_object), compares outputs outside once every test
+has run, and treats a malformed, oversized or extra reply as a crash of that program. A stdin
+program runs in a child of the harness, which is non-dumpable: it cannot open the harness's memory
+or descriptors through /proc/1. HumanEval-style tests run in a second sandbox (TESTER) and call
 the program through the caller, so the program never sees the test or can report a pass itself:
 only arguments and plain values (encode_value) cross, and a pass is the test sandbox's verdict
 after `check()` returned, whose asserts record a failure and go on (record_asserts): a program is
