@@ -613,12 +613,12 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True,
 def _seccomp_program() -> bytes | None:
     """The seccomp filter every bubblewrap sandbox gets, compiled to classic BPF for its --seccomp:
     DENIED_SYSCALLS, cachestat, preadv2 with RWF_NOWAIT, madvise with MADVISE_PAGE_CACHE, fcntl
-    with FCNTL_LOCKS or F_NOTIFY (both on INT_BITS), and unshare or clone asking for CLONE_NEWUSER
-    fail with EPERM; clone3 fails with ENOSYS (its flags
-    lie in memory, where a filter cannot read them), so libc falls back to clone. libseccomp
-    (through pyseccomp) writes the program: it checks the architecture field and kills a call
-    made through another ABI (i386's int 0x80 on x86_64). None, said once, where pyseccomp or
-    libseccomp is missing: sandboxes then run without the filter."""
+    with FCNTL_LOCKS or F_NOTIFY (both compared on INT_BITS), and unshare or clone asking for
+    CLONE_NEWUSER fail with EPERM; clone3 fails with ENOSYS (its flags lie in memory, where a filter
+    cannot read them), so libc falls back to clone. libseccomp (through pyseccomp) writes the
+    program: it checks the architecture field and kills a call made through another ABI (i386's int
+    0x80, or x32's numbers, on x86_64). None, said once, where pyseccomp or libseccomp is missing:
+    sandboxes then run without the filter."""
     try:
         import pyseccomp as seccomp
 
