@@ -120,6 +120,35 @@ def test_call_based_programs_get_what_their_official_graders_define(benchmark):
     assert reward.run_program(program, spec, FAST).status == "ok"
 
 
+# The prelude star-imports math, statistics, string, builtins...: their names are not an answer
+PRELUDE_NAMES = {"lcm": ([[4, 6], [21, 6]], [12, 42]), "factorial": ([[5]], [120]),
+                 "median": ([[[1, 3, 2]], [[4, 1, 2, 3]]], [2, 2.5]),
+                 "capwords": ([["hello world"]], ["Hello World"]), "max": ([[[1, 5, 2]]], [5])}
+
+
+@pytest.mark.parametrize("fn_name", PRELUDE_NAMES)
+def test_a_call_based_answer_is_a_function_the_program_defines_not_one_its_prelude_imports(
+        fn_name):
+    inputs, outputs = PRELUDE_NAMES[fn_name]
+    spec = {"fn_name": fn_name, "inputs": inputs, "outputs": outputs}
+    assert reward.run_program("# I could not solve it\nanswer = None", spec, FAST).status != "ok"
+
+
+def test_a_call_based_answer_is_no_method_that_solution_inherits_from_a_library_class():
+    spec = {"fn_name": "most_common", "inputs": [[]], "outputs": [[]]}
+    assert reward.run_program("class Solution(Counter):\n    pass", spec, FAST).status != "ok"
+    spec = {"fn_name": "upper", "inputs": [[]], "outputs": [""]}
+    assert reward.run_program("class Solution(str):\n    pass", spec, FAST).status != "ok"
+
+
+def test_a_call_based_program_may_define_or_import_a_function_named_as_a_prelude_name():
+    spec = {"fn_name": "lcm", "inputs": [[4, 6], [21, 6]], "outputs": [12, 42]}
+    for program in ("def lcm(a, b):\n    return a * b // gcd(a, b)", "from math import lcm",
+                    "import math\nlcm = math.lcm",
+                    "class Solution:\n    def lcm(self, a, b):\n        return a * b // gcd(a, b)"):
+        assert reward.run_program(program, spec, FAST).status == "ok", program
+
+
 def test_every_test_runs_smallest_input_first_whatever_the_earlier_results():
     # wrong on the smallest input, right on the others, which still run
     answer = "print(n if n > 9 else n + 1)"
