@@ -193,6 +193,7 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
 # ---- the program is the last python block -------------------------------------------------------
 
 ADD = "def add(a, b):\n    return a + b\n"
+SOLUTION = "class Solution:\n    def f(self, n: int) -> int:\n        return n\n"
 
 
 @pytest.mark.parametrize("response, program", [
@@ -229,6 +230,25 @@ ADD = "def add(a, b):\n    return a + b\n"
     ("```python\ndef solve(n):\n    return n * 3\n```\nFinal:\n```python\nn = int(input())\n"
      "print(n * 2)\n```", "n = int(input())\nprint(n * 2)\n"),
     ("```python\nprint(1)\n```" + "\n```\n0\n```" * 9, "print(1)\n"),  # many sample outputs
+    # a final one-line program is the answer, whatever the draft before it
+    ("```python\nn = int(input())\nprint(n)\n```\nNo, the sum:\n```python\ninput(); "
+     "print(sum(map(int, input().split())))\n```",
+     "input(); print(sum(map(int, input().split())))\n"),
+    ("```python\nn = int(input())\nprint(sum(map(int, input().split())))\n```\nSimpler:\n"
+     "```python\nprint(input())\n```", "print(input())\n"),
+    # usage blocks after a LeetCode-style solution: a main guard, a loop, an instance
+    (f"```python\n{SOLUTION}```\nTest:\n```python\nif __name__ == '__main__':\n"
+     "    print(Solution().f(5))\n```", SOLUTION),
+    (f"```python\n{SOLUTION}```\nTest:\n```python\nfor n in [1, 5]:\n"
+     "    print(Solution().f(n))\n```", SOLUTION),
+    (f"```python\n{SOLUTION}```\nUsage:\n```python\nsol = Solution()\nprint(sol.f(5))\n```",
+     SOLUTION),
+    # a solution that redefines what a draft defined is the answer
+    (f"```python\n{ADD}```\nFixed:\n```python\n{ADD}print(add(2, 3))\n```",
+     f"{ADD}print(add(2, 3))\n"),
+    # a LeetCode-style example written as labels is data, not a program
+    ("```python\nn = int(input())\nprint(n)\n```\nExample:\n```python\nInput: n = 5\n"
+     "Output: 5\n```", "n = int(input())\nprint(n)\n"),
     # a correction left unclosed at the end is the answer
     (f"```python\ndef add(a, b):\n    return a - b\n```\nFixed:\n```python\n{ADD}", ADD),
 ])
