@@ -84,7 +84,8 @@ class VerifyConfig:
     # (processes, tmpfs, pipes)
     code_max_procs: int = 64  # processes (and threads) a program may have
     code_file_mb: int = 16  # largest file a program may write
-    code_output_kb: int = 1024  # stdout kept per test (the rest is cut, so a longer output fails)
+    code_output_kb: int = 1024  # stdout kept per test (the rest is cut, so a longer output fails),
+    # raised to twice a spec's longest expected output and 64 KiB
     code_tmpfs_mb: int = 64  # size of the program's private writable directory
     check_timeout: float = 10.0  # a HumanEval-style check, all its calls to the program, seconds
     unsafe_no_sandbox: bool = False  # without bubblewrap, run code under rlimits only (else refuse)
@@ -1124,10 +1125,18 @@ def _limits(config: VerifyConfig, cpu_seconds: float) -> sandbox.Limits:
                           config.code_file_mb, config.code_tmpfs_mb)
 
 
-def _reply_cap(config: VerifyConfig) -> int:
+def _output_cap(config: VerifyConfig, outputs: list) -> int:
+    """Bytes of stdout kept per test: code_output_kb, or, where a test expects more, twice its
+    longest expected output (as JSON text, no shorter than its bytes) and 64 KiB, since a correct
+    output may be spaced differently: every expected output is within reach."""
+    longest = max((len(sandbox.json_text(output)) for output in outputs), default=0)
+    return max(config.code_output_kb << 10, 2 * longest + (1 << 16))
+
+
+def _reply_cap(max_output: int) -> int:
     """Bytes read back per reply: a test's whole kept stdout, JSON-escaped (at most 6 characters a
     byte, "\\u00ff"), or a return value of that size; past it the program has crashed."""
-    return 6 * (config.code_output_kb << 10) + (1 << 16)
+    return 6 * max_output + (1 << 16)
 
 
 def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0,
@@ -1164,7 +1173,8 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     else:
         inputs = [x if isinstance(x, list) else [x] for x in inputs]
     tests = sorted(zip(inputs, outputs), key=lambda test: len(sandbox.json_text(test[0])))
-    max_output, cap = config.code_output_kb << 10, _reply_cap(config)
+    max_output = _output_cap(config, outputs)
+    cap = _reply_cap(max_output)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
     replies, ended = [], "ok"  # ended: why the run stopped before its last test
@@ -1205,7 +1215,8 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     imports and helpers in scope."""
     entry_point = spec["entry_point"]
     program = spec.get("prompt", "") + program
-    max_output, cap = config.code_output_kb << 10, _reply_cap(config)
+    max_output = config.code_output_kb << 10
+    cap = _reply_cap(max_output)
     limits = _limits(config, sandbox.START_TIMEOUT + config.check_timeout)
     deadline = min(time.monotonic() + sandbox.START_TIMEOUT + config.check_timeout,
                    step_deadline)  # every call together

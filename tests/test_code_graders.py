@@ -70,6 +70,16 @@ def test_integers_past_pythons_4300_digit_limit_print_as_on_a_judge():
     assert reward.run_program("print(10 ** int(input()))", spec, FAST).status == "ok"
 
 
+def test_an_expected_output_longer_than_the_default_output_cap_can_be_matched():
+    n = 200_000  # a number a line, as CodeContests' and TACO's largest tests expect: 2 MiB
+    spec = {"inputs": [f"{n}\n"], "outputs": ["\n".join(str(10**9 - i) for i in range(n))]}
+    program = "n = int(input())\nprint('\\n'.join(str(10**9 - i) for i in range(n)))"
+    assert reward.run_program(program, spec, FAST).status == "ok"
+    # the cap is twice the longest expected output and 64 KiB: a flood is still cut
+    flood = "print('1 ' * 3_000_000)"
+    assert reward.run_program(flood, spec, FAST).status == "error: output over the limit"
+
+
 def test_integers_past_the_4300_digit_limit_cross_as_arguments_results_and_golds():
     big = 10 ** 5000
     call_based = {"fn_name": "f", "inputs": [[big]], "outputs": [big + 1]}
