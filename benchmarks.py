@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tasks import InputError, read_jsonl
+from tasks import InputError, json_loads, read_jsonl
 
 ROOT = Path(__file__).resolve().parent
 MATH_TEMPLATE = ("{question}\n\nPlease reason step by step, and put your final answer within "
@@ -105,8 +105,8 @@ def apps_record(row: dict, index: int) -> dict | None:
     """APPS / TACO rows: `question`, `input_output` (a JSON string of inputs, outputs, optional
     fn_name), `starter_code` for call-based problems. Rows without tests are left out."""
     try:
-        tests = json.loads(row["input_output"]) if row.get("input_output") else None
-    except json.JSONDecodeError:
+        tests = json_loads(row["input_output"]) if row.get("input_output") else None
+    except ValueError:  # not JSON, or an integer of more than sandbox.MAX_INT_DIGITS digits
         return None
     if not tests or not tests.get("inputs"):
         return None
@@ -230,9 +230,9 @@ def livecodebench_tests(field: str) -> list[dict]:
     """LiveCodeBench test lists are JSON, or (the private ones of newer problems) JSON pickled,
     zlib-compressed and base64-encoded, as the benchmark's own loader reads them."""
     try:
-        return json.loads(field)
+        return json_loads(field)
     except json.JSONDecodeError:
-        return json.loads(pickle.loads(zlib.decompress(base64.b64decode(field.encode()))))
+        return json_loads(pickle.loads(zlib.decompress(base64.b64decode(field.encode()))))
 
 
 def livecodebench_record(row: dict, index: int) -> dict | None:
@@ -246,8 +246,8 @@ def livecodebench_record(row: dict, index: int) -> dict | None:
         return None
     fn_name = json.loads(row.get("metadata") or "{}").get("func_name")
     if fn_name and tests[0]["testtype"] == "functional":
-        inputs = [[json.loads(line) for line in t["input"].splitlines()] for t in tests]
-        answer = {"inputs": inputs, "outputs": [json.loads(t["output"]) for t in tests],
+        inputs = [[json_loads(line) for line in t["input"].splitlines()] for t in tests]
+        answer = {"inputs": inputs, "outputs": [json_loads(t["output"]) for t in tests],
                   "fn_name": fn_name}
         prompt = CALL_TEMPLATE.format(question=row["question_content"], fn_name=fn_name,
                                       starter=row["starter_code"])
@@ -407,12 +407,17 @@ def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict]
         except Exception as e:  # an unreachable hub, a broken package: try the next source
             reasons.append(f"{origin}: {type(e).__name__}")
             continue
-        try:
-            records = [r for r in (benchmark.to_record(row, i) for i, row in enumerate(rows))
-                       if r is not None]
-        except (KeyError, TypeError) as e:
-            raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout "
-                             f"(missing {e})") from None
+        records = []
+        for i, row in enumerate(rows):
+            try:
+                record = benchmark.to_record(row, i)
+            except (KeyError, TypeError) as e:
+                raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout "
+                                 f"(missing {e})") from None
+            except ValueError as e:  # an integer of more than sandbox.MAX_INT_DIGITS digits
+                raise InputError(f"{origin}: row {i + 1}: {e}") from None
+            if record is not None:
+                records.append(record)
         if records:
             return records, origin
         reasons.append(f"{origin}: no rows for {benchmark.name}")

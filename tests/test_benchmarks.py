@@ -1,11 +1,14 @@
 """benchmarks.py: each benchmark's adapter on a fixture in its source's own field layout."""
 
+import importlib.util
 import json
 
 import pytest
 
 import benchmarks
 import reward
+import sandbox
+import tasks
 from conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
@@ -245,3 +248,45 @@ def test_an_mbppplus_float_check_fails_an_empty_list():
     scores = reward.score_batch([("code", f"```python\n{code}\n```", spec) for code in
                                  (row["code"], "def volume_sphere(r):\n    return []\n")])
     assert scores == [1.0, 0.0]
+
+
+def paper_mix_script(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "data"))  # its neighbours, as when run as a script
+    spec = importlib.util.spec_from_file_location("make_paper_mix",
+                                                  ROOT / "data" / "make_paper_mix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_source_rows_with_integers_past_pythons_4300_digit_limit_are_read(tmp_path, monkeypatch):
+    big, digits = 10 ** 5000 - 1, "9" * 5000  # str(big) is refused by CPython
+    call_based = '{"fn_name": "f", "inputs": [[1]], "outputs": [' + digits + ']}'
+    apps = benchmarks.apps_record({"question": "q", "input_output": call_based}, 0)
+    assert apps["answer"]["outputs"] == [big]
+    livecodebench = benchmarks.livecodebench_record(
+        {"question_id": "x", "question_content": "q", "starter_code": "class Solution:",
+         "metadata": '{"func_name": "f"}', "private_test_cases": "[]",
+         "public_test_cases": json.dumps([{"input": "1", "output": digits,
+                                           "testtype": "functional"}])}, 0)
+    assert livecodebench["answer"]["outputs"] == [big]
+    eurus = paper_mix_script(monkeypatch).verl_code_record(
+        {"ability": "code", "prompt": [{"role": "user", "content": "q"}],
+         "reward_model": {"ground_truth": call_based}}, 0)
+    assert eurus["answer"]["outputs"] == [big]
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text('{"prompt": "p", "task": "code", "answer": ' + call_based + '}\n')
+    [task] = tasks.load_tasks(task_file)
+    assert task["answer"]["outputs"] == [big]
+    assert reward.score("code", "```python\ndef f(x):\n    return 10 ** 5000 - x\n```",
+                        task["answer"]) == 1.0
+
+
+def test_an_integer_past_the_verifiers_limit_is_a_one_line_error_naming_the_file_and_line(
+        tmp_path):
+    too_long = "9" * (sandbox.MAX_INT_DIGITS + 1)
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text('{"prompt": "p", "task": "code", "answer": "a"}\n'
+                         '{"prompt": "p", "task": "code", "answer": ' + too_long + '}\n')
+    with pytest.raises(tasks.InputError, match=f"^{task_file}:2: not valid JSON .*digits"):
+        tasks.load_tasks(task_file)
