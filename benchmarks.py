@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tasks import InputError, read_jsonl
+from tasks import InputError, json_loads, read_jsonl
 
 ROOT = Path(__file__).resolve().parent
 MATH_TEMPLATE = ("{question}\n\nPlease reason step by step, and put your final answer within "
@@ -105,8 +105,8 @@ def apps_record(row: dict, index: int) -> dict | None:
     """APPS / TACO rows: `question`, `input_output` (a JSON string of inputs, outputs, optional
     fn_name), `starter_code` for call-based problems. Rows without tests are left out."""
     try:
-        tests = json.loads(row["input_output"]) if row.get("input_output") else None
-    except json.JSONDecodeError:
+        tests = json_loads(row["input_output"]) if row.get("input_output") else None
+    except ValueError:  # not JSON, or an integer of more than sandbox.MAX_INT_DIGITS digits
         return None
     if not tests or not tests.get("inputs"):
         return None
@@ -135,11 +135,12 @@ def code_contests_record(row: dict, index: int) -> dict | None:
 
 
 # EvalPlus's tests use numpy to spot float arrays (is_floats) and to compare floats
-# (MBPP+'s `assert np.allclose(out, exp, rtol=1e-07, atol=atol)`); where the sandbox's Python lacks
-# numpy, a stand-in gives both on plain values: numpy.allclose's rule (|a - b| <= atol + rtol |b|,
-# element by element, equal infinities close, NaN never) over numbers and nested lists or tuples
-# of them, broadcast as numpy broadcasts them (trailing dimensions, 1 stretched), anything else a
-# TypeError as in numpy.
+# (`assert np.allclose(out, exp, rtol=1e-07, atol=atol)`); where the sandbox's Python lacks numpy,
+# a stand-in gives both on plain values. Its allclose reads each side as numpy.asarray does (lists
+# or tuples nested to one shape, a ragged nesting a ValueError, text a TypeError), broadcasts them
+# as numpy does (trailing dimensions, 1 stretched), and applies numpy.isclose's rule element by
+# element: |a - b| <= atol + rtol |b| where b is finite, or a == b (equal infinities), NaN never
+# close; b not numbers is a TypeError, and so is an element of a that is not, where it is compared.
 NUMPY_OPTIONAL = """try:
     import numpy as np
 except ImportError:
@@ -148,33 +149,57 @@ except ImportError:
 
         @staticmethod
         def allclose(a, b, rtol=1e-05, atol=1e-08):
-            def shape(v):
+            def array(v):  # (shape, numbers in row-major order)
+                if isinstance(v, (str, bytes)):
+                    raise TypeError("an array of text")
                 if not isinstance(v, (list, tuple)):
-                    return ()
-                return (len(v),) + (shape(v[0]) if v else ())
-            def item(v, index):
-                for i, size in zip(index[len(index) - len(shape(v)):], shape(v)):
-                    v = v[i if size > 1 else 0]
-                if isinstance(v, (list, tuple)) or not isinstance(v, (int, float, complex)):
-                    raise TypeError("not a number")
-                return v
-            ndim = max(len(shape(a)), len(shape(b)))
-            dims = [[1] * (ndim - len(shape(v))) + list(shape(v)) for v in (a, b)]
-            if any(x != y and 1 not in (x, y) for x, y in zip(*dims)):
+                    return (), [v]  # another object fails where it is compared, as in numpy
+                items = [array(x) for x in v]
+                if any(shape != items[0][0] for shape, _ in items):
+                    raise ValueError("inhomogeneous shape")
+                inner = items[0][0] if items else ()
+                return (len(v),) + inner, [x for _, numbers in items for x in numbers]
+            (shape_a, a), (shape_b, b) = array(a), array(b)
+            if not all(isinstance(y, (int, float, complex)) for y in b):
+                raise TypeError("b is not numbers")  # numpy reads it as floats first
+            ndim = max(len(shape_a), len(shape_b))
+            shape_a, shape_b = [(1,) * (ndim - len(s)) + s for s in (shape_a, shape_b)]
+            if any(x != y and 1 not in (x, y) for x, y in zip(shape_a, shape_b)):
                 raise ValueError("operands could not be broadcast together")
             indices = [()]
-            for x, y in zip(*dims):
+            for x, y in zip(shape_a, shape_b):
                 indices = [index + (i,) for index in indices for i in range(y if x == 1 else x)]
-            def close(x, y):  # numpy.isclose: infinities only equal, NaN never close
-                if abs(x) == float("inf") or abs(y) == float("inf"):
-                    return x == y
-                return abs(x - y) <= atol + rtol * abs(y)
-            return all(close(item(a, i), item(b, i)) for i in indices)
+            def item(numbers, shape, index):
+                position = 0
+                for i, size in zip(index, shape):
+                    position = position * size + (i if size > 1 else 0)
+                return numbers[position]
+            def close(x, y):
+                y = y if isinstance(y, complex) else float(y)  # numpy reads b as floats
+                difference = abs(x - y)
+                finite = y - y == 0  # inf - inf and NaN - NaN are NaN
+                return finite and difference <= atol + rtol * abs(y) or x == y
+            # every element compared, as numpy does, before the verdict
+            return all([close(item(a, shape_a, i), item(b, shape_b, i)) for i in indices])
 """
+# EvalPlus's own evaluator (evalplus/evaluate.py, unsafe_execute) compares an output that is not
+# exactly the expected one only if it has the expected type and, for a list or tuple, its length:
+# `assert type(out) == type(exp)`, `assert len(out) == len(exp)`, then np.allclose. The dataset's
+# test strings leave both out, so `[]`, which broadcasts against anything, passed every float test.
+TOLERANCE_BRANCH = re.compile(r"^( *)if not exact_match and atol != 0:\n", re.MULTILINE)
+
+
+def _official_comparison(match: re.Match) -> str:
+    indent = match.group(1) + "    "
+    return (match.group() + f"{indent}assert type(out) == type(exp)\n"
+            f"{indent}if isinstance(exp, (list, tuple)):\n"
+            f"{indent}    assert len(out) == len(exp)\n")
 
 
 def evalplus_check(test: str) -> str:
-    """EvalPlus's test code with its numpy import made optional."""
+    """EvalPlus's test code with its numpy import made optional and its tolerance comparison
+    preceded by the official evaluator's type and length checks."""
+    test = TOLERANCE_BRANCH.sub(_official_comparison, test)
     return test.replace("import numpy as np\n", NUMPY_OPTIONAL, 1)
 
 
@@ -205,9 +230,9 @@ def livecodebench_tests(field: str) -> list[dict]:
     """LiveCodeBench test lists are JSON, or (the private ones of newer problems) JSON pickled,
     zlib-compressed and base64-encoded, as the benchmark's own loader reads them."""
     try:
-        return json.loads(field)
+        return json_loads(field)
     except json.JSONDecodeError:
-        return json.loads(pickle.loads(zlib.decompress(base64.b64decode(field.encode()))))
+        return json_loads(pickle.loads(zlib.decompress(base64.b64decode(field.encode()))))
 
 
 def livecodebench_record(row: dict, index: int) -> dict | None:
@@ -221,8 +246,8 @@ def livecodebench_record(row: dict, index: int) -> dict | None:
         return None
     fn_name = json.loads(row.get("metadata") or "{}").get("func_name")
     if fn_name and tests[0]["testtype"] == "functional":
-        inputs = [[json.loads(line) for line in t["input"].splitlines()] for t in tests]
-        answer = {"inputs": inputs, "outputs": [json.loads(t["output"]) for t in tests],
+        inputs = [[json_loads(line) for line in t["input"].splitlines()] for t in tests]
+        answer = {"inputs": inputs, "outputs": [json_loads(t["output"]) for t in tests],
                   "fn_name": fn_name}
         prompt = CALL_TEMPLATE.format(question=row["question_content"], fn_name=fn_name,
                                       starter=row["starter_code"])
@@ -382,12 +407,17 @@ def load(benchmark: Benchmark, data_dir: Path | None = None) -> tuple[list[dict]
         except Exception as e:  # an unreachable hub, a broken package: try the next source
             reasons.append(f"{origin}: {type(e).__name__}")
             continue
-        try:
-            records = [r for r in (benchmark.to_record(row, i) for i, row in enumerate(rows))
-                       if r is not None]
-        except (KeyError, TypeError) as e:
-            raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout "
-                             f"(missing {e})") from None
+        records = []
+        for i, row in enumerate(rows):
+            try:
+                record = benchmark.to_record(row, i)
+            except (KeyError, TypeError) as e:
+                raise InputError(f"{origin}: rows do not have {benchmark.name}'s layout "
+                                 f"(missing {e})") from None
+            except ValueError as e:  # an integer of more than sandbox.MAX_INT_DIGITS digits
+                raise InputError(f"{origin}: row {i + 1}: {e}") from None
+            if record is not None:
+                records.append(record)
         if records:
             return records, origin
         reasons.append(f"{origin}: no rows for {benchmark.name}")

@@ -84,7 +84,8 @@ class VerifyConfig:
     # (processes, tmpfs, pipes)
     code_max_procs: int = 64  # processes (and threads) a program may have
     code_file_mb: int = 16  # largest file a program may write
-    code_output_kb: int = 1024  # stdout kept per test (the rest is cut, so a longer output fails)
+    code_output_kb: int = 1024  # stdout kept per test (the rest is cut, so a longer output fails),
+    # raised to twice a spec's longest expected output and 64 KiB
     code_tmpfs_mb: int = 64  # size of the program's private writable directory
     check_timeout: float = 10.0  # a HumanEval-style check, all its calls to the program, seconds
     unsafe_no_sandbox: bool = False  # without bubblewrap, run code under rlimits only (else refuse)
@@ -233,17 +234,22 @@ def _dedent(block: str, indent: int) -> str:
 
 def last_code_block(response: str) -> str | None:
     """The program of a response, among its last few fenced python or untagged blocks (a response
-    of thousands of tiny blocks must not cost thousands of parses): the last program that is not
-    a snippet, if one is (a usage example, a test or a line after the solution, `print(add(2,
-    3))`, `assert ...`, `return a + b`, is no solution); else the last program (`is_program`: a
-    block of sample output, `6` or `YES`, or of comments is data); else the last python block that
-    does not parse (a broken program is still an answer); None if there is none. A model that
-    corrects itself ends with its final program."""
+    of thousands of tiny blocks must not cost thousands of parses): the last program, the model's
+    final answer (a model that corrects itself ends with its final program, `print(input())`
+    included), unless that block only uses what an earlier block defined (`is_usage`: a usage
+    example, a test, `print(Solution().f(5))` under a main guard) or is a fragment (`return a + b`),
+    then the last program before it that is neither; else the last program (`is_program`: a block
+    of sample output, `6` or `YES`, `Input: n = 5`, or of comments is data); else the last python
+    block that does not parse (a broken program is still an answer); None if there is none."""
     blocks = [(tag, text, _statements(text)) for tag, text in
               python_blocks(response)[-CODE_BLOCKS_TRIED:]]
-    programs = [(text, body) for _, text, body in blocks if body and is_program(body)]
-    return next((text for text, body in reversed(programs) if not is_snippet(body)), None) \
-        or next((text for text, _ in reversed(programs)), None) \
+    defined_before, answers = set(), []  # answers: (program, is it a usage of earlier blocks)
+    for _, text, body in blocks:
+        if body and is_program(body):
+            answers.append((text, is_usage(body, defined_before)))
+        defined_before |= defined_names(body or [])
+    return next((text for text, usage in reversed(answers) if not usage), None) \
+        or next((text for text, _ in reversed(answers)), None) \
         or next((text for tag, text, body in reversed(blocks) if tag and body is None), None)
 
 
@@ -255,19 +261,30 @@ def _statements(block: str) -> list | None:
         return None
 
 
-def is_snippet(statements: list) -> bool:
-    """Whether a block only calls, asserts or returns (`print(add(2, 3))`, `assert f(1) == 2`,
-    `return a + b`): no assignment, import, loop or definition, as every solution has."""
-    return all(isinstance(statement, (ast.Expr, ast.Assert, ast.Return, ast.Pass))
-               for statement in statements)
+def defined_names(statements: list) -> set[str]:
+    """The functions and classes a block defines at its top level."""
+    return {statement.name for statement in statements if isinstance(
+        statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+
+
+def is_usage(statements: list, defined_before: set[str]) -> bool:
+    """Whether a block is no answer of its own: it uses a function or class that an earlier block
+    defined and it does not (`print(add(2, 3))`, `assert add(1) == 2`, `sol = Solution()`), or it
+    returns at its top level (`return a + b`, a line quoted from the solution)."""
+    if any(isinstance(statement, ast.Return) for statement in statements):
+        return True
+    used, own = set(), defined_names(statements)
+    for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
+        if isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else own).add(node.id)
+    return bool(used & defined_before - own)
 
 
 def is_program(statements: list) -> bool:
     """Whether a block's statements do something: some statement is more than an expression or an
-    annotation without a value, without a call (`3`, `YES`, `1, 2` are sample output, `Input: 3`
+    annotation, without a call (`3`, `YES`, `1, 2` are sample output, `Input: 3`, `Input: n = 5`
     and `Output: [1, 2]` a sample's labels, not a program)."""
-    return any(not (isinstance(statement, ast.Expr) or
-                    isinstance(statement, ast.AnnAssign) and statement.value is None) or
+    return any(not isinstance(statement, (ast.Expr, ast.AnnAssign)) or
                any(isinstance(node, ast.Call) for node in ast.walk(statement))
                for statement in statements)
 
@@ -1108,10 +1125,18 @@ def _limits(config: VerifyConfig, cpu_seconds: float) -> sandbox.Limits:
                           config.code_file_mb, config.code_tmpfs_mb)
 
 
-def _reply_cap(config: VerifyConfig) -> int:
+def _output_cap(config: VerifyConfig, outputs: list) -> int:
+    """Bytes of stdout kept per test: code_output_kb, or, where a test expects more, twice its
+    longest expected output (as JSON text, no shorter than its bytes) and 64 KiB, since a correct
+    output may be spaced differently: every expected output is within reach."""
+    longest = max((len(sandbox.json_text(output)) for output in outputs), default=0)
+    return max(config.code_output_kb << 10, 2 * longest + (1 << 16))
+
+
+def _reply_cap(max_output: int) -> int:
     """Bytes read back per reply: a test's whole kept stdout, JSON-escaped (at most 6 characters a
     byte, "\\u00ff"), or a return value of that size; past it the program has crashed."""
-    return 6 * (config.code_output_kb << 10) + (1 << 16)
+    return 6 * max_output + (1 << 16)
 
 
 REPLY_CAPS_IN_ALL = 8  # a program's replies together, in reply caps: 48.5 MiB by default
@@ -1159,7 +1184,8 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     else:
         inputs = [x if isinstance(x, list) else [x] for x in inputs]
     tests = sorted(zip(inputs, outputs), key=lambda test: len(sandbox.json_text(test[0])))
-    max_output, cap = config.code_output_kb << 10, _reply_cap(config)
+    max_output = _output_cap(config, outputs)
+    cap = _reply_cap(max_output)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
     replies, ended = [], "ok"  # (status, reply line) per test; ended: why the run stopped early
@@ -1207,7 +1233,8 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     imports and helpers in scope."""
     entry_point = spec["entry_point"]
     program = spec.get("prompt", "") + program
-    max_output, cap = config.code_output_kb << 10, _reply_cap(config)
+    max_output = config.code_output_kb << 10
+    cap = _reply_cap(max_output)
     limits = _limits(config, sandbox.START_TIMEOUT + config.check_timeout)
     deadline = min(time.monotonic() + sandbox.START_TIMEOUT + config.check_timeout,
                    step_deadline)  # every call together

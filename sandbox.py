@@ -262,6 +262,34 @@ except BaseException as e:
     sys.exit(0)
 prelude = compile(CALL_BASED_PRELUDE, "prelude.py", "exec")
 reply(status="ready")
+def bound_at_top_level(name):
+    """Whether the program's own statements, outside its functions, classes and comprehensions,
+    bind `name`: a def, a class, an assignment, an import naming it (`from math import lcm`)."""
+    import ast
+    pending = list(ast.parse(setup["program"]).body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == name:
+                return True
+            pending.extend(node.decorator_list)
+        elif isinstance(node, ast.alias):
+            if (node.asname or node.name.split(".")[0]) == name:
+                return True
+        elif isinstance(node, ast.Name):
+            if node.id == name and isinstance(node.ctx, ast.Store):
+                return True
+        elif not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                                   ast.GeneratorExp)):
+            pending.extend(ast.iter_child_nodes(node))
+    return False
+def defined(name):
+    """The program's own `name`, None if only its prelude gave it one (the call-based prelude
+    star-imports lcm, factorial, median, max...): a response that defines nothing is no answer."""
+    value = scope.get(name)
+    if value is None or name not in given or value is not given[name] or bound_at_top_level(name):
+        return value
+    return None
 scope = None
 for line in requests:
     test = json.loads(line)
@@ -276,12 +304,18 @@ for line in requests:
             scope = {"__name__": "solution", "__builtins__": builtins}
             if mode == "call":
                 exec(prelude, scope)
+            given = dict(scope)
             exec(code, scope)
-        solution = scope.get("Solution")
-        if mode == "call" and isinstance(solution, type) and hasattr(solution, fn_name):
+        solution = defined("Solution")
+        # a method of a class the program wrote, not one Solution inherits from a library class
+        own_method = isinstance(solution, type) and any(
+            fn_name in vars(c) for c in solution.__mro__ if c.__module__ == "solution")
+        if mode == "call" and own_method:
             fn = getattr(solution(), fn_name)  # LiveCodeBench's and TACO's first choice
         else:
-            fn = scope.get(fn_name) or getattr(scope["Solution"](), fn_name)
+            fn = defined(fn_name)
+            if fn is None and own_method:
+                fn = getattr(solution(), fn_name)
         if mode == "humaneval":
             result = encode_value(fn(*decode_value(test["args"])))
             json.dumps(result)  # fails here, not in reply(), on a value JSON cannot hold

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import reward
+import sandbox
 
 
 class InputError(ValueError):
@@ -23,6 +24,17 @@ class InputError(ValueError):
 # would otherwise be read whole into memory. Benchmark files in their sources' layouts are not
 # capped.
 MAX_TASK_LINE_BYTES = 32 * 2**20
+
+
+def json_loads(text: str | bytes):
+    """json.loads, integers longer than CPython's 4,300-digit limit included (up to
+    sandbox.MAX_INT_DIGITS, as the verifier compares them; ValueError for a longer one)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer over the limit: read again a chunk of digits at a time
+        return json.loads(text, parse_int=sandbox.json_int)
 
 
 def read_jsonl(path: Path, max_line_bytes: int | None = None) -> list[tuple[int, dict]]:
@@ -46,9 +58,10 @@ def read_jsonl(path: Path, max_line_bytes: int | None = None) -> list[tuple[int,
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+                row = json_loads(line)
+            except ValueError as e:
+                raise InputError(f"{path}:{line_no}: not valid JSON "
+                                 f"({getattr(e, 'msg', e)})") from None
             if not isinstance(row, dict):
                 raise InputError(f"{path}:{line_no}: expected a JSON object, "
                                  f"got {type(row).__name__}")

@@ -22,7 +22,6 @@ The mix is shuffled with a fixed seed and split into paper_mix_train.jsonl and p
 """
 
 import argparse
-import json
 import random
 import sys
 from collections import Counter
@@ -31,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import benchmarks  # noqa: E402
 import reward  # noqa: E402
-from tasks import InputError, read_jsonl  # noqa: E402
+import sandbox  # noqa: E402
+from tasks import InputError, json_loads, read_jsonl  # noqa: E402
 from make_reasoning_gym import make_split  # noqa: E402
 
 MATH_HUB = ("agentica-org/DeepScaleR-Preview-Dataset", None, "train")
@@ -45,12 +45,12 @@ def verl_code_record(row: dict, index: int) -> dict | None:
         return None
     question = next((m["content"] for m in row["prompt"] if m["role"] == "user"), None)
     try:
-        tests = json.loads(row["reward_model"]["ground_truth"])
-    except (json.JSONDecodeError, TypeError, KeyError):
+        tests = json_loads(row["reward_model"]["ground_truth"])
+    except (ValueError, TypeError, KeyError):  # ValueError: not JSON, or an integer too long
         return None
     if question is None or not isinstance(tests, dict) or not tests.get("inputs"):
         return None
-    return benchmarks.apps_record({"question": question, "input_output": json.dumps(tests),
+    return benchmarks.apps_record({"question": question, "input_output": sandbox.json_text(tests),
                                    "problem_id": f"{row.get('data_source', 'eurus')}/{index}"},
                                    index)
 
@@ -125,7 +125,7 @@ def main() -> None:
     val, train = mix[: args.val_size], mix[args.val_size:]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, rows in (("paper_mix_train.jsonl", train), ("paper_mix_val.jsonl", val)):
-        (args.out_dir / name).write_text("".join(json.dumps(row) + "\n" for row in rows))
+        (args.out_dir / name).write_text("".join(sandbox.json_text(row) + "\n" for row in rows))
         print(f"{args.out_dir / name}: {len(rows)} tasks")
 
 

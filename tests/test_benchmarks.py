@@ -1,11 +1,14 @@
 """benchmarks.py: each benchmark's adapter on a fixture in its source's own field layout."""
 
+import importlib.util
 import json
 
 import pytest
 
 import benchmarks
 import reward
+import sandbox
+import tasks
 from conftest import ROOT
 
 FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
@@ -175,3 +178,115 @@ def test_an_mbppplus_float_check_passes_a_correct_answer_wherever_numpy_is_missi
                         record["answer"]) == 1.0
     assert reward.score("code", "```python\ndef third(x):\n    return x / 3.001\n```",
                         record["answer"]) == 0.0
+
+
+ALLCLOSE_VALUES = [0.5, 0.5000001, 1, True, 0, INF, -INF, NAN, 1 + 0j, 1e-9, [], [[]], [[], []],
+                   [0.5], [0.5, 0.5], (0.5,), [[0.5]], [[0.5, 0.5]], [[0.5], [0.5, 0.5]],
+                   [0.5, [0.5]], [INF], [1, 2.0], [[1, 2], [3, 4]], [True, 0.5], [0.5, None],
+                   [None], ["a"], "0.5", None, b"a", {0.5}, {"a": 0.5}]
+
+
+def test_the_numpy_stand_in_accepts_exactly_what_numpy_allclose_accepts_over_generated_pairs():
+    numpy = pytest.importorskip("numpy")
+
+    def accepts(allclose, a, b):
+        try:
+            return bool(allclose(a, b, rtol=1e-07, atol=1e-6))  # EvalPlus's tolerances
+        except (TypeError, ValueError):
+            return False
+
+    stand_in = numpy_stand_in()
+    with numpy.errstate(all="ignore"):
+        disagreements = [(a, b) for a in ALLCLOSE_VALUES for b in ALLCLOSE_VALUES
+                         if accepts(stand_in.allclose, a, b) != accepts(numpy.allclose, a, b)]
+    assert disagreements == []
+
+
+EVALPLUS_ASSERTION = (
+    "import numpy as np\n\ndef is_floats(x) -> bool:\n    if isinstance(x, float):\n"
+    "        return True\n    if isinstance(x, (list, tuple)):\n"
+    "        return all(isinstance(i, float) for i in x)\n    return False\n\n"
+    "def assertion(out, exp, atol):\n    exact_match = out == exp\n"
+    "    if atol == 0 and is_floats(exp):\n        atol = 1e-6\n"
+    "    if not exact_match and atol != 0:\n"
+    "        assert np.allclose(out, exp, rtol=1e-07, atol=atol)\n    else:\n"
+    "        assert exact_match\n\n")
+
+
+def humanevalplus_spec(inputs: list, results: list) -> dict:
+    test = EVALPLUS_ASSERTION + (f"def check(candidate):\n    inputs = {inputs!r}\n"
+                                 f"    results = {results!r}\n"
+                                 "    for inp, exp in zip(inputs, results):\n"
+                                 "        assertion(candidate(*inp), exp, 0)\n")
+    row = {"task_id": "HumanEval/2", "prompt": 'def f(x):\n    """The answer."""\n', "test": test,
+           "entry_point": "f"}
+    return benchmarks.humanevalplus_record(row, 0)["answer"]
+
+
+def test_evalplus_checks_compare_floats_only_against_a_value_of_the_expected_type_and_length():
+    # evalplus/evaluate.py (unsafe_execute): type(out) == type(exp), then len, then np.allclose
+    fractional_part = humanevalplus_spec([[3.5], [1.33]], [0.5, 0.33000000000000007])
+    negatives = humanevalplus_spec([[[1, 2, 3]], [[]]], [[], []])
+    answers = [("    return x % 1.0", fractional_part), ("    return []", fractional_part),
+               ("    return 0.7", fractional_part),
+               ("    return [v for v in x if v < 0]", negatives),
+               ("    return None", negatives), ("    return 0", negatives),
+               ("    return 'no idea'", negatives)]
+    scores = reward.score_batch([("code", f"```python\ndef f(x):\n{body}\n```", spec)
+                                 for body, spec in answers])
+    assert scores == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_an_mbppplus_float_check_fails_an_empty_list():
+    row = {"task_id": 17, "prompt": "The volume of a sphere.", "test_imports": ["import math"],
+           "code": "import math\ndef volume_sphere(r):\n    return 4 / 3 * math.pi * r ** 3\n",
+           "test_list": ["assert math.isclose(volume_sphere(10), 4188.790204786391)"],
+           "test": EVALPLUS_ASSERTION + "for inp, exp in [([10], 4188.790204786391), "
+                                        "([25], 65449.84694978735)]:\n"
+                                        "    assertion(volume_sphere(*inp), exp, 0)\n"}
+    spec = benchmarks.mbppplus_record(row, 0)["answer"]
+    scores = reward.score_batch([("code", f"```python\n{code}\n```", spec) for code in
+                                 (row["code"], "def volume_sphere(r):\n    return []\n")])
+    assert scores == [1.0, 0.0]
+
+
+def paper_mix_script(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "data"))  # its neighbours, as when run as a script
+    spec = importlib.util.spec_from_file_location("make_paper_mix",
+                                                  ROOT / "data" / "make_paper_mix.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_source_rows_with_integers_past_pythons_4300_digit_limit_are_read(tmp_path, monkeypatch):
+    big, digits = 10 ** 5000 - 1, "9" * 5000  # str(big) is refused by CPython
+    call_based = '{"fn_name": "f", "inputs": [[1]], "outputs": [' + digits + ']}'
+    apps = benchmarks.apps_record({"question": "q", "input_output": call_based}, 0)
+    assert apps["answer"]["outputs"] == [big]
+    livecodebench = benchmarks.livecodebench_record(
+        {"question_id": "x", "question_content": "q", "starter_code": "class Solution:",
+         "metadata": '{"func_name": "f"}', "private_test_cases": "[]",
+         "public_test_cases": json.dumps([{"input": "1", "output": digits,
+                                           "testtype": "functional"}])}, 0)
+    assert livecodebench["answer"]["outputs"] == [big]
+    eurus = paper_mix_script(monkeypatch).verl_code_record(
+        {"ability": "code", "prompt": [{"role": "user", "content": "q"}],
+         "reward_model": {"ground_truth": call_based}}, 0)
+    assert eurus["answer"]["outputs"] == [big]
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text('{"prompt": "p", "task": "code", "answer": ' + call_based + '}\n')
+    [task] = tasks.load_tasks(task_file)
+    assert task["answer"]["outputs"] == [big]
+    assert reward.score("code", "```python\ndef f(x):\n    return 10 ** 5000 - x\n```",
+                        task["answer"]) == 1.0
+
+
+def test_an_integer_past_the_verifiers_limit_is_a_one_line_error_naming_the_file_and_line(
+        tmp_path):
+    too_long = "9" * (sandbox.MAX_INT_DIGITS + 1)
+    task_file = tmp_path / "tasks.jsonl"
+    task_file.write_text('{"prompt": "p", "task": "code", "answer": "a"}\n'
+                         '{"prompt": "p", "task": "code", "answer": ' + too_long + '}\n')
+    with pytest.raises(tasks.InputError, match=f"^{task_file}:2: not valid JSON .*digits"):
+        tasks.load_tasks(task_file)

@@ -70,6 +70,16 @@ def test_integers_past_pythons_4300_digit_limit_print_as_on_a_judge():
     assert reward.run_program("print(10 ** int(input()))", spec, FAST).status == "ok"
 
 
+def test_an_expected_output_longer_than_the_default_output_cap_can_be_matched():
+    n = 200_000  # a number a line, as CodeContests' and TACO's largest tests expect: 2 MiB
+    spec = {"inputs": [f"{n}\n"], "outputs": ["\n".join(str(10**9 - i) for i in range(n))]}
+    program = "n = int(input())\nprint('\\n'.join(str(10**9 - i) for i in range(n)))"
+    assert reward.run_program(program, spec, FAST).status == "ok"
+    # the cap is twice the longest expected output and 64 KiB: a flood is still cut
+    flood = "print('1 ' * 3_000_000)"
+    assert reward.run_program(flood, spec, FAST).status == "error: output over the limit"
+
+
 def test_integers_past_the_4300_digit_limit_cross_as_arguments_results_and_golds():
     big = 10 ** 5000
     call_based = {"fn_name": "f", "inputs": [[big]], "outputs": [big + 1]}
@@ -120,6 +130,35 @@ def test_call_based_programs_get_what_their_official_graders_define(benchmark):
     assert reward.run_program(program, spec, FAST).status == "ok"
 
 
+# The prelude star-imports math, statistics, string, builtins...: their names are not an answer
+PRELUDE_NAMES = {"lcm": ([[4, 6], [21, 6]], [12, 42]), "factorial": ([[5]], [120]),
+                 "median": ([[[1, 3, 2]], [[4, 1, 2, 3]]], [2, 2.5]),
+                 "capwords": ([["hello world"]], ["Hello World"]), "max": ([[[1, 5, 2]]], [5])}
+
+
+@pytest.mark.parametrize("fn_name", PRELUDE_NAMES)
+def test_a_call_based_answer_is_a_function_the_program_defines_not_one_its_prelude_imports(
+        fn_name):
+    inputs, outputs = PRELUDE_NAMES[fn_name]
+    spec = {"fn_name": fn_name, "inputs": inputs, "outputs": outputs}
+    assert reward.run_program("# I could not solve it\nanswer = None", spec, FAST).status != "ok"
+
+
+def test_a_call_based_answer_is_no_method_that_solution_inherits_from_a_library_class():
+    spec = {"fn_name": "most_common", "inputs": [[]], "outputs": [[]]}
+    assert reward.run_program("class Solution(Counter):\n    pass", spec, FAST).status != "ok"
+    spec = {"fn_name": "upper", "inputs": [[]], "outputs": [""]}
+    assert reward.run_program("class Solution(str):\n    pass", spec, FAST).status != "ok"
+
+
+def test_a_call_based_program_may_define_or_import_a_function_named_as_a_prelude_name():
+    spec = {"fn_name": "lcm", "inputs": [[4, 6], [21, 6]], "outputs": [12, 42]}
+    for program in ("def lcm(a, b):\n    return a * b // gcd(a, b)", "from math import lcm",
+                    "import math\nlcm = math.lcm",
+                    "class Solution:\n    def lcm(self, a, b):\n        return a * b // gcd(a, b)"):
+        assert reward.run_program(program, spec, FAST).status == "ok", program
+
+
 def test_every_test_runs_smallest_input_first_whatever_the_earlier_results():
     # wrong on the smallest input, right on the others, which still run
     answer = "print(n if n > 9 else n + 1)"
@@ -164,6 +203,7 @@ def test_programs_run_in_the_trainers_interpreter_or_are_refused_in_one_line(mon
 # ---- the program is the last python block -------------------------------------------------------
 
 ADD = "def add(a, b):\n    return a + b\n"
+SOLUTION = "class Solution:\n    def f(self, n: int) -> int:\n        return n\n"
 
 
 @pytest.mark.parametrize("response, program", [
@@ -200,6 +240,25 @@ ADD = "def add(a, b):\n    return a + b\n"
     ("```python\ndef solve(n):\n    return n * 3\n```\nFinal:\n```python\nn = int(input())\n"
      "print(n * 2)\n```", "n = int(input())\nprint(n * 2)\n"),
     ("```python\nprint(1)\n```" + "\n```\n0\n```" * 9, "print(1)\n"),  # many sample outputs
+    # a final one-line program is the answer, whatever the draft before it
+    ("```python\nn = int(input())\nprint(n)\n```\nNo, the sum:\n```python\ninput(); "
+     "print(sum(map(int, input().split())))\n```",
+     "input(); print(sum(map(int, input().split())))\n"),
+    ("```python\nn = int(input())\nprint(sum(map(int, input().split())))\n```\nSimpler:\n"
+     "```python\nprint(input())\n```", "print(input())\n"),
+    # usage blocks after a LeetCode-style solution: a main guard, a loop, an instance
+    (f"```python\n{SOLUTION}```\nTest:\n```python\nif __name__ == '__main__':\n"
+     "    print(Solution().f(5))\n```", SOLUTION),
+    (f"```python\n{SOLUTION}```\nTest:\n```python\nfor n in [1, 5]:\n"
+     "    print(Solution().f(n))\n```", SOLUTION),
+    (f"```python\n{SOLUTION}```\nUsage:\n```python\nsol = Solution()\nprint(sol.f(5))\n```",
+     SOLUTION),
+    # a solution that redefines what a draft defined is the answer
+    (f"```python\n{ADD}```\nFixed:\n```python\n{ADD}print(add(2, 3))\n```",
+     f"{ADD}print(add(2, 3))\n"),
+    # a LeetCode-style example written as labels is data, not a program
+    ("```python\nn = int(input())\nprint(n)\n```\nExample:\n```python\nInput: n = 5\n"
+     "Output: 5\n```", "n = int(input())\nprint(n)\n"),
     # a correction left unclosed at the end is the answer
     (f"```python\ndef add(a, b):\n    return a - b\n```\nFixed:\n```python\n{ADD}", ADD),
 ])
