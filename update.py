@@ -273,17 +273,17 @@ def token_logprobs(model, pack: Pack, temperature: float = 1.0, chunk_tokens: in
     return logprobs, entropy
 
 
-def length_buckets(lengths: list[int]) -> list[list[int]]:
+def length_buckets(lengths: list[int], waste: float = 2.0) -> list[list[int]]:
     """Sequences grouped for batched attention, longest first: a group is padded to its longest,
-    and takes the next sequence while its padded attention (rows x longest²) stays within twice
-    its real one (Σ L²), so equal lengths make one group and padding at most doubles the work.
+    and takes the next sequence while its padded attention (rows x longest²) stays within `waste`
+    times its real one (Σ L²): equal lengths make one group, and padding at most doubles it.
 
     >>> length_buckets([3, 9, 3, 8, 1])
     [[1, 3, 0, 2], [4]]
     """
     buckets, real = [], 0
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if buckets and (len(buckets[-1]) + 1) * lengths[buckets[-1][0]] ** 2 <= 2 * (
+        if buckets and (len(buckets[-1]) + 1) * lengths[buckets[-1][0]] ** 2 <= waste * (
                 real + lengths[i] ** 2):
             buckets[-1].append(i)
             real += lengths[i] ** 2
@@ -303,6 +303,12 @@ def _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling):
     query, key, value = (x[0].transpose(0, 1) for x in (query, key, value))
     out = torch.empty_like(query)
     for bucket in length_buckets(lengths):
+        if len(bucket) == 1:  # a view, no copy
+            start, end = starts[bucket[0]], starts[bucket[0]] + lengths[bucket[0]]
+            out[start:end] = scaled_dot_product_attention(
+                *(x[start:end].transpose(0, 1) for x in (query, key, value)), is_causal=True,
+                scale=scaling, enable_gqa=True).transpose(0, 1)
+            continue
         width = lengths[bucket[0]]
         sizes = torch.tensor([lengths[i] for i in bucket])
         row = torch.repeat_interleave(torch.arange(len(bucket)), sizes)
