@@ -8,7 +8,7 @@ paths share the model, the rows, the chunked output layer and activation checkpo
   micro-batch filled while rows x (longest prompt + longest response) fits the budget, each row
   left/right-padded to that width, transformers' `sdpa` with a 2-D padding mask;
 - packed: `update.micro_batches` (first-fit decreasing on real tokens), one `update.Pack` per
-  micro-batch, `update.packed_attention` (one causal SDPA per row on CPU).
+  micro-batch, `update.packed_attention` (on CPU, causal SDPA per group of rows of similar lengths).
 Tokens/s counts real tokens only, over this process's CPU time (1 thread by
 default). The model is the review's CPU stand-in for the 1.5B's ratios:
 4 layers, hidden 256, 4/2 heads, vocabulary 2,048 (its output layer ~18% of the body, as at 1.5B).
