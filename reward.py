@@ -1142,11 +1142,11 @@ def _reply_cap(max_output: int) -> int:
 REPLY_CAPS_IN_ALL = 8  # a program's replies together, in reply caps: 48.5 MiB by default
 
 
-def _replies_cap(config: VerifyConfig) -> int:
+def _replies_cap(max_output: int) -> int:
     """Bytes of a program's replies kept until its outputs are compared (every test's, as they
     came: parsed, a return value can take 20 times its bytes, [[]] * n); past it the program has
     crashed."""
-    return REPLY_CAPS_IN_ALL * _reply_cap(config)
+    return REPLY_CAPS_IN_ALL * _reply_cap(max_output)
 
 
 def run_program(program: str, spec: dict, config: VerifyConfig | None = None, slot: int = 0,
@@ -1189,7 +1189,7 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
     program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
     replies, ended = [], "ok"  # (status, reply line) per test; ended: why the run stopped early
-    replies_left = _replies_cap(config)
+    replies_left = _replies_cap(max_output)
     try:
         setup = {"program": program, "mode": "call" if fn_name else "stdin", "fn_name": fn_name,
                  "max_output": max_output}
@@ -1208,7 +1208,7 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
             del reply  # parsed, it can take 20 times its line: not kept while another is parsed
             replies_left -= len(line)
             if replies_left < 0:
-                ended = f"crashed: replies over {_replies_cap(config)} bytes in all"
+                ended = f"crashed: replies over {_replies_cap(max_output)} bytes in all"
                 break
             replies.append((status, line))
     finally:

@@ -351,11 +351,15 @@ def test_the_trainer_keeps_a_programs_replies_as_the_bytes_they_came_in():
 def test_a_program_whose_replies_pass_their_cap_in_all_has_crashed():
     config = reward.VerifyConfig(test_timeout=1.0, code_output_kb=16)
     answer = "7" * 100_000
-    spec = {"fn_name": "f", "inputs": [[k] for k in range(20)], "outputs": [answer] * 20}
+    # the caps grow with the longest expected output: 8 reply caps of 6 x (2 x 100 KB + 64 KiB)
+    # hold about 130 replies of 100 KB
+    tests = 160
+    spec = {"fn_name": "f", "inputs": [[k] for k in range(tests)], "outputs": [answer] * tests}
     result = reward.run_program(f"def f(k):\n    return {answer!r}", spec, config)
     line = json.dumps({"status": "ok", "stdout": "", "result": answer}).encode()
-    assert result.status == f"crashed: replies over {reward._replies_cap(config)} bytes in all"
-    assert result.passed == reward._replies_cap(config) // len(line) < 20
+    replies_cap = reward._replies_cap(reward._output_cap(config, spec["outputs"]))
+    assert result.status == f"crashed: replies over {replies_cap} bytes in all"
+    assert result.passed == replies_cap // len(line) < tests
 
 
 def test_a_program_that_blocks_the_alarm_is_still_stopped_at_its_time_limit():
