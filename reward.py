@@ -490,12 +490,12 @@ def normalize_math(s: str) -> str:
     """The fast path's spelling of an answer (math_fast_path compares these): respell_math's, then
     what math-verify reads alike wherever it occurs dropped or made one: spacing macros (`\\,`,
     `\\!`), `\\left` and `\\right` just before their delimiter (`\\left (` is no delimiter there),
-    \\dfrac/\\tfrac, `x^{2}` as `x^2`, a whole numeric `\\frac{a}{b}` as `a/b`, and spaces that
-    separate nothing (kept between two letters or digits, `2 3` is no 23, and after a macro's name
-    before one, `\\cdot x`; one after a row break)."""
+    \\dfrac/\\tfrac, `x^{2}` as `x^2` (not before a letter or digit: `2^{1}0`), a whole numeric
+    `\\frac{a}{b}` as `a/b`, and spaces that separate nothing (kept between two letters or digits,
+    `2 3` is no 23, and after a macro's name before one, `\\cdot x`; one after a row break)."""
     s = SPELLING.sub(lambda m: "\\frac" if m["frac"] else m["row"] or " ", respell_math(s))
     s = SPACE.sub(_respace, re.sub(r"\s+", " ", s).strip())
-    s = re.sub(r"\^\{([a-zA-Z0-9])\}", r"^\1", s)  # x^{2} -> x^2
+    s = re.sub(r"\^\{([a-zA-Z0-9])\}(?![a-zA-Z0-9])", r"^\1", s)  # x^{2} -> x^2, not 2^{1}0
     # a whole-answer numeric fraction -> a/b
     return re.sub(r"^(-?)\\frac\{([0-9]+)\}\{([0-9]+)\}\Z", r"\1\2/\3", s)
 
@@ -1383,9 +1383,22 @@ def read_math_gold(answer) -> str:
 def math_check_here(pred: str, gold: str) -> bool | str:
     """The fast path (math_fast_path) on the normalised answer and gold, else the answer as
     check_math reads it (respell_math): answers spelled alike (`\\boxed{5}` in several responses)
-    share one check."""
+    share one check. Spacing that math-verify reads (SPACING_SENSITIVE) in either goes to
+    check_math."""
+    if SPACING_SENSITIVE.search(respell_math(pred)) or SPACING_SENSITIVE.search(gold):
+        return respell_math(pred)
     verdict = math_fast_path(normalize_math(pred), normalize_math(gold))
     return respell_math(pred) if verdict is None else verdict
+
+
+# Spacing that math-verify reads and normalize_math would drop, so the fast path defers: a spacing
+# command anywhere (`\sqrt\;{2}`, `12\;,345`; an odd run of backslashes, not a row break and a
+# space), a space at a comma between digits (`1, 234` is a list to math-verify, `1,234` a number),
+# at a decimal point (`2. 5` is no 2.5) or inside an environment's name (`\begin{ pmatrix}`).
+COMMA = r"(?:,|\{,\})"
+SPACING_SENSITIVE = re.compile(rf"(?<!\\)(?:\\\\)*\\[,;: ]"
+                               rf"|\d(?:\s+{COMMA}\s*|{COMMA}\s+)\d{{3}}(?!\d)"
+                               r"|\s\.|\.\s|\\(?:begin|end)(?:\s+\{|\{[^}]*\s)")
 
 
 def read_reasoning_gym_gold(answer) -> dict:
