@@ -643,18 +643,21 @@ def check_math(pred: str, gold: str) -> bool:
 def answer_items(box: str) -> list[str]:
     """`box` split at its top-level list separators: `,`, `;`, `\\text{or}`, `\\text{and}`, `\\lor`,
     `\\vee`, `\\land`, `\\wedge`, `\\quad` (not inside brackets; blank items dropped). A number
-    written with thousands separators (`32,348`, math-verify's own rule) is one item."""
-    if COMMA_NUMBER.match(box):
-        return [box]
+    written with thousands separators (`32,348`, `1,234 \\text{ dollars}`: math-verify's own rule)
+    is one item."""
     return [item for item in _split_top_level(box, ITEM_SEPARATOR) if item.strip()]
 
 
 def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
     """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`, and an
     environment's `\\begin{...}` to `\\end{...}`: a matrix's entry `2,281` is one number; a stray
-    closing one is ignored)."""
+    closing one is ignored; nor inside a number with thousands separators)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(box):
+        number = COMMA_NUMBER.match(box, i) if depth == 0 else None
+        if number:
+            i = number.end()
+            continue
         found = separator.match(box, i) if depth == 0 else None
         if found:
             parts.append(box[start:i])
@@ -670,7 +673,9 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
 
 ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
                             r"|\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}")
-COMMA_NUMBER = re.compile(r"\s*-?\d{1,3}(,\d{3})+(\.\d+)?\s*\Z")  # latex2sympy's comma_number_regex
+# latex2sympy's comma_number_regex, as a token: not part of a longer number or name (`1,2345`,
+# `x1,234`)
+COMMA_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 
 
 def states_a_false_equation(parsed: list) -> bool:
