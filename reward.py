@@ -490,12 +490,12 @@ def normalize_math(s: str) -> str:
     """The fast path's spelling of an answer (math_fast_path compares these): respell_math's, then
     what math-verify reads alike wherever it occurs dropped or made one: spacing macros (`\\,`,
     `\\!`), `\\left` and `\\right` just before their delimiter (`\\left (` is no delimiter there),
-    \\dfrac/\\tfrac, `x^{2}` as `x^2`, a whole numeric `\\frac{a}{b}` as `a/b`, and spaces that
-    separate nothing (kept between two letters or digits, `2 3` is no 23, and after a macro's name
-    before one, `\\cdot x`; one after a row break)."""
+    \\dfrac/\\tfrac, `x^{2}` as `x^2` (not before a letter or digit: `2^{1}0`), a whole numeric
+    `\\frac{a}{b}` as `a/b`, and spaces that separate nothing (kept between two letters or digits,
+    `2 3` is no 23, and after a macro's name before one, `\\cdot x`; one after a row break)."""
     s = SPELLING.sub(lambda m: "\\frac" if m["frac"] else m["row"] or " ", respell_math(s))
     s = SPACE.sub(_respace, re.sub(r"\s+", " ", s).strip())
-    s = re.sub(r"\^\{([a-zA-Z0-9])\}", r"^\1", s)  # x^{2} -> x^2
+    s = re.sub(r"\^\{([a-zA-Z0-9])\}(?![a-zA-Z0-9])", r"^\1", s)  # x^{2} -> x^2, not 2^{1}0
     # a whole-answer numeric fraction -> a/b
     return re.sub(r"^(-?)\\frac\{([0-9]+)\}\{([0-9]+)\}\Z", r"\1\2/\3", s)
 
@@ -643,18 +643,21 @@ def check_math(pred: str, gold: str) -> bool:
 def answer_items(box: str) -> list[str]:
     """`box` split at its top-level list separators: `,`, `;`, `\\text{or}`, `\\text{and}`, `\\lor`,
     `\\vee`, `\\land`, `\\wedge`, `\\quad` (not inside brackets; blank items dropped). A number
-    written with thousands separators (`32,348`, math-verify's own rule) is one item."""
-    if COMMA_NUMBER.match(box):
-        return [box]
+    written with thousands separators (`32,348`, `1,234 \\text{ dollars}`: math-verify's own rule)
+    is one item."""
     return [item for item in _split_top_level(box, ITEM_SEPARATOR) if item.strip()]
 
 
 def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
     """`box` split at each match of `separator` outside brackets (`{}`, `()`, `[]`, and an
     environment's `\\begin{...}` to `\\end{...}`: a matrix's entry `2,281` is one number; a stray
-    closing one is ignored)."""
+    closing one is ignored; nor inside a number with thousands separators)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(box):
+        number = COMMA_NUMBER.match(box, i) if depth == 0 else None
+        if number:
+            i = number.end()
+            continue
         found = separator.match(box, i) if depth == 0 else None
         if found:
             parts.append(box[start:i])
@@ -670,7 +673,9 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
 
 ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
                             r"|\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}")
-COMMA_NUMBER = re.compile(r"\s*-?\d{1,3}(,\d{3})+(\.\d+)?\s*\Z")  # latex2sympy's comma_number_regex
+# latex2sympy's comma_number_regex, as a token: not part of a longer number or name (`1,2345`,
+# `x1,234`)
+COMMA_NUMBER = re.compile(r"(?<![\w.,])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 
 
 def states_a_false_equation(parsed: list) -> bool:
@@ -1383,9 +1388,22 @@ def read_math_gold(answer) -> str:
 def math_check_here(pred: str, gold: str) -> bool | str:
     """The fast path (math_fast_path) on the normalised answer and gold, else the answer as
     check_math reads it (respell_math): answers spelled alike (`\\boxed{5}` in several responses)
-    share one check."""
+    share one check. Spacing that math-verify reads (SPACING_SENSITIVE) in either goes to
+    check_math."""
+    if SPACING_SENSITIVE.search(respell_math(pred)) or SPACING_SENSITIVE.search(gold):
+        return respell_math(pred)
     verdict = math_fast_path(normalize_math(pred), normalize_math(gold))
     return respell_math(pred) if verdict is None else verdict
+
+
+# Spacing that math-verify reads and normalize_math would drop, so the fast path defers: a spacing
+# command anywhere (`\sqrt\;{2}`, `12\;,345`; an odd run of backslashes, not a row break and a
+# space), a space at a comma between digits (`1, 234` is a list to math-verify, `1,234` a number),
+# at a decimal point (`2. 5` is no 2.5) or inside an environment's name (`\begin{ pmatrix}`).
+COMMA = r"(?:,|\{,\})"
+SPACING_SENSITIVE = re.compile(rf"(?<!\\)(?:\\\\)*\\[,;: ]"
+                               rf"|\d(?:\s+{COMMA}\s*|{COMMA}\s+)\d{{3}}(?!\d)"
+                               r"|\s\.|\.\s|\\(?:begin|end)(?:\s+\{|\{[^}]*\s)")
 
 
 def read_reasoning_gym_gold(answer) -> dict:

@@ -4,7 +4,8 @@ of the same answer and gold as written; and where the fast path defers, the norm
 hands to check_math gets the verdict the answer as written gets. Generated: answer structures
 (numbers, fractions, tuples, sets, intervals, vectors, matrices, several parts) times the spellings
 models write (environments, spacing, \\left/\\right, \\frac/\\dfrac/a/b, decimals, signs, font
-macros, one box per part), gold and prediction both drawn from them, equal and unequal."""
+macros, spacing at a comma, a decimal point, an exponent or a macro's argument, one box per
+part), gold and prediction both drawn from them, equal and unequal."""
 
 import random
 from dataclasses import dataclass
@@ -34,17 +35,22 @@ def number_spellings(x: Fraction, rng, in_matrix: bool = False) -> str:
     if x.denominator == 1:
         n = x.numerator
         forms = [str(n), f"{n}.0", f"{{{n}}}"]
-        if n >= 1000 and not in_matrix:
-            forms += [f"{n:,}", f"{n:,}".replace(",", "{,}")]
+        if n >= 100:  # an exponent's braces, which decide what it covers: `2^{1}0` is no `2^10`
+            digits = str(n)
+            forms += [f"{digits[0]}^{{{digits[1]}}}{digits[2:]}", f"{digits[0]}^{digits[1:]}"]
+        if n >= 1000 and not in_matrix:  # a space at the comma makes `1, 234` a list
+            forms += [f"{n:,}".replace(",", separator)
+                      for separator in (",", "{,}", ", ", " ,", "\\;,", "\\,")]
         body = rng.choice(forms)
     else:
         p, q = x.numerator, x.denominator
         k = rng.choice([1, 1, 2, 3])
         forms = [f"\\frac{{{p}}}{{{q}}}", f"\\dfrac{{{p}}}{{{q}}}", f"\\tfrac{{{p}}}{{{q}}}",
                  f"{p}/{q}", f"\\frac{{{k * p}}}{{{k * q}}}", f"\\frac {p}{q}" if p < 10 > q
-                 else f"\\frac{{{p}}}{{{q}}}"]
+                 else f"\\frac{{{p}}}{{{q}}}", f"\\frac\\;{{{p}}}{{{q}}}"]
         if 10**6 % q == 0:  # a terminating decimal, written exactly
-            forms.append(f"{float(x):.6f}".rstrip("0"))
+            decimal = f"{float(x):.6f}".rstrip("0")
+            forms += [decimal, decimal.replace(".", ". "), decimal.replace(".", " .")]
         body = rng.choice(forms)
     if not sign:
         return body
@@ -80,7 +86,9 @@ def spell(value: Value, rng) -> str:
     if environment == "array":
         columns = "c" * len(rows[0])
         return f"\\left(\\begin{{array}}{{{columns}}}{body}\\end{{array}}\\right)"
-    return f"\\begin{{{environment}}}{body}\\end{{{environment}}}"
+    name = f"{{{environment}}}"
+    opening = rng.choice([name] * 3 + [f"{{ {environment}}}", f" {name}"])
+    return f"\\begin{opening}{body}\\end{{{environment}}}"
 
 
 # ---- structures, and values that differ from them ------------------------------------------------
@@ -230,3 +238,19 @@ def test_the_fast_path_defers_answers_whose_rules_math_verify_applies(box):
     verdict on an answer and itself False (`6 = 6` holds, `6 = 5` would not), and math-verify reads
     some spellings by their spacing: check_math decides, on the answer as written."""
     assert reward.math_check_here(box, reward.read_math_gold(box)) == box
+
+
+@pytest.mark.parametrize("box, gold", [
+    ("1, 234", "1,234"), ("1,234", "1, 234"), ("2. 5", "2.5"), ("0. 065", "0.065"), ("2 .5", "2.5"),
+    ("2^{1}0", "2^10"), ("\\sqrt\\;{2}", "\\sqrt{2}"), ("12\\;\\;,345", "12,345"),
+    ("x\\,|y", "x|y"),
+    ("\\begin{ pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}"),
+])
+def test_the_fast_path_defers_answers_whose_spacing_math_verify_reads(box, gold):
+    """A space at a comma between digits or at a decimal point, a spacing command, a space in an
+    environment's name and an exponent's braces before a digit change math-verify's reading (all
+    of these pairs are wrong to it): the fast path, which would read them alike, leaves them to
+    check_math."""
+    assert reward.math_check_here(box, reward.read_math_gold(gold)) == reward.respell_math(box)
+    assert not math_verify(gold, box)
+    assert reward.score("math", f"\\boxed{{{box}}}", gold) == 0.0

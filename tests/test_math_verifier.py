@@ -438,6 +438,7 @@ def test_percentages_and_empty_delimiters(box, gold, expected):
 @pytest.mark.parametrize("response, gold", [
     ("\\boxed{\\$18.90}", "18.90"), ("\\boxed{18.90}", "\\$18.90"),
     ("\\boxed{\\$32,\\!348}", "32348"), ("\\boxed{32,348}", "\\$32,\\!348"),
+    ("\\boxed{1,234 \\text{ dollars}}", "1234"), ("\\boxed{x = 1,234}", "1234"),
     ("\\boxed{30°}", "30"), ("\\boxed{30^\\circ}", "30^\\circ"),
     ("\\boxed{x=2, x=3}", "2, 3"), ("\\boxed{x = 2 \\text{ or } x = 3}", "\\{2, 3\\}"),
     ("so $x = \\boxed{2}$ and $\\boxed{3}$", "2, 3"), ("\\boxed{3}, \\boxed{2}", "\\{2, 3\\}"),
@@ -448,6 +449,13 @@ def test_percentages_and_empty_delimiters(box, gold, expected):
 ])
 def test_correct_answers_in_common_formats_score_1(response, gold):
     assert reward.score("math", response, gold) == 1.0
+
+
+def test_a_number_with_thousands_separators_is_one_item_of_an_answer():
+    assert reward.answer_items("1,234 \\text{ dollars}") == ["1,234 \\text{ dollars}"]
+    assert reward.answer_items("x = 1,234; y = -5,000.5") == ["x = 1,234", " y = -5,000.5"]
+    assert reward.answer_items("1, 234") == ["1", " 234"]  # a list, to math-verify too
+    assert reward.answer_items("1,2345") == ["1", "2345"]
 
 
 def test_boxes_read_together_are_one_answer():
