@@ -301,13 +301,14 @@ def _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling):
     starts, lengths = bounds[:-1], [end - start for start, end in zip(bounds[:-1], bounds[1:])]
     # [T, heads, head_dim]
     query, key, value = (x[0].transpose(0, 1) for x in (query, key, value))
-    out = torch.empty_like(query)
+    places, pieces = [], []  # where each group's tokens sit in the pack, and their outputs
     for bucket in length_buckets(lengths):
         if len(bucket) == 1:  # a view, no copy
             start, end = starts[bucket[0]], starts[bucket[0]] + lengths[bucket[0]]
-            out[start:end] = scaled_dot_product_attention(
+            places.append(torch.arange(start, end))
+            pieces.append(scaled_dot_product_attention(
                 *(x[start:end].transpose(0, 1) for x in (query, key, value)), is_causal=True,
-                scale=scaling, enable_gqa=True).transpose(0, 1)
+                scale=scaling, enable_gqa=True).transpose(0, 1))
             continue
         width = lengths[bucket[0]]
         sizes = torch.tensor([lengths[i] for i in bucket])
@@ -323,8 +324,10 @@ def _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling):
 
         attended = scaled_dot_product_attention(padded(query), padded(key), padded(value),
                                                 is_causal=True, scale=scaling, enable_gqa=True)
-        out[place] = attended.transpose(1, 2)[row, column]
-    return out[None]
+        places.append(place)
+        pieces.append(attended.transpose(1, 2)[row, column])
+    # in the dtype attention gave (bf16 under CPU autocast, whatever the inputs')
+    return torch.cat(pieces)[torch.cat(places).argsort().to(query.device)][None]
 
 
 @functools.cache
