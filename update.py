@@ -257,7 +257,17 @@ def token_logprobs(model, pack: Pack, temperature: float = 1.0, chunk_tokens: in
         attention_mask=dict.fromkeys(model.config.layer_types),  # no mask: rows come from pack
         cu_seq_lens_q=pack.cu_seqlens, cu_seq_lens_k=pack.cu_seqlens,
         max_length_q=pack.max_length, max_length_k=pack.max_length).last_hidden_state[0]
-    flat_hidden, flat_targets = hidden[pack.predictors], pack.input_ids[0, pack.predictors + 1]
+    return chunked_logprobs(model, hidden[pack.predictors], pack.input_ids[0, pack.predictors + 1],
+                            pack.live, temperature, chunk_tokens)
+
+
+def chunked_logprobs(model, flat_hidden: torch.Tensor, flat_targets: torch.Tensor,
+                     live: torch.Tensor, temperature: float = 1.0, chunk_tokens: int = 4096
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The output layer and log-softmax over the final states that predict the response tokens
+    ([n_tokens, H], with their targets), in chunks of at most `chunk_tokens`, each under activation
+    checkpointing when there is a gradient; log-probs and entropies laid out as `live` ([n, r]
+    bool, row-major), 0 elsewhere."""
     weight = model.get_output_embeddings().weight
     pieces = []
     for start in range(0, len(flat_targets), chunk_tokens):
@@ -265,11 +275,11 @@ def token_logprobs(model, pack: Pack, temperature: float = 1.0, chunk_tokens: in
                 flat_targets[start : start + chunk_tokens], temperature)
         pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False)
                       if torch.is_grad_enabled() else _chunk_logprobs(*args))
-    logprobs = hidden.new_zeros(pack.live.shape, dtype=torch.float32)
+    logprobs = flat_hidden.new_zeros(live.shape, dtype=torch.float32)
     entropy = torch.zeros_like(logprobs)
     if pieces:
-        logprobs = logprobs.masked_scatter(pack.live, torch.cat([p[0] for p in pieces]))
-        entropy = entropy.masked_scatter(pack.live, torch.cat([p[1] for p in pieces]))
+        logprobs = logprobs.masked_scatter(live, torch.cat([p[0] for p in pieces]))
+        entropy = entropy.masked_scatter(live, torch.cat([p[1] for p in pieces]))
     return logprobs, entropy
 
 
@@ -361,22 +371,19 @@ def _varlen_attention(query, key, value, cu_seqlens, max_length, scaling):
 
 
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                     scaling: float | None = None, **kwargs):
+                     scaling: float | None = None, *, sdpa: Callable, **kwargs):
     """transformers' attention interface (`PACKED_ATTENTION`) for a `Pack`: causal attention inside
     each row and never across, nothing computed for padding. On CUDA in bf16/fp16, torch's own
     FlashAttention-2 varlen kernel; elsewhere (CPU, fp32) causal SDPA over the rows grouped by
-    length, exact. A call
-    without a pack (generation, evaluation) is transformers' `sdpa` unchanged.
+    length, exact. A call without a pack (generation, evaluation) is transformers' `sdpa`
+    unchanged (bound by `register_packed_attention`).
 
     query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim]; returns [1, T, heads,
     head_dim] and no weights."""
     cu_seqlens = kwargs.get("cu_seq_lens_q")
     if cu_seqlens is None:
-        # loaded by now: transformers' models import it
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                    **kwargs)
     if dropout:
         raise ValueError("packed_attention: attention dropout is not supported")
     if (query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
@@ -396,9 +403,11 @@ def register_packed_attention() -> None:
     Done by `Policy`, not at import: importing transformers' attention code takes seconds, which
     scripts that only need `ADVANTAGES` (simulate.py) should not pay."""
     from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(PACKED_ATTENTION, packed_attention)
+    AttentionInterface.register(PACKED_ATTENTION,
+                                functools.partial(packed_attention, sdpa=sdpa_attention_forward))
     AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
 
 
@@ -607,12 +616,17 @@ def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
                       minibatch[rows])
 
 
+def row_lengths(batch: TrainBatch) -> torch.Tensor:
+    """[B] each row's real tokens: its prompt's and its response's."""
+    return batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
+
+
 def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
     """Split `rows` into micro-batches of at most `max_tokens` real tokens (prompt + response: a
     micro-batch is one `Pack`, so nothing is padded), first-fit decreasing: rows longest first, each
     into the first micro-batch with room; a row longer than the budget goes alone. Micro-batches
     come in the order they were opened, the longest rows' first."""
-    lengths = (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).tolist()
+    lengths = row_lengths(batch).tolist()
     batches, loads = [], []
     for i in sorted(rows, key=lambda i: -lengths[i]):  # stable: equal lengths keep their order
         fits = next((b for b, load in enumerate(loads) if load + lengths[i] <= max_tokens), None)
@@ -625,24 +639,21 @@ def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[l
     return batches
 
 
-def update_micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int
-                         ) -> list[list[int]]:
-    """The micro-batches in which the update computes `rows`: those of each PPO mini-batch the
-    batch records (`merge_duplicates`), else of all rows together. π_old and π_ref are computed
-    in the same ones as π_θ, so that the first mini-batch's ratio is exactly 1 (the same kernels on
-    the same shapes) rather than off by what the batch's shape moves (in bf16, ~1e-2)."""
-    if batch.minibatch is None:
-        return micro_batches(batch, rows, max_tokens)
-    minibatch = batch.minibatch.tolist()
-    return [mb for k in sorted({minibatch[i] for i in rows})
-            for mb in micro_batches(batch, [i for i in rows if minibatch[i] == k], max_tokens)]
+def minibatch_micro_batches(batch: TrainBatch, minibatch_of: torch.Tensor, minibatches: int,
+                            max_tokens: int) -> list[list[list[int]]]:
+    """[k]: the micro-batches of PPO mini-batch k (the rows with minibatch_of == k). The update
+    runs them, and π_old and π_ref are computed in the same ones, so that the first mini-batch's
+    ratio is exactly 1 (the same kernels on the same shapes) rather than off by what the batch's
+    shape moves (in bf16, ~1e-2)."""
+    return [micro_batches(batch, (minibatch_of == k).nonzero().squeeze(-1).tolist(), max_tokens)
+            for k in range(minibatches)]
 
 
 def row_costs(batch: TrainBatch, linear_cost: float) -> torch.Tensor:
     """[B] each row's compute, up to a constant: L·linear_cost + L² for a sequence of L tokens
     (the weights' FLOPs grow with L, causal attention's with L²; `Policy.linear_cost` weighs the
     two for the model)."""
-    lengths = (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).double()
+    lengths = row_lengths(batch).double()
     return lengths * (linear_cost + lengths)
 
 
@@ -733,15 +744,20 @@ def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
 
 def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig) -> torch.Tensor:
     """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), in the update's
-    micro-batches (`update_micro_batches`).
+    micro-batches (`minibatch_micro_batches` of the split `merge_duplicates` recorded; all rows
+    together when none is).
 
     policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: every process runs as many
     passes as the one with the most (padded with `idle_pass`), also a process with no rows at
     all."""
     out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
     device = next(policy.parameters()).device
-    chunks = update_micro_batches(batch, list(range(len(batch.advantages))),
-                                  cfg.micro_batch_tokens)
+    minibatch_of = (torch.zeros(len(batch.advantages), dtype=torch.long)
+                    if batch.minibatch is None else batch.minibatch)
+    minibatches = int(minibatch_of.max()) + 1 if len(minibatch_of) else 0
+    chunks = [mb for per_minibatch in minibatch_micro_batches(batch, minibatch_of, minibatches,
+                                                              cfg.micro_batch_tokens)
+              for mb in per_minibatch]
     with torch.no_grad():
         for i in range(lockstep_passes(len(chunks))):
             if i >= len(chunks):
@@ -775,15 +791,16 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     processes = float(all_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
     stats = dict.fromkeys(UPDATE_STATS, 0.0)
     tokens_seen = 0.0
+    per_minibatch = minibatch_micro_batches(batch, minibatch_of, cfg.minibatches,
+                                            cfg.micro_batch_tokens)
     policy.train()
-    for k in range(cfg.minibatches):
-        minibatch = (minibatch_of == k).nonzero().squeeze(-1).tolist()
-        local_tokens = (batch.response_mask[minibatch].sum(-1) * weights[minibatch]).sum()
+    for k, chunks in enumerate(per_minibatch):
+        in_minibatch = minibatch_of == k
+        local_tokens = (batch.response_mask[in_minibatch].sum(-1) * weights[in_minibatch]).sum()
         n_tokens = float(all_sum(local_tokens))
         if n_tokens == 0:  # no process has a row in this mini-batch
             continue
         optimizer.zero_grad(set_to_none=True)
-        chunks = micro_batches(batch, minibatch, cfg.micro_batch_tokens)
         passes = lockstep_passes(len(chunks))
         for i in range(passes):
             last = i == passes - 1  # DDP: all-reduce gradients once, after the last micro-batch

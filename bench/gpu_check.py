@@ -125,7 +125,7 @@ def update_rows(args, policy, optimizer, model, label: str) -> list[dict]:
     rows = []
     for batch, lengths in ((random_batch(args.rows, args.prompt_len, args.response_len, vocab),
                             "full-length rows"), (skewed_rows(args, vocab), "skewed lengths")):
-        sequences = (batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)).tolist()
+        sequences = update.row_lengths(batch).tolist()
         tokens = sum(sequences)
         update.ppo_update(policy, optimizer, batch, update.batch_logprobs(policy, batch, cfg), cfg)
         torch.cuda.reset_peak_memory_stats()

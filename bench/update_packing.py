@@ -60,13 +60,8 @@ def padded_token_logprobs(model, batch: update.TrainBatch, rows: list[int], chun
     hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
                               position_ids=positions, use_cache=False).last_hidden_state
     live = attention_mask[:, -r:].bool()
-    flat_hidden, targets = hidden[:, -r - 1 : -1][live], input_ids[:, -r:][live]
-    weight = model.get_output_embeddings().weight
-    pieces = [torch.utils.checkpoint.checkpoint(
-        update._chunk_logprobs, flat_hidden[s : s + chunk_tokens], weight,
-        targets[s : s + chunk_tokens], 1.0, use_reentrant=False)[0]
-        for s in range(0, len(targets), chunk_tokens)]
-    return hidden.new_zeros(live.shape).masked_scatter(live, torch.cat(pieces))
+    return update.chunked_logprobs(model, hidden[:, -r - 1 : -1][live], input_ids[:, -r:][live],
+                                   live, 1.0, chunk_tokens)[0]
 
 
 def skewed_batch(rows: int, cap: int, vocab: int, seed: int, prompt_median: int = 100,
