@@ -1,0 +1,158 @@
+"""The update's levers on one GPU, side by side in one run: what activation checkpointing, the
+entropy in the output layer's recompute, and compiled decoder layers cost or save.
+
+Each variant runs the trainer's step (update.batch_logprobs for π_old, then update.ppo_update with
+AdamW) on gpu_check's 1.5B-shaped model, fp32 master weights under bf16 autocast, over the same two
+batches (full-length rows and skewed lengths up to 16K); tokens/s and MFU count real tokens only:
+- checkpoint all: every decoder layer under activation checkpointing (the trainer's
+  `--gradient-checkpointing`), micro-batches of `--micro-batch-tokens`;
+- checkpoint every k-th: the others keep their activations (selective checkpointing);
+- no checkpoint, smaller micro-batches: no recompute, more passes;
+- no entropy: the output layer's chunk without the entropy (the bound on what computing it
+  outside the checkpointed chunk could save);
+- compiled layers: torch.compile on each decoder layer (dynamic shapes; compile time reported).
+
+    python bench/update_levers.py                  # about 4 minutes on one H100
+    python bench/update_levers.py --tiny --device cpu   # the code path on a small model
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import update  # noqa: E402
+from bench.gpu_check import (QWEN2_1P5B, flops_per_token, peak_tflops,  # noqa: E402
+                             random_batch, skewed_rows)
+
+VARIANTS = ("checkpoint all", "checkpoint every 2nd", "checkpoint every 4th",
+            "no checkpoint, micro-batch 8K", "no checkpoint, micro-batch 16K", "no entropy",
+            "compiled layers", "compiled layers, checkpoint every 2nd")
+
+
+def build(args):
+    import transformers
+
+    shape = dict(QWEN2_1P5B)
+    if args.tiny:
+        shape.update(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                     num_attention_heads=4, num_key_value_heads=2)
+    config = transformers.Qwen2Config(**shape)
+    with torch.device(args.device):
+        return transformers.Qwen2ForCausalLM(config)
+
+
+def checkpoint_every(model, k: int | None) -> None:
+    """Activation checkpointing on every k-th decoder layer (None: none)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for i, layer in enumerate(model.model.layers):
+        layer.gradient_checkpointing = k is not None and i % k == 0
+
+
+def _chunk_logprobs_without_entropy(hidden, lm_head_weight, targets, temperature):
+    logits = (hidden @ lm_head_weight.T).float() / temperature
+    logprobs = logits.gather(-1, targets[:, None]).squeeze(-1) - logits.logsumexp(dim=-1)
+    return logprobs, torch.zeros_like(logprobs)
+
+
+def measure(args, policy, optimizer, model, batches, micro_batch_tokens: int) -> list[dict]:
+    cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=micro_batch_tokens,
+                              logprob_chunk_tokens=4096)
+    cuda = args.device == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    rows = []
+    for name, batch in batches:
+        sequences = update.row_lengths(batch).tolist()
+        start = time.perf_counter()
+        update.ppo_update(policy, optimizer, batch, update.batch_logprobs(policy, batch, cfg), cfg)
+        sync()
+        warm_s = time.perf_counter() - start
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        old = update.batch_logprobs(policy, batch, cfg)
+        sync()
+        logprob_s = time.perf_counter() - start
+        start = time.perf_counter()
+        update.ppo_update(policy, optimizer, batch, old, cfg)
+        sync()
+        update_s = time.perf_counter() - start
+        achieved = sum(n * flops_per_token(model, n) for n in sequences) / update_s
+        peak = peak_tflops() if cuda else None
+        rows.append({"batch": name, "tokens": sum(sequences), "first call s": round(warm_s, 1),
+                     "tokens/s (fwd+bwd+AdamW)": round(sum(sequences) / update_s),
+                     "MFU": f"{100 * achieved / peak / 1e12:.1f}%" if peak else "n/a",
+                     "log-prob pass tokens/s": round(sum(sequences) / logprob_s),
+                     "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1)
+                     if cuda else "n/a"})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                        help="run only these variants")
+    parser.add_argument("--rows", type=int, default=32, help="full-length rows in the batch")
+    parser.add_argument("--prompt-len", type=int, default=512, help="prompt tokens per row")
+    parser.add_argument("--response-len", type=int, default=1536, help="response tokens per row")
+    parser.add_argument("--skewed-cap", type=int, default=16384,
+                        help="longest response of the skewed batch (the paper's 16K)")
+    parser.add_argument("--micro-batch-tokens", type=int, default=32768,
+                        help="tokens per pass where the variant does not say (the paper preset's)")
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run")
+    parser.add_argument("--tiny", action="store_true", help="a small model: the code path only")
+    parser.add_argument("--json", default=None, help="also write the rows here")
+    args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("error: no CUDA GPU usable by torch here; --device cpu --tiny for a dry run")
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(mixed_precision="bf16", cpu=args.device == "cpu")
+    model = build(args)
+    vocab = model.config.vocab_size
+    batches = [("full-length rows", random_batch(args.rows, args.prompt_len, args.response_len,
+                                                 vocab)),
+               ("skewed lengths", skewed_rows(args, vocab))]
+    policy = update.Policy(model)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+    policy, optimizer = accelerator.prepare(policy, optimizer)
+    chunk = update._chunk_logprobs
+    results = []
+    for variant in args.only:
+        tokens = args.micro_batch_tokens
+        every = {"checkpoint every 2nd": 2, "checkpoint every 4th": 4,
+                 "compiled layers, checkpoint every 2nd": 2}.get(variant, 1)
+        if variant.startswith("no checkpoint"):
+            every, tokens = None, int(variant.split()[-1][:-1]) * 1024
+        checkpoint_every(model, every)
+        update._chunk_logprobs = _chunk_logprobs_without_entropy if variant == "no entropy" \
+            else chunk
+        compile_start = time.perf_counter()
+        if variant.startswith("compiled"):
+            torch._dynamo.config.cache_size_limit = 64  # 28 layers, each its own module
+            for layer in model.model.layers:
+                layer.compile(dynamic=True)
+        try:
+            rows = measure(args, policy, optimizer, model, batches, tokens)
+        except torch.OutOfMemoryError:
+            rows = [{"error": "out of GPU memory"}]
+        except Exception as e:  # one failed variant must not hide the others' numbers
+            rows = [{"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}]
+        for row in rows:
+            row = {"variant": variant, **row,
+                   "variant wall s": round(time.perf_counter() - compile_start, 1)}
+            print(json.dumps(row), flush=True)
+            results.append(row)
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
