@@ -370,13 +370,25 @@ def _varlen_attention(query, key, value, cu_seqlens, max_length, scaling):
                        **options)[None]  # [1, T, heads, head_dim]
 
 
+def attention_dtype(query: torch.Tensor) -> torch.dtype:
+    """The dtype SDPA computes `query` in: autocast's where it is on (SDPA is on autocast's
+    lower-precision list; rotary embeddings can hand attention fp32 queries under autocast).
+
+    >>> with torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     attention_dtype(torch.zeros(1))
+    torch.bfloat16
+    """
+    device = query.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else query.dtype
+
+
 def packed_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
                      scaling: float | None = None, *, sdpa: Callable, **kwargs):
     """transformers' attention interface (`PACKED_ATTENTION`) for a `Pack`: causal attention inside
-    each row and never across, nothing computed for padding. On CUDA in bf16/fp16, torch's own
-    FlashAttention-2 varlen kernel; elsewhere (CPU, fp32) causal SDPA over the rows grouped by
-    length, exact. A call without a pack (generation, evaluation) is transformers' `sdpa`
-    unchanged (bound by `register_packed_attention`).
+    each row and never across, nothing computed for padding. On CUDA in bf16/fp16 (or autocast to
+    them), torch's own FlashAttention-2 varlen kernel; elsewhere (CPU, fp32) causal SDPA over the
+    rows grouped by length, exact. A call without a pack (generation, evaluation) is
+    transformers' `sdpa` unchanged (bound by `register_packed_attention`).
 
     query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim]; returns [1, T, heads,
     head_dim] and no weights."""
@@ -386,8 +398,9 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
                     **kwargs)
     if dropout:
         raise ValueError("packed_attention: attention dropout is not supported")
-    if (query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
-            and varlen_kernel() is not None):
+    dtype = attention_dtype(query)
+    if query.is_cuda and dtype in (torch.bfloat16, torch.float16) and varlen_kernel() is not None:
+        query, key, value = (x.to(dtype) for x in (query, key, value))
         return _varlen_attention(query, key, value, cu_seqlens, kwargs["max_length_q"],
                                  scaling), None
     return _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling), None

@@ -6,8 +6,10 @@ AdamW) on gpu_check's 1.5B-shaped model, fp32 master weights under bf16 autocast
 batches (full-length rows and skewed lengths up to 16K); tokens/s and MFU count real tokens only:
 - checkpoint all: every decoder layer under activation checkpointing (the trainer's
   `--gradient-checkpointing`), micro-batches of `--micro-batch-tokens`;
-- checkpoint every k-th: the others keep their activations (selective checkpointing);
-- no checkpoint, smaller micro-batches: no recompute, more passes;
+- checkpoint every k-th: the others keep their activations (selective checkpointing), with
+  smaller micro-batches where the name says;
+- no checkpoint, smaller micro-batches: no recompute, more passes (a row longer than the budget
+  is still one pass);
 - no entropy: the output layer's chunk without the entropy (the bound on what computing it
   outside the checkpointed chunk could save);
 - compiled layers: torch.compile on each decoder layer (dynamic shapes; compile time reported).
@@ -30,9 +32,17 @@ import update  # noqa: E402
 from bench.gpu_check import (QWEN2_1P5B, flops_per_token, peak_tflops,  # noqa: E402
                              random_batch, skewed_rows)
 
-VARIANTS = ("checkpoint all", "checkpoint every 2nd", "checkpoint every 4th",
-            "no checkpoint, micro-batch 8K", "no checkpoint, micro-batch 16K", "no entropy",
-            "compiled layers", "compiled layers, checkpoint every 2nd")
+# name: (checkpoint every k-th layer (None: none), tokens per pass (None: --micro-batch-tokens),
+# entropy computed, layers compiled)
+VARIANTS = {
+    "checkpoint all": (1, None, True, False),
+    "checkpoint every 2nd": (2, None, True, False),
+    "checkpoint every 2nd, micro-batch 16K": (2, 16384, True, False),
+    "checkpoint every 4th, micro-batch 8K": (4, 8192, True, False),
+    "no checkpoint, micro-batch 8K": (None, 8192, True, False),
+    "no entropy": (1, None, False, False),
+    "compiled layers": (1, None, True, True),
+}
 
 
 def build(args):
@@ -124,22 +134,19 @@ def main() -> None:
     chunk = update._chunk_logprobs
     results = []
     for variant in args.only:
-        tokens = args.micro_batch_tokens
-        every = {"checkpoint every 2nd": 2, "checkpoint every 4th": 4,
-                 "compiled layers, checkpoint every 2nd": 2}.get(variant, 1)
-        if variant.startswith("no checkpoint"):
-            every, tokens = None, int(variant.split()[-1][:-1]) * 1024
+        every, tokens, entropy, compiled = VARIANTS[variant]
         checkpoint_every(model, every)
-        update._chunk_logprobs = _chunk_logprobs_without_entropy if variant == "no entropy" \
-            else chunk
+        update._chunk_logprobs = chunk if entropy else _chunk_logprobs_without_entropy
         compile_start = time.perf_counter()
-        if variant.startswith("compiled"):
+        if compiled:
             torch._dynamo.config.cache_size_limit = 64  # 28 layers, each its own module
             for layer in model.model.layers:
                 layer.compile(dynamic=True)
         try:
-            rows = measure(args, policy, optimizer, model, batches, tokens)
+            rows = measure(args, policy, optimizer, model, batches,
+                           tokens or args.micro_batch_tokens)
         except torch.OutOfMemoryError:
+            optimizer.zero_grad(set_to_none=True)  # what the failed step left for the next
             rows = [{"error": "out of GPU memory"}]
         except Exception as e:  # one failed variant must not hide the others' numbers
             rows = [{"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}]

@@ -54,13 +54,14 @@ def padded_token_logprobs(model, batch: update.TrainBatch, rows: list[int], chun
     """[rows, r] log-probs of a padded micro-batch: [b, longest prompt + longest response]."""
     p = int(batch.prompt_mask[rows].sum(-1).max())
     r = int(batch.response_mask[rows].sum(-1).max())
-    input_ids = torch.cat([batch.prompt_ids[rows, -p:], batch.response_ids[rows, :r]], dim=-1)
-    attention_mask = torch.cat([batch.prompt_mask[rows, -p:], batch.response_mask[rows, :r]], -1)
-    positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = model.base_model(input_ids=input_ids, attention_mask=attention_mask,
+    device = model.device
+    ids = torch.cat([batch.prompt_ids[rows, -p:], batch.response_ids[rows, :r]], -1).to(device)
+    mask = torch.cat([batch.prompt_mask[rows, -p:], batch.response_mask[rows, :r]], -1).to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = model.base_model(input_ids=ids, attention_mask=mask,
                               position_ids=positions, use_cache=False).last_hidden_state
-    live = attention_mask[:, -r:].bool()
-    return update.chunked_logprobs(model, hidden[:, -r - 1 : -1][live], input_ids[:, -r:][live],
+    live = mask[:, -r:].bool()
+    return update.chunked_logprobs(model, hidden[:, -r - 1 : -1][live], ids[:, -r:][live],
                                    live, 1.0, chunk_tokens)[0]
 
 
@@ -100,7 +101,7 @@ def side_by_side(model, batch: update.TrainBatch, budget: int, chunk_tokens: int
         return padded_token_logprobs(model, batch, rows, chunk_tokens)
 
     def packed(rows):
-        return policy(update.pack_rows(batch, rows), 1.0, chunk_tokens)[0]
+        return policy(update.pack_rows(batch, rows).to(model.device), 1.0, chunk_tokens)[0]
 
     def timed_pass(forward, bins: list[list[int]], backward: bool) -> float:
         synchronize()
