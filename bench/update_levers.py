@@ -42,6 +42,7 @@ VARIANTS = {
     "no checkpoint, micro-batch 8K": (None, 8192, True, False),
     "no entropy": (1, None, False, False),
     "compiled layers": (1, None, True, True),
+    "compiled layers, checkpoint every 2nd, micro-batch 16K": (2, 16384, True, True),
 }
 
 
