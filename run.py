@@ -230,15 +230,18 @@ def setup(cfg) -> Run:
     for path in (cfg.train_data, cfg.test_data):
         rollout.check_prompt_lengths(path, tokenizer, prompt_limit, cfg.chat_template)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        checkpoint_layers(model, cfg.checkpoint_every)
     hf_sampler = None
     if sharding:
         policy, ref_policy, hf_sampler = fsdp2_models(accelerator, model, cfg.kl_coef > 0,
-                                                      engine_name == "hf")
+                                                      engine_name == "hf", cfg.compile_layers)
     else:
         ref_policy = (update.Policy(copy.deepcopy(model).requires_grad_(False)) if cfg.kl_coef > 0
                       else None)
         policy = update.Policy(model)
+        if cfg.compile_layers:
+            for each in (policy, ref_policy):
+                compile_layers(each)
     # over the shards under FSDP2 (fully_shard replaced the parameters)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     if not sharding:
@@ -311,6 +314,33 @@ def is_sharded(module: torch.nn.Module) -> bool:
     return isinstance(module, FSDPModule)
 
 
+def checkpoint_layers(model, every: int = 1) -> None:
+    """Activation checkpointing on every `every`-th decoder layer (1: all of them); the others keep
+    their activations for backward."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    layers = model.base_model.layers
+    if every != 1 and not all(isinstance(layer, GradientCheckpointingLayer) for layer in layers):
+        raise InputError(f"checkpoint_every {every}: {type(model).__name__}'s decoder layers "
+                         "cannot be checkpointed one by one (use 1)")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    for i, layer in enumerate(layers):
+        layer.gradient_checkpointing = i % every == 0
+
+
+def compile_layers(policy: update.Policy | None) -> None:
+    """torch.compile on each decoder layer in place (parameter names unchanged: checkpoints and
+    vLLM's weight stream see the same model), dynamic shapes since every pack has its own length.
+    After any deep copy of the model: a copy of a compiled layer would run the original's."""
+    if policy is None:
+        return
+    # training, no-grad, recompute and generation passes each get their own graphs, FSDP2's hooks
+    # more: room for them all before dynamo falls back to eager
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    for layer in policy.model.base_model.layers:
+        layer.compile(dynamic=True)
+
+
 def fully_shard_policy(policy: update.Policy, bf16: bool = True, mesh=None) -> update.Policy:
     """FSDP2 (torch's `fully_shard`), the same on CPU and GPU: each decoder layer is a unit, the
     rest (embeddings, final norm, output layer, tied or not) is the root's. With `bf16`: compute in
@@ -326,11 +356,13 @@ def fully_shard_policy(policy: update.Policy, bf16: bool = True, mesh=None) -> u
     return policy
 
 
-def fsdp2_models(accelerator: Accelerator, model, with_reference: bool, hf_engine: bool):
+def fsdp2_models(accelerator: Accelerator, model, with_reference: bool, hf_engine: bool,
+                 compiled: bool = False):
     """(policy, reference or None, hf sampler or None) under FSDP2, from the model every process
     loaded. Rank 0's weights are broadcast first: with the configs' cpu_ram_efficient_loading,
     transformers loads them on local rank 0 only and zeroes them elsewhere. The reference is
-    sharded like the policy (its KL forward runs where the policy's does)."""
+    sharded like the policy (its KL forward runs where the policy's does); with `compiled`, both
+    have their layers compiled before they are sharded (the sampler is not)."""
     if accelerator.mixed_precision not in ("no", "bf16"):
         raise InputError(f"mixed_precision '{accelerator.mixed_precision}' under FSDP: use bf16 "
                          "(or 'no')")
@@ -343,9 +375,14 @@ def fsdp2_models(accelerator: Accelerator, model, with_reference: bool, hf_engin
             torch.distributed.broadcast(tensor, src=0)
     bf16, mesh = accelerator.mixed_precision == "bf16", fsdp_mesh(accelerator)
     hf_sampler = copy.deepcopy(model).requires_grad_(False) if hf_engine else None
-    reference = (fully_shard_policy(update.Policy(copy.deepcopy(model).requires_grad_(False)), bf16,
-                                    mesh) if with_reference else None)
-    return fully_shard_policy(update.Policy(model), bf16, mesh), reference, hf_sampler
+    policies = [update.Policy(model)]
+    if with_reference:
+        policies.append(update.Policy(copy.deepcopy(model).requires_grad_(False)))
+    for policy in policies:
+        if compiled:
+            compile_layers(policy)
+        fully_shard_policy(policy, bf16, mesh)
+    return policies[0], policies[1] if with_reference else None, hf_sampler
 
 
 def fsdp_mesh(accelerator: Accelerator, environ=os.environ):

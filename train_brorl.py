@@ -177,6 +177,12 @@ class Config:
     """response tokens per output-layer chunk when computing log-probs"""
     gradient_checkpointing: bool = False
     """recompute the transformer's activations in backward (much less memory for long responses)"""
+    checkpoint_every: int = 1
+    """with gradient_checkpointing: recompute every k-th decoder layer only, the others keep their
+    activations (faster, more memory; bench/RESULTS.md)"""
+    compile_layers: bool = False
+    """torch.compile each decoder layer (dynamic shapes: fused norms, rotary and MLP); the first
+    passes take a minute or more to compile"""
     max_grad_norm: float = update.UpdateConfig.max_grad_norm
     """gradient clipping norm"""
     # ---- loop, eval, checkpoints ----
@@ -287,9 +293,12 @@ PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step
 # rule (open: the paper ran 8+ GPUs). Memory at 1.78B: fp32 weights and AdamW's moments stay on the
 # GPU while vLLM samples (16 bytes per parameter, gradients freed: 21 GB of 80); vLLM takes 60% (48
 # GB: bf16 weights 3.6, the rest KV cache, ~1.4M tokens); the update is bf16 autocast with
-# activation checkpointing.
+# compiled layers, every 2nd checkpointed, over passes of 16K tokens: on one H100 1.4x / 1.25x the
+# tokens/s of all layers checkpointed over 32K (full-length / skewed rows, peak 60 GB with a 16.7K
+# row: bench/RESULTS.md).
 PRESETS["brorl-1gpu"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=16, lr=LR_PRORL,
-                             total_steps=200, gpu_memory_utilization=0.6, verify_workers=8)
+                             total_steps=200, gpu_memory_utilization=0.6, verify_workers=8,
+                             micro_batch_tokens=16384, checkpoint_every=2, compile_layers=True)
 
 
 def validate(cfg: Config) -> None:
@@ -300,6 +309,7 @@ def validate(cfg: Config) -> None:
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
         (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
+        (cfg.checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {cfg.checkpoint_every}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
         ((cfg.n_rollouts * cfg.prompts_per_step) % cfg.minibatches == 0,
          f"batch of {cfg.prompts_per_step} prompts x {cfg.n_rollouts} rollouts is not divisible "

@@ -109,12 +109,14 @@ def test_paper_preset_demands_a_pinned_revision():
 def test_the_one_gpu_preset_is_the_recipe_in_bf16_and_runs_at_tiny_size(tmp_path):
     preset = {**dataclasses.asdict(train_brorl.Config()), **train_brorl.PRESETS["brorl-1gpu"]}
     recipe = {key: value for key, value in train_brorl.PAPER_RECIPE.items()
-              if key not in ("gpu_memory_utilization", "verify_workers")}
+              if key not in ("gpu_memory_utilization", "verify_workers", "micro_batch_tokens")}
     assert recipe.items() <= preset.items()
     assert (preset["n_rollouts"], preset["prompts_per_step"], preset["lr"]) == (512, 16, 2e-6)
-    assert (preset["mixed_precision"], preset["vllm_dtype"], preset["gradient_checkpointing"]
-            ) == ("bf16", "bfloat16", True)
-    # everything else of the preset as it is: bf16 autocast, checkpointing, KL, TIS, refills
+    assert (preset["mixed_precision"], preset["vllm_dtype"], preset["gradient_checkpointing"],
+            preset["checkpoint_every"], preset["compile_layers"]
+            ) == ("bf16", "bfloat16", True, 2, True)
+    # everything else of the preset as it is: bf16 autocast, compiled layers with selective
+    # checkpointing, KL, TIS, refills
     tiny = ["--model", "tiny", "--train-data", str(ROOT / "data/arith_train.jsonl"),
             "--test-data", str(ROOT / "data/arith_test.jsonl"), "--engine", "hf",
             "--n-rollouts", "8", "--prompts-per-step", "2", "--max-new-tokens", "8",

@@ -275,6 +275,61 @@ def test_packed_logprobs_entropies_and_gradients_equal_the_padded_forward(untrai
         assert torch.allclose(a, b, atol=FP32_SHAPE_ATOL, rtol=1e-4)
 
 
+def test_selective_checkpointing_recomputes_only_every_kth_layer_with_the_same_gradients(
+        untrained_policy):
+    import run
+
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer, n_rows=4)
+    pack = update.pack_rows(batch, [0, 1, 2, 3])
+    results = {}
+    for every in (None, 2):
+        policy = update.Policy(copy.deepcopy(model))
+        if every:
+            run.checkpoint_layers(policy.model, every)
+        calls = [0] * len(policy.model.base_model.layers)
+        for i, layer in enumerate(policy.model.base_model.layers):
+            # a pre-hook: the recompute stops once it has what backward needs (torch's early stop)
+            layer.register_forward_pre_hook(lambda *_, i=i: calls.__setitem__(i, calls[i] + 1))
+        policy.train()
+        logprobs = policy(pack)[0]
+        grads = torch.autograd.grad(logprobs.sum(), list(policy.parameters()))
+        results[every] = calls, grads
+    assert results[None][0] == [1, 1, 1, 1]
+    assert results[2][0] == [2, 1, 2, 1]  # layers 0 and 2 run again in backward
+    # the recompute repeats the same operations on the same inputs: the same gradients
+    for a, b in zip(results[None][1], results[2][1]):
+        assert torch.equal(a, b)
+
+
+def test_compiled_layers_give_the_eager_log_probs_gradients_names_and_generation(
+        untrained_policy):
+    import run
+
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer, n_rows=4)
+    pack = update.pack_rows(batch, [2, 0, 3, 1])
+    eager, compiled = (update.Policy(copy.deepcopy(model)) for _ in range(2))
+    run.compile_layers(compiled)
+    assert [n for n, _ in compiled.named_parameters()] == [n for n, _ in eager.named_parameters()]
+    out = {}
+    for name, policy in (("eager", eager), ("compiled", compiled)):
+        policy.train()
+        logprobs, entropy = policy(pack, 0.7)
+        out[name] = logprobs, entropy, torch.autograd.grad(logprobs.sum(),
+                                                           list(policy.parameters()))
+    # fused kernels sum in another order: the fp32 bound of the packed-vs-padded test
+    for a, b in zip(out["eager"][:2] + out["eager"][2], out["compiled"][:2] + out["compiled"][2]):
+        assert torch.allclose(a, b, atol=FP32_SHAPE_ATOL, rtol=1e-4)
+    # the hf engine samples through the same layers
+    params = rollout.SamplingParams(n=2, max_new_tokens=4, temperature=1.0)
+    prompts = [[5, 6, 7], [8, 9]]
+    samples = [rollout.generate(policy.model.eval(), tokenizer, prompts, params,
+                                torch.Generator().manual_seed(0)).response_ids
+               for policy in (eager, compiled)]
+    assert torch.equal(*samples)
+
+
 def test_a_packed_row_never_sees_another_row_of_its_pack(untrained_policy):
     model, tokenizer = untrained_policy
     policy = update.Policy(copy.deepcopy(model))
