@@ -1,9 +1,9 @@
 """The revive experiment's results (experiments/revive.py runs the experiment and calls this): each
-finished run's metrics.jsonl -> its seed's curves -> each branch's mean over seeds -> the compute
-frontier -> results.json, results.md and the figures, rewritten in the experiment folder after every
-finished run. Also the folder's bookkeeping: where each branch run lives, the origin each run
-recorded (the warmed model's weights and the CPU kernels), and another sitting's results.json
-joined in with --merge.
+finished run's metrics.jsonl -> its seed's curves (pass@1, and pass@k where the evals logged it) ->
+each branch's mean over seeds -> the compute frontier -> results.json, results.md and the figures,
+rewritten in the experiment folder after every finished run. Also the folder's bookkeeping: where
+each branch run lives, the origin each run recorded (the warmed model's weights and the CPU
+kernels), and another sitting's results.json joined in with --merge.
 
     # results.md and the figures again from an experiment folder's results.json, e.g. after
     # changing this file
@@ -35,6 +35,7 @@ from tasks import InputError, read_jsonl  # noqa: E402
 # the graded task's held-out problems, every run's eval set; their levels split pass@1 by difficulty
 TEST_DATA = ROOT / "data" / "graded_test.jsonl"
 HIST_BINS = monitor.CORRECT_FRACTION_BINS  # the bins of monitor.correct_fraction_histogram
+PASS_AT_K = re.compile(r"eval_pass@(\d+)")  # the in-training eval's pass@k keys (eval.py)
 
 
 def mean(values: list[float]) -> float:
@@ -173,6 +174,15 @@ def merged_seeds(earlier: dict | None, start: str, key: str, shape: dict) -> dic
 
 # ---- summaries: a run's curves, a branch's mean over seeds, the frontier -------------------------
 
+def pass_at_k_curves(evals: list[dict]) -> dict[str, list[float]]:
+    """Each k's pass@k over a run's evals, for every k all of them logged (the in-training eval's
+    `eval_pass@k`: eval.py's unbiased estimator at powers of two up to the samples per problem);
+    by k in increasing order."""
+    logged = [{m[1] for key in row if (m := PASS_AT_K.fullmatch(key))} for row in evals]
+    ks = sorted(set.intersection(*logged) if logged else (), key=int)
+    return {k: [row[f"eval_pass@{k}"] for row in evals] for k in ks}
+
+
 def seed_summary(run_dir: Path, shape: dict) -> dict:
     """One branch run's curves from its metrics.jsonl: x = samples generated since the branch
     point."""
@@ -189,6 +199,7 @@ def seed_summary(run_dir: Path, shape: dict) -> dict:
         "compute": [r["step"] * shape["samples_per_step"] for r in evals],
         "compute_tokens": [tokens_by_step.get(r["step"], float("nan")) for r in evals],
         "eval_pass1": [r["eval_pass1"] for r in evals],
+        "eval_pass_at_k": pass_at_k_curves(evals),
         "probe_compute": [r["step"] * shape["samples_per_step"] for r in probes],
         "probe_improved_frac": [r["probe_improved_frac"] for r in probes],
         "probe_dropped_frac": [r["probe_dropped_frac"] for r in probes],
@@ -208,18 +219,28 @@ def mean_of_curves(curves: list[list[float]]) -> list[float]:
     return [mean([c[i] for c in curves]) for i in range(min(map(len, curves), default=0))]
 
 
+def seed_spread(per_seed: dict[str, float]) -> dict:
+    """Seed mean, population std (÷ seeds) and every seed's value."""
+    seed_mean = mean(list(per_seed.values()))
+    return {"mean": seed_mean, "per_seed": per_seed,
+            "std": math.sqrt(sum((v - seed_mean) ** 2 for v in per_seed.values()) / len(per_seed))}
+
+
 def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
-    """Mean over seeds, with every seed's values kept (the spread is the point of several seeds)."""
+    """Mean over seeds, with every seed's values kept (the spread is the point of several seeds).
+    pass@k for the k every seed has (a merged summary may predate pass@k: then none)."""
     seeds = list(per_seed.values())
-    finals = {str(seed): s["eval_pass1"][-1] for seed, s in per_seed.items()}
-    final_mean = mean(list(finals.values()))
+    ks = sorted(set.intersection(*(set(s.get("eval_pass_at_k", {})) for s in seeds)), key=int)
     return {
         **shape,
         "compute": seeds[0]["compute"],
         "eval_pass1": mean_of_curves([s["eval_pass1"] for s in seeds]),
-        "final_eval_pass1": {"mean": final_mean, "per_seed": finals,
-                             "std": math.sqrt(sum((v - final_mean) ** 2
-                                                  for v in finals.values()) / len(finals))},
+        "final_eval_pass1": seed_spread({str(seed): s["eval_pass1"][-1]
+                                         for seed, s in per_seed.items()}),
+        "eval_pass_at_k": {k: mean_of_curves([s["eval_pass_at_k"][k] for s in seeds])
+                           for k in ks},
+        "final_eval_pass_at_k": {k: seed_spread({str(seed): s["eval_pass_at_k"][k][-1]
+                                                 for seed, s in per_seed.items()}) for k in ks},
         "pass_rate": mean([s["pass_rate"] for s in seeds]),
         "n_per_prompt_max": mean([s["n_per_prompt_max"] for s in seeds]),
         "probe_compute": seeds[0]["probe_compute"],
@@ -290,10 +311,60 @@ def summarise(plan, branches: list[dict], out: Path, model: str, stage1_result: 
 
 # ---- results.md and the figures ------------------------------------------------------------------
 
+def finals(branch: dict | None, k: str) -> dict[str, float]:
+    """A branch's pass@k at the budget, seed by seed (k "1": pass@1; none: no such branch, or a
+    summary without that k)."""
+    if branch is None:
+        return {}
+    found = branch["final_eval_pass1"] if k == "1" else branch.get("final_eval_pass_at_k",
+                                                                   {}).get(k)
+    return found["per_seed"] if found else {}
+
+
+def paired_difference(mine: dict[str, float], theirs: dict[str, float]) -> str:
+    """A table cell: one branch's per-seed values minus another's, the mean over the seeds both
+    have (each seed); empty where none is shared."""
+    differences = {seed: value - theirs[seed] for seed, value in mine.items() if seed in theirs}
+    return "" if not differences else (
+        f"{mean(list(differences.values())):+.3f} ("
+        + " / ".join(f"s{seed} {d:+.3f}" for seed, d in differences.items()) + ")")
+
+
+def pass_at_k_table(branches: dict, names: list[str], multipliers: list[float],
+                    reference: str) -> list[str]:
+    """results.md's pass@k at the budget per branch and lr, and how far the largest k and pass@1
+    each moved against `reference` (ProRL) seed by seed: does a branch gain coverage (pass@k at
+    large k) that pass@1 does not show?"""
+    ks = sorted({k for b in branches.values() for k in b.get("final_eval_pass_at_k", {})}, key=int)
+    if not ks:
+        return ["", "pass@k: not in these results (their runs' summaries hold pass@1 only)."]
+    top = ks[-1]
+    lines = ["", "pass@k at the budget (the final eval, eval.py's unbiased estimator over each "
+             f"problem's samples), mean over seeds; then pass@{top} and pass@1 minus {reference}'s "
+             "at the same lr, the mean over the seeds both finished (each seed):", "",
+             "| branch | lr | " + " | ".join(f"pass@{k}" for k in ks)
+             + f" | pass@{top} − {reference} | pass@1 − {reference} |",
+             "| --- " * (4 + len(ks)) + "|"]
+    for name in names:
+        for m in multipliers:
+            b = branches.get(branch_key(name, m))
+            if b is None:
+                continue
+            at_k = b.get("final_eval_pass_at_k", {})
+            ours = [finals(b, k) for k in (top, "1")]
+            theirs = [finals(branches.get(branch_key(reference, m)), k) for k in (top, "1")]
+            differences = (["", ""] if name == reference else
+                           [paired_difference(*pair) for pair in zip(ours, theirs)])
+            lines.append(f"| {name} | {m:g}η | " + " | ".join(
+                f"{at_k[k]['mean']:.3f}" if k in at_k else "" for k in ks)
+                + " | " + " | ".join(differences) + " |")
+    return lines
+
+
 def report(results: dict) -> str:
     """results.md: stage 1's stretches and probe, then per start every branch's pass@1 at the
     budget (seed mean ± std, each seed) at each lr multiplier, each branch minus ProRL's N seed by
-    seed, and the frontier."""
+    seed, pass@k (`pass_at_k_table`), and the frontier."""
     plan, stage1_result = results["plan"], results["stage1"]
     steps_worth = plan["stage1_n"] * plan["stage1_prompts"]  # samples of one stage-1 step
     lines = ["## Stage 1 (ProRL)", ""]
@@ -316,6 +387,7 @@ def report(results: dict) -> str:
         branches = found["branches"]
         multipliers = sorted({b["lr_multiplier"] for b in branches.values()})
         names = list(dict.fromkeys(b["name"] for b in branches.values()))
+        reference = f"N{plan['stage1_n']}"  # ProRL's shape
         step0 = [b["eval_pass1"][0] for b in branches.values()]
         lines += ["", f"## From the {start} (lr η = {found['lr']:.3g}; pass@1 at step 0, mean "
                   f"over branches: {mean(step0):.3f})", "",
@@ -337,23 +409,16 @@ def report(results: dict) -> str:
                              f"({' / '.join(f'{v:.3f}' for v in final['per_seed'].values())})")
             lines.append(f"| {name} | {shape['prompts_per_step']} × {shape['steps']} | "
                          f"{shape['pass_rate']:.2f} | " + " | ".join(cells) + " |")
-        reference = f"N{plan['stage1_n']}"  # ProRL's shape
         lines += ["", f"Each branch minus {reference} at the same lr, seed by seed (a seed's "
                   "branches see the same prompts): the mean over the seeds both finished (each "
                   "seed):", "",
                   "| branch | " + " | ".join(f"lr {m:g}η" for m in multipliers) + " |",
                   "| --- " * (1 + len(multipliers)) + "|"]
         for name in [n for n in names if n != reference]:
-            cells = []
-            for m in multipliers:
-                pair = [branches.get(branch_key(n, m)) for n in (name, reference)]
-                mine, theirs = ({} if b is None else b["final_eval_pass1"]["per_seed"]
-                                for b in pair)
-                differences = {seed: mine[seed] - theirs[seed] for seed in mine if seed in theirs}
-                cells.append("" if not differences else
-                             f"{mean(list(differences.values())):+.3f} (" + " / ".join(
-                                 f"s{seed} {d:+.3f}" for seed, d in differences.items()) + ")")
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | " + " | ".join(
+                paired_difference(*(finals(branches.get(branch_key(n, m)), "1")
+                                    for n in (name, reference))) for m in multipliers) + " |")
+        lines += pass_at_k_table(branches, names, multipliers, reference)
         lines += ["", "Frontier: the best pass@1 reached within each compute, mean over the seeds "
                   f"every branch has ({', '.join(found['frontier_seeds']) or 'none'}):", "",
                   "| samples (stage-1 steps' worth) | pass@1 | branch |", "| --- | --- | --- |"]

@@ -16,8 +16,8 @@ import revive  # noqa: E402
 import revive_report  # noqa: E402
 from tasks import InputError  # noqa: E402
 
-BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "pass_rate",
-               "probe_improved_frac",
+BRANCH_KEYS = {"n_rollouts", "compute", "eval_pass1", "final_eval_pass1", "eval_pass_at_k",
+               "final_eval_pass_at_k", "pass_rate", "probe_improved_frac",
                "probe_worst_drop", "samples_per_s", "tokens_per_s", "correct_frac_hist", "seeds"}
 
 
@@ -271,9 +271,12 @@ def test_quick_runs_stage1_then_the_branches_and_writes_the_schema(
         assert branch["lr"] == pytest.approx(3 * stage1["lr"]) and branch["compute"][-1] == 128
         assert len(branch["probe_improved_frac"]) == len(branch["eval_pass1"])
         assert branch["seeds"]["0"]["origin"] == revive_report.run_origin(quick_sitting.model)
+        # the trainer's evals log pass@k up to their samples per problem (2 in --quick)
+        assert list(branch["final_eval_pass_at_k"]) == ["1", "2"]
     for figure in ("frontier.png", "revive_plateau_lr3.png"):
         assert (out / figure).read_bytes().startswith(b"\x89PNG")
     assert "## From the plateau" in (out / "results.md").read_text()
+    assert "| pass@1 | pass@2 | pass@2 − N4 | pass@1 − N4 |" in (out / "results.md").read_text()
 
 
 def test_a_second_sitting_in_an_experiment_folder_needs_resume(quick_sitting):
@@ -297,24 +300,74 @@ FAKE_STAGE1 = {"lr": 1e-4, "checkpoint": "stage1/checkpoints/step_4", "saturated
                                         "lift": 0.1, "noise": 0.05}}]}
 
 
-def write_finished_branch_run(run_dir, shape: dict, pass1: float) -> None:
+def write_finished_branch_run(run_dir, shape: dict, pass1: float,
+                              pass_at_k: dict[int, float] | None = None) -> None:
     """What train_brorl.py leaves in a finished branch run: metrics.jsonl (a training row per step,
     an eval with the probe set's scores every eval_every steps), eval.json and the final eval's
-    samples."""
-    rows = [{"step": 0, "eval_pass1": 0.25, "probe_improved_frac": 0.0, "probe_dropped_frac": 0.0,
-             "probe_worst_drop": 0.0}]
+    samples. With `pass_at_k`, every eval after step 0 logs it as the trainer does (its
+    `eval_pass@k`, pass@1 among them), step 0's evals pass@k 0.25 for each k."""
+    def evals(pass1: float, at_k: dict[int, float]) -> dict:
+        return {"eval_pass1": pass1, **{f"eval_pass@{k}": v for k, v in at_k.items()}}
+
+    rows = [{"step": 0, **evals(0.25, {k: 0.25 for k in pass_at_k or {}}),
+             "probe_improved_frac": 0.0, "probe_dropped_frac": 0.0, "probe_worst_drop": 0.0}]
     for step in range(1, shape["steps"] + 1):
         rows.append({"step": step, "reward_mean": 0.5, "response_len": 6.0, "pass_rate": 0.4,
                      "samples_per_s": 100.0, "gen_tokens_per_s": 600.0,
                      **{f"correct_frac/{b}": 1 / 6 for b in revive_report.HIST_BINS}})
         if step % shape["eval_every"] == 0:
-            rows.append({"step": step, "eval_pass1": pass1, "probe_improved_frac": 0.5,
-                         "probe_dropped_frac": 0.1, "probe_worst_drop": -0.2})
+            rows.append({"step": step, **evals(pass1, pass_at_k or {}),
+                         "probe_improved_frac": 0.5, "probe_dropped_frac": 0.1,
+                         "probe_worst_drop": -0.2})
     run_dir.mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     (run_dir / "eval.json").write_text(json.dumps({"pass1": pass1}))
     samples = [{"header": {}}, {"id": 0, "reward": 1.0}, {"id": 1, "reward": 0.0}]
     (run_dir / "eval.samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+
+
+def test_pass_at_k_is_summarised_per_branch_like_pass1_and_tabled_beside_it_against_prorl(
+        tmp_path):
+    plan = revive.Plan()
+    # BroRL 2 points below ProRL at pass@1 in both seeds, 3 and 5 points above it at pass@16
+    finals = {16: {0: {1: 0.80, 2: 0.85, 4: 0.88, 8: 0.90, 16: 0.90},
+                   1: {1: 0.84, 2: 0.88, 4: 0.90, 8: 0.91, 16: 0.92}},
+              512: {0: {1: 0.78, 2: 0.84, 4: 0.89, 8: 0.92, 16: 0.95},
+                    1: {1: 0.82, 2: 0.87, 4: 0.91, 8: 0.94, 16: 0.95}}}
+    branches = {}
+    for n, by_seed in finals.items():
+        shape, per_seed = revive.branch_shape(plan, n, lr=1e-4), {}
+        for seed, at_k in by_seed.items():
+            run_dir = revive_report.branch_dir(tmp_path, "plateau", shape, seed)
+            write_finished_branch_run(run_dir, shape, at_k[1], pass_at_k=at_k)
+            per_seed[seed] = revive_report.seed_summary(run_dir, shape)
+        branches[f"N{n}@lr1"] = {**revive_report.branch_summary(shape, per_seed),
+                                 "lr_multiplier": 1.0}
+    broad = branches["N512@lr1"]
+    # by k in increasing order, each the mean over seeds of the curve and of the final eval
+    assert list(broad["final_eval_pass_at_k"]) == ["1", "2", "4", "8", "16"]
+    assert broad["final_eval_pass_at_k"]["16"] == {"mean": pytest.approx(0.95),
+                                                   "std": pytest.approx(0.0),
+                                                   "per_seed": {"0": 0.95, "1": 0.95}}
+    assert broad["eval_pass_at_k"]["8"][0] == 0.25
+    assert broad["eval_pass_at_k"]["8"][-1] == pytest.approx(0.93)
+    assert broad["final_eval_pass_at_k"]["1"] == broad["final_eval_pass1"]
+    results = {"plan": dataclasses.asdict(plan), "stage1": None, "starts": {"plateau": {
+        "lr": 1e-4, "branches": branches, "frontier": [], "frontier_seeds": ["0", "1"]}}}
+    table = revive_report.report(results)
+    assert ("| branch | lr | pass@1 | pass@2 | pass@4 | pass@8 | pass@16 | pass@16 − N16 | "
+            "pass@1 − N16 |") in table
+    assert "| N16 | 1η | 0.820 | 0.865 | 0.890 | 0.905 | 0.910 |  |  |" in table
+    assert ("| N512 | 1η | 0.800 | 0.855 | 0.900 | 0.930 | 0.950 | +0.040 (s0 +0.050 / s1 +0.030) "
+            "| -0.020 (s0 -0.020 / s1 -0.020) |") in table
+    # a seed summarised before pass@k was (another sitting's results.json) leaves its branch none:
+    # a mean over some seeds would not compare with the others' means
+    old_seed = {key: value for key, value in per_seed[0].items() if key != "eval_pass_at_k"}
+    mixed = revive_report.branch_summary(shape, {0: old_seed, 1: per_seed[1]})
+    assert mixed["final_eval_pass_at_k"] == {} and mixed["eval_pass_at_k"] == {}
+    results["starts"]["plateau"]["branches"] = {"N512@lr1": {**mixed, "lr_multiplier": 1.0}}
+    assert ("pass@k: not in these results (their runs' summaries hold pass@1 only)."
+            in revive_report.report(results))
 
 
 @pytest.fixture
