@@ -293,7 +293,7 @@ PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step
 # rule (open: the paper ran 8+ GPUs). Memory at 1.78B: fp32 weights and AdamW's moments stay on the
 # GPU while vLLM samples (16 bytes per parameter, gradients freed: 21 GB of 80); vLLM takes 60% (48
 # GB: bf16 weights 3.6, the rest KV cache, ~1.4M tokens); the update is bf16 autocast with
-# compiled layers, every 2nd checkpointed, over passes of 16K tokens: on one H100 1.4x / 1.25x the
+# compiled layers, every 2nd checkpointed, over passes of 16K tokens: on one H100 1.4x / 1.28x the
 # tokens/s of all layers checkpointed over 32K (full-length / skewed rows, peak 60 GB with a 16.7K
 # row: bench/RESULTS.md).
 PRESETS["brorl-1gpu"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=16, lr=LR_PRORL,
