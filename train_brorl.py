@@ -149,7 +149,8 @@ class Config:
     # ---- advantages and update ----
     # the choices are update.ADVANTAGES's names
     advantage: Literal[tuple(update.ADVANTAGES)] = "grpo"
-    """grpo: group mean/std; dr_grpo: group mean; reinforce_pp_baseline: + batch whitening"""
+    """grpo: group mean/std; dr_grpo: group mean; reinforce_pp_baseline: + batch whitening;
+    focal_grpo: grpo x (1 - group success rate), F-GRPO's weight against shrinkage"""
     dynamic_sampling: bool = True
     """drop groups whose N rewards are all equal (zero advantage); the kept fraction is pass_rate"""
     refill_rounds: int = 0

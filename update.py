@@ -172,11 +172,29 @@ def reinforce_pp_baseline_advantages(rewards: torch.Tensor, group: torch.Tensor,
     return whiten(group_centered(rewards, group), eps, weights)
 
 
+def focal_grpo_advantages(rewards: torch.Tensor, group: torch.Tensor, *, gamma: float = 1.0,
+                          eps: float = 1e-6) -> torch.Tensor:
+    """F-GRPO (Plyusov et al., arXiv 2602.06717, Sec. 4): GRPO's advantages times the focal weight
+    g = (1 - μ̂_pos)^γ, μ̂_pos the group's success rate (its mean reward, 0/1 rewards). A group the
+    policy nearly always solves moves it less: its update concentrates correct mass on the answers
+    already sampled most, which is how unsampled correct answers lose probability (Theorem 1's
+    coupling term, Fig. 3 (ii)/(iii)). Targets shrinkage through the expected gradient, not N. Still
+    group-baselined (g is one number per group), so the total ΔQ_pos stays >= 0. γ: open (the
+    paper's abstract gives none); 1 here.
+
+    >>> focal_grpo_advantages(torch.tensor([1., 1., 1., 0.]), torch.tensor([0, 0, 0, 0]))
+    tensor([ 0.1250,  0.1250,  0.1250, -0.3750])
+    """
+    success = group_mean(rewards, group).clamp(0, 1)
+    return grpo_advantages(rewards, group, eps=eps) * (1 - success) ** gamma
+
+
 # name -> advantage estimator, all called as ADVANTAGES[name](rewards [S], group [S]) -> [S]
 ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
     "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
+    "focal_grpo": focal_grpo_advantages,
 }
 
 

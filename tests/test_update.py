@@ -53,7 +53,7 @@ def test_groups_of_different_sizes_in_any_row_order_get_their_own_statistics():
 
 def test_every_advantage_in_the_table_takes_rewards_and_groups_and_keeps_the_shape():
     rewards, group = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]), torch.tensor([0, 0, 0, 1, 1, 1])
-    assert set(update.ADVANTAGES) == {"grpo", "dr_grpo", "reinforce_pp_baseline"}
+    assert set(update.ADVANTAGES) == {"grpo", "dr_grpo", "reinforce_pp_baseline", "focal_grpo"}
     for name, advantage in update.ADVANTAGES.items():
         advantages = advantage(rewards, group)
         assert advantages.shape == rewards.shape, name
@@ -62,6 +62,18 @@ def test_every_advantage_in_the_table_takes_rewards_and_groups_and_keeps_the_sha
         # a positional third argument is refused, never taken as something else
         with pytest.raises(TypeError):
             advantage(rewards, group, False)
+
+
+def test_focal_grpo_scales_each_group_by_its_failure_rate():
+    # a group solved 3 times in 4 keeps a quarter of GRPO's advantages, one solved once in 4 three
+    # quarters, one solved every time nothing
+    rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
+    group = torch.arange(3).repeat_interleave(4)
+    weight = torch.tensor([0.25, 0.75, 0.0]).repeat_interleave(4)
+    assert torch.allclose(update.focal_grpo_advantages(rewards, group),
+                          update.grpo_advantages(rewards, group) * weight)
+    assert torch.allclose(update.focal_grpo_advantages(rewards, group, gamma=2.0),
+                          update.grpo_advantages(rewards, group) * weight**2)
 
 
 def test_whiten_uses_the_statistics_of_every_process(monkeypatch):
