@@ -17,10 +17,11 @@ never negative (from the sampled correct and incorrect tokens) plus an unsampled
 can be, whose expectation Σ p²(1 - p)^N falls as N grows (Lemma 2, Corollary 3). The estimators here
 subtract a group baseline, and then for one softmax (the theorem's setting) the first-order change
 of a group's total correct mass is never negative at any N; what large N still changes is whether
-single correct answers that were not sampled lose probability (Fig. 3 (ii)/(iii)). `python
-simulate.py` makes this concrete (Theorem 1 checked, the paper's Fig. 3 simulator; docs/theory.md),
-and the shrinkage monitor (monitor.py: shrink_frac, shrink_worst; the probe set with
---probe-prompts) measures it at LLM scale.
+single correct answers that were not sampled lose probability (Fig. 3 (ii)/(iii)), and Fig. 3
+compares N at equal steps, N times the samples (at equal samples, under SGD, the simulator's correct
+mass is the same at every N). `python simulate.py` makes this concrete (Theorem 1 checked, the
+paper's Fig. 3 simulator; docs/theory.md), and the shrinkage monitor (monitor.py: shrink_frac,
+shrink_worst; the probe set with --probe-prompts) measures it at LLM scale.
 
 The default (`--preset cpu-demo`) is BroRL itself at laptop scale: a tiny Qwen2-style model, warmed
 up on 2-digit addition until it solves about a quarter of held-out problems at T=1 (built once and
