@@ -321,12 +321,17 @@ def boxed_answer(response: str) -> str | None:
 
 MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
 BOX_GAP_CHARS = 64  # math-verify joins boxes fewer than 70 characters apart
+# between boxes: spaces, `$`, `\(`, `\)`, `\[`, `\]`, spacing commands, `~`, `\quad`
+BOX_FILLER = r"(?:\\q?quad(?![a-zA-Z])|\\[,;: ()\[\]]|~|[\s$])*"
 BOX_GAP = re.compile(
-    r"\}(?:\\q?quad(?![a-zA-Z])|[\s$])*"
+    rf"\}}{BOX_FILLER}"
     r"(?:,\s*(?:and|or)(?![a-zA-Z])|[,;]|(?<![a-zA-Z])(?:and|or)(?![a-zA-Z])"
-    r"|\\(?:text|mbox|mathrm)\{\s*(?:and|or)\s*\})(?:\\q?quad(?![a-zA-Z])|[\s$])*"
-    # the next part's label: a letter or a macro's name (`\theta`), perhaps with a subscript
-    r"(?:(?<![a-zA-Z0-9\\}])(?:\\[a-zA-Z]+|[a-zA-Z])(?:_\{?[a-zA-Z0-9]+\}?)?'*\s*=[\s$]*)?\Z")
+    r"|(?:,\s*)?\\(?:text|textrm|mbox|mathrm)\{\s*,?\s*(?:and|or)?\s*\})"
+    rf"{BOX_FILLER}"
+    # the next part's label: a name (`x`, `\theta`, `AB`, `f(2)`, `x^2`, `\text{area}`), then `=`
+    r"(?:(?<![a-zA-Z0-9\\}])(?:\\[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z])"
+    r"(?:\\[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9_^{}()' ])*?="
+    rf"{BOX_FILLER})?\Z")
 
 
 def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
@@ -462,7 +467,11 @@ def respell_math(s: str) -> str:
     s = s.replace("°", "^\\circ")
     s = PERCENT_WORD.sub(r"\\%", s)
     s = REPEATING_DECIMAL.sub(_repeating_decimal_fraction, s)
+    s = EDGE_CONTROL_SPACES.sub("", s)  # `81\ `: stripping its space would leave `81\`
     return s.strip().removesuffix(".").strip()
+
+
+EDGE_CONTROL_SPACES = re.compile(r"\A(?:\s|\\ )+|(?<!\\)(?:\\ |\s)+\Z")
 
 
 # One pass over LaTeX's tokens, the row break `\\` first so that its second backslash starts no
@@ -617,6 +626,9 @@ def check_math(pred: str, gold: str) -> bool:
         return False
     if pred.strip() == gold.strip():  # the gold as written: no hedge, read as the gold is read
         return verify(gold_parsed, gold_parsed, timeout_seconds=None)
+    if SECOND_CANDIDATE.search(pred) or ("\\\\" in pred and "\\begin" not in pred):
+        return False  # two candidates in one box, one struck out, hidden or implied
+    gold_is_math = any(isinstance(e, sympy.Basic) for e in gold_parsed)
     values = []
     for item in answer_items(pred):
         sides = [item] if "=" in gold else equation_sides(item)
@@ -624,6 +636,8 @@ def check_math(pred: str, gold: str) -> bool:
         if any(states_a_false_equation(side) for side in parsed):
             return False
         value = parsed[-1]
+        if gold_is_math and not any(isinstance(e, sympy.Basic) for e in value):
+            return False  # the grammar cannot read it whole (`\cancel{6} 5`): no piece is read
         # a label names something; `\cos(\pi)`, `e` and `\log(100)` are numbers
         labels = [is_a_label(side) and not any(isinstance(e, sympy.Expr) and e.is_number
                                                for e in side_parsed)
@@ -636,8 +650,23 @@ def check_math(pred: str, gold: str) -> bool:
         values.append(f"{sides[0]}={sides[-1]}" if labelled else sides[-1])
     if len(values) != 1:
         value = _parse_latex(f"\\boxed{{{', '.join(values)}}}", whole_box=True)
+        listed = next((e for e in value if isinstance(e, sympy.Basic)), None)
+        if not (isinstance(listed, (sympy.FiniteSet, sympy.Tuple))
+                and len(listed.args) == len({v.strip() for v in values})
+                and (not any("=" in v for v in values)
+                     or all(isinstance(e, sympy.Eq) for e in listed.args))):
+            return False  # a list read as other items than it has (`x=[0,1], x=(0,1)` as {0, 1})
     numbers = compare_numbers(gold_parsed, value)
     return verify(gold_parsed, value, timeout_seconds=None) if numbers is None else numbers
+
+
+# What writes a second candidate into one box: struck out (`\cancel{6} 5`), commented out
+# (`5 % 6`; `12%` alone is a percentage), tagged, implied (`6 \implies 5`), or on a line of its
+# own (a row break outside an environment). math-verify reads no answer in such a box when it reads
+# the whole response; its grammar alone reads the last candidate.
+SECOND_CANDIDATE = re.compile(
+    r"\\(?:[bx]?cancel|sout|tag|iff|implies|impliedby|(?:Long)?(?:[Rr]ight|Left|[Ll]eftright)arrow)"
+    r"(?![a-zA-Z])|(?<!\\)%\s*[^\s}]")
 
 
 def answer_items(box: str) -> list[str]:
@@ -654,6 +683,9 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
     closing one is ignored; nor inside a number with thousands separators)."""
     parts, depth, start, i = [], 0, 0, 0
     while i < len(box):
+        if box.startswith(SPACING_ESCAPES, i):  # `\,` and `\;` are spaces, not separators
+            i += 2
+            continue
         number = COMMA_NUMBER.match(box, i) if depth == 0 else None
         if number:
             i = number.end()
@@ -671,6 +703,7 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
     return parts + [box[start:]]
 
 
+SPACING_ESCAPES = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\\\")  # `\\` a row break, whole
 ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
                             r"|\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}")
 # latex2sympy's comma_number_regex, as a token: not part of a longer number or name (`1,2345`,
@@ -1399,11 +1432,15 @@ def math_check_here(pred: str, gold: str) -> bool | str:
 # Spacing that math-verify reads and normalize_math would drop, so the fast path defers: a spacing
 # command anywhere (`\sqrt\;{2}`, `12\;,345`; an odd run of backslashes, not a row break and a
 # space), a space at a comma between digits (`1, 234` is a list to math-verify, `1,234` a number),
-# at a decimal point (`2. 5` is no 2.5) or inside an environment's name (`\begin{ pmatrix}`).
+# at a decimal point (`2. 5` is no 2.5; `5./2`) or inside an environment's name
+# (`\begin{ pmatrix}`); and the forms below, where math-verify's reading changes with the spacing.
 COMMA = r"(?:,|\{,\})"
 SPACING_SENSITIVE = re.compile(rf"(?<!\\)(?:\\\\)*\\[,;: ]"
                                rf"|\d(?:\s+{COMMA}\s*|{COMMA}\s+)\d{{3}}(?!\d)"
-                               r"|\s\.|\.\s|\\(?:begin|end)(?:\s+\{|\{[^}]*\s)")
+                               r"|\s\.|\.\s|\\(?:begin|end)(?:\s+\{|\{[^}]*\s)"
+                               # whitespace math-verify does not read as a space (NBSP, U+3000);
+                               # `30^ \circ`, `12  \%`, `\{ \}`, `5./2`
+                               r"|(?![ \t\n\r])\s|\^\s|\s\s\\%|\\\{\s+\\\}|\.(?![0-9])")
 
 
 def read_reasoning_gym_gold(answer) -> dict:
