@@ -628,7 +628,6 @@ def check_math(pred: str, gold: str) -> bool:
         return verify(gold_parsed, gold_parsed, timeout_seconds=None)
     if SECOND_CANDIDATE.search(pred) or ("\\\\" in pred and "\\begin" not in pred):
         return False  # two candidates in one box, one struck out, hidden or implied
-    gold_is_math = any(isinstance(e, sympy.Basic) for e in gold_parsed)
     values = []
     for item in answer_items(pred):
         sides = [item] if "=" in gold else equation_sides(item)
@@ -636,8 +635,6 @@ def check_math(pred: str, gold: str) -> bool:
         if any(states_a_false_equation(side) for side in parsed):
             return False
         value = parsed[-1]
-        if gold_is_math and not any(isinstance(e, sympy.Basic) for e in value):
-            return False  # the grammar cannot read it whole (`\cancel{6} 5`): no piece is read
         # a label names something; `\cos(\pi)`, `e` and `\log(100)` are numbers
         labels = [is_a_label(side) and not any(isinstance(e, sympy.Expr) and e.is_number
                                                for e in side_parsed)
@@ -647,13 +644,14 @@ def check_math(pred: str, gold: str) -> bool:
             return False  # `6x = 5`: a side holding a value other than the item's
         # a label kept in a list: `x = -1, y = 0, z = -1` is a point, not the set {-1, 0}
         labelled = len(sides) > 1 and labels[0]
-        values.append(f"{sides[0]}={sides[-1]}" if labelled else sides[-1])
+        values.append(f"{sides[0]}={sides[-1]}".strip() if labelled else sides[-1].strip())
     if len(values) != 1:
         value = _parse_latex(f"\\boxed{{{', '.join(values)}}}", whole_box=True)
         listed = next((e for e in value if isinstance(e, sympy.Basic)), None)
-        if not (isinstance(listed, (sympy.FiniteSet, sympy.Tuple))
-                and len(listed.args) == len({v.strip() for v in values})
-                and (not any("=" in v for v in values)
+        # read as no value, the list is compared as the string it is
+        if listed is not None and not (isinstance(listed, (sympy.FiniteSet, sympy.Tuple))
+                and len(listed.args) == len(set(values))
+                and (not all("=" in v for v in values)
                      or all(isinstance(e, sympy.Eq) for e in listed.args))):
             return False  # a list read as other items than it has (`x=[0,1], x=(0,1)` as {0, 1})
     numbers = compare_numbers(gold_parsed, value)
@@ -665,8 +663,8 @@ def check_math(pred: str, gold: str) -> bool:
 # own (a row break outside an environment). math-verify reads no answer in such a box when it reads
 # the whole response; its grammar alone reads the last candidate.
 SECOND_CANDIDATE = re.compile(
-    r"\\(?:[bx]?cancel|sout|tag|iff|implies|impliedby|(?:Long)?(?:[Rr]ight|Left|[Ll]eftright)arrow)"
-    r"(?![a-zA-Z])|(?<!\\)%\s*[^\s}]")
+    r"\\(?:[bx]?cancel|sout|tag)(?![a-zA-Z])|(?<!\\)%\s*[^\s}]"
+    r"|\S\s*\\(?:iff|implies|impliedby|(?:Long)?(?:[Rr]ight|Left|[Ll]eftright)arrow)(?![a-zA-Z])")
 
 
 def answer_items(box: str) -> list[str]:
@@ -703,6 +701,7 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
     return parts + [box[start:]]
 
 
+SPACING_COMMAND = re.compile(r"\\[,;:!]|\\ (?<!\\\\ )")
 SPACING_ESCAPES = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\\\")  # `\\` a row break, whole
 ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
                             r"|\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}")
@@ -724,8 +723,10 @@ def states_a_false_equation(parsed: list) -> bool:
 
 
 def equation_sides(box: str) -> list[str]:
-    """`box` split at its top-level `=` signs (not `<=`, `>=`, `!=`, `\\=`, nor inside brackets)."""
-    return _split_top_level(box, EQUALS_SIGN)
+    """`box` split at its top-level `=` signs (not `<=`, `>=`, `!=`, `\\=`, nor inside brackets); a
+    blank first side goes (`= 5` is 5)."""
+    sides = _split_top_level(box, EQUALS_SIGN)
+    return sides[1:] if len(sides) > 1 and not sides[0].strip() else sides
 
 
 EQUALS_SIGN = re.compile(r"(?<![<>!\\])=")
@@ -736,7 +737,7 @@ def is_a_label(side: str) -> bool:
     `\\theta`, `a+b`, `\\angle ABC`): letters and the macros of LABEL_MACROS, digits only in
     subscripts and in a function's arguments. A side holding a number (`6x`, `x^2`, `\\pi r`,
     `6 \\text{ or } x`) is a value, compared like one. A tuple of labels (`(x, y)`) is a label."""
-    side = side.strip()
+    side = SPACING_COMMAND.sub(" ", side).strip()  # `x \\, = 5`
     if side[:1] + side[-1:] in ("()", "[]") and "," in side:
         return all(is_a_label(name) for name in answer_items(side[1:-1]))
     side = SUBSCRIPT.sub("", side)

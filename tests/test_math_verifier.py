@@ -516,6 +516,52 @@ def test_macros_separators_and_minus_signs_are_read_as_math_verify_reads_them(bo
     assert reward.score("math", f"\\boxed{{{box}}}", gold) == expected
 
 
+@pytest.mark.parametrize("response, gold", [
+    # one box per part across \\( \\) and \\[ \\] delimiters, spacing commands and longer labels
+    ("The solutions are \\(x = \\boxed{2}\\) and \\(x = \\boxed{3}\\).", "2, 3"),
+    ("\\[\\boxed{2}\\] and \\[\\boxed{3}\\]", "2, 3"),
+    ("$\\boxed{2},\\ \\boxed{3}$", "2, 3"), ("$\\boxed{2}\\text{, }\\boxed{3}$", "2, 3"),
+    ("$\\boxed{2} , \\text{and} \\boxed{3}$", "2, 3"),
+    ("$AB = \\boxed{2}$ and $BC = \\boxed{3}$", "2, 3"),
+    ("$f(1) = \\boxed{2}$ and $f(2) = \\boxed{3}$", "2, 3"),
+    # spacing commands and control spaces are spaces
+    ("$\\boxed{5\\,}$", "5"), ("$\\boxed{\\,4\\,}$", "4"),
+    ("$\\boxed{1 \\, , \\, 2}$", "\\{1,2\\}"),
+    ("$\\boxed{ 81\\  }$", "81"), ("\\boxed{n = 1600\\ }", "1600"), ("$\\boxed{x \\,=\\, 5}$", "5"),
+    ("$\\boxed{= 5}$", "5"),
+])
+def test_correct_answers_math_verify_reads_score_1(response, gold):
+    assert reward.score("math", response, gold) == 1.0
+
+
+@pytest.mark.parametrize("response, gold", [
+    # a hedge spaced with spacing commands is still two candidates
+    ("\\boxed{x = 7 \\;\\text{or}\\; x = 5}", "5"), ("\\boxed{x = 7 \\,,\\, x = 5}", "5"),
+    ("\\boxed{x = \\frac{1}{3} \\; or \\; x = \\frac{1}{2}}", "\\frac{1}{2}"),
+    ("\\boxed{1 \\,,\\, \\sqrt{2}}", "\\sqrt{2}"),
+    # a second candidate struck out, commented out, tagged, implied or on its own line
+    ("$\\boxed{\\cancel{\\frac{1}{2}} \\frac{1}{3}}$", "\\frac{1}{3}"),
+    ("$\\boxed{\\frac{1}{3} % \\frac{1}{2}\n}$", "\\frac{1}{2}"),
+    ("$\\boxed{\\frac{1}{3} \\tag{\\frac{1}{2}}}$", "\\frac{1}{2}"),
+    ("$\\boxed{\\frac{1}{2} \\iff \\frac{1}{3}}$", "\\frac{1}{3}"),
+    ("$\\boxed{\\frac{1}{3} \\Rightarrow \\frac{1}{2}}$", "\\frac{1}{2}"),
+    ("$\\boxed{\\frac{1}{2} \\\\ \\frac{1}{3}}$", "\\frac{1}{3}"),
+    # a list read as fewer or other items than it has
+    ("$\\boxed{\\frac{1}{2}, \\ldots, \\frac{1}{3}}$", "\\frac{1}{3}"),
+    ("$\\boxed{x = [0,1] \\text{ or } x = (0,1)}$", "(0,1)"),
+    # two boxes in delimiters are two candidates for one value
+    ("\\(\\boxed{2}\\) and \\(\\boxed{3}\\)", "3"),
+])
+def test_a_second_candidate_however_spaced_or_hidden_scores_0(response, gold):
+    assert reward.score("math", response, gold) == 0.0
+
+
+@pytest.mark.parametrize("box", ["\\frac{1}{2\u00a0}", "-\u20093", "1\u3000/2", "30^ \\circ",
+                                 "12  \\%", "\\{ \\}", "5./2"])
+def test_the_fast_path_defers_on_spacing_math_verify_reads(box):
+    assert not isinstance(reward.math_check_here(box, "5"), bool)
+
+
 def test_the_fast_path_reads_decimal_fractions_with_the_relative_tolerance():
     assert reward.math_fast_path("1.5/2", "3/4") is True
     assert reward.math_fast_path("0.0000001", "0") is None  # math-verify's rounding decides
