@@ -93,8 +93,10 @@ def distinct_at_k(logp: torch.Tensor, group: torch.Tensor, k: int) -> torch.Tens
     return _per_prompt(_at_least_once(logp.double().exp().clamp(max=1.0), k), group)
 
 
-def above_start_frac(logp: torch.Tensor, logp0: torch.Tensor, tol: float = 0.0) -> float:
-    """Share of correct answers whose log-prob rose by more than `tol` since step 0 (Fig. 3 (ii)).
+def above_start_frac(logp: torch.Tensor, logp0: torch.Tensor,
+                     tol: float | torch.Tensor = 0.0) -> float:
+    """Share of correct answers whose log-prob rose by more than `tol` (one for all, or [A]) since
+    step 0 (Fig. 3 (ii)).
 
     >>> above_start_frac(torch.tensor([-1.0, -2.0, -3.0, -4.0]), torch.tensor([-2.0, -2.0, -1.0,
     ...                                                                         -5.0]))
@@ -125,7 +127,7 @@ def retained_mass(logp: torch.Tensor, logp0: torch.Tensor, group: torch.Tensor) 
 
 
 def report(logp: torch.Tensor, group: torch.Tensor, logp0: torch.Tensor | None = None,
-           ks=KS, tol: float = 0.0) -> dict[str, float]:
+           ks=KS, tol: float | torch.Tensor = 0.0) -> dict[str, float]:
     """Every metric above, averaged over prompts: correct_mass, pass@k and distinct@k for each k
     of `ks`; with the step-0 log-probs `logp0`, also above_start_frac (rises over `tol`),
     worst_drop and retained_mass.
