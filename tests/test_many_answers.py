@@ -23,7 +23,7 @@ def divisible_in_range(prompt: str) -> list[str]:
     return [str(n) for n in range(lo, hi + 1) if n % int(d) == 0]
 
 
-# ---- the generator ----------------------------------------------------------------------------------
+# ---- the generator -------------------------------------------------------------------------------
 
 
 def test_the_generator_is_deterministic_and_the_shipped_files_are_its_output(tmp_path):
@@ -118,7 +118,8 @@ def test_any_of_rewards_the_final_answer_only(response, reward_):
 
 @pytest.mark.parametrize("response", [
     "\\boxed{49}", "\\boxed{49.}", "\\boxed{+49}", "\\boxed{$49$}", "\\boxed{49 \\text{ apples}}",
-    "\\boxed{4,9}", "\\boxed{0,049}", "\\boxed{49/1}", "\\boxed{7*7}", "Answer: **49**", "\\boxed{}",
+    "\\boxed{4,9}", "\\boxed{0,049}", "\\boxed{49/1}", "\\boxed{7*7}", "Answer: **49**",
+    "\\boxed{}",
 ])
 def test_any_of_reads_an_answer_exactly_as_arith_does(response):
     assert score("any_of", response, {"any_of": ["49"]}) == score("arith", response, "49")
