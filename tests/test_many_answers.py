@@ -1,11 +1,15 @@
 """The many-answers task (data/make_many_answers.py) and its verifier kind, any_of (reward.py)."""
 
 import json
+import math
+import random
 import sys
+from collections import Counter
 
 import pytest
 
 import reward
+import tiny_model
 from conftest import ROOT, run_script
 from reward import score
 from tasks import check_answers, load_tasks
@@ -80,6 +84,21 @@ def test_the_generator_refuses_sizes_it_cannot_make(tmp_path):
     result = run_script("data/make_many_answers.py", "--train", "-1", "--out-dir", str(tmp_path),
                         check=False)
     assert result.returncode == 2 and "--train and --test must be >= 0" in result.stderr
+
+
+def test_the_warm_up_draws_targets_from_the_prior_and_leaves_other_tasks_alone():
+    task = load_tasks(SHIPPED["train"])[0]
+    rng = random.Random(0)
+    draws = 20000
+    targets = Counter(tiny_model.warmup_row(task, rng)["answer"] for _ in range(draws))
+    for answer, p in task["prior"].items():
+        # each draw is answer a or not: off by more than 5 binomial standard deviations with
+        # probability < 6e-7
+        assert abs(targets[answer] / draws - p) <= 5 * math.sqrt(p * (1 - p) / draws), answer
+    arith = {"prompt": "1+2=", "answer": "3", "task": "arith"}
+    state = rng.getstate()
+    assert tiny_model.warmup_row(arith, rng) is arith
+    assert rng.getstate() == state  # the default model's warm-up draws what it always drew
 
 
 # ---- the any_of verifier -------------------------------------------------------------------------
