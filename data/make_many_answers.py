@@ -3,27 +3,29 @@ skewed prior over them: data/many_answers_{train,test}.jsonl.
 
 Each line is one task record in the project's schema, with the verifier kind "any_of" (reward.py):
 
-    {"prompt": "7|40..99=", "answer": {"any_of": ["42", "49", ..., "98"]}, "task": "any_of",
-     "tier": 1, "prior": {"63": 0.0601, "42": 0.0301, ..., "47": 0.267}}
+    {"prompt": "6|71..244=", "answer": {"any_of": ["72", "78", ..., "240"]}, "task": "any_of",
+     "tier": 1, "prior": {"156": 0.050484, "234": 0.025242, ..., "179": 0.266667}}
 
-`d|lo..hi=` asks for a number from lo to hi that d divides (d from 3 to 9, lo two digits, 12 to 32
-correct answers), answered as `\\boxed{63}` like the arithmetic toy (the same characters, so the
-tiny model's tokenizer reads it). The answer lists every correct answer, so coverage.py can sum the
+`d|lo..hi=` asks for a number from lo to hi that d divides (lo two digits, 12 to 32 correct
+answers), answered as `\\boxed{63}` like the arithmetic toy (the same characters, so the tiny
+model's tokenizer reads it). The answer lists every correct answer, so coverage.py can sum the
 policy's probability over them exactly.
 
 `prior` is a starting policy's distribution over answers, the skew a warm-up on samples of it
 gives a model: a share q of the mass on the correct answers, Zipf weights 1/(r+1) over them in a
 seeded order (the model knows some answers well and most barely), and the rest on DISTRACTORS
-near misses (numbers in the range that d does not divide). q sets the difficulty tier:
+near misses (numbers in the range that d does not divide). q sets the difficulty tier, and each
+tier has divisors of its own, so that a model can tell a hard prompt from an easy one (a warm-up on
+the prior then reaches it per tier, not only per prompt: docs/theory.md):
 
-    tier 0  q = 0.5      pass@16 about 1 from the start
-    tier 1  q = 0.2
-    tier 2  q = 0.05     pass@16 0.56
-    tier 3  q = 0.005    pass@64 0.27, pass@256 0.72: the tier where pass@64-256 can move
+    tier 0  d in 3, 4, 5     q = 0.5      pass@16 about 1 from the start
+    tier 1  d in 6, 7        q = 0.2
+    tier 2  d in 8, 9        q = 0.05     pass@16 0.56
+    tier 3  d in 11, 12, 13  q = 0.005    pass@64 0.27, pass@256 0.72: pass@64-256 can move
 
 Why many answers (arXiv 2510.01180, Sec. 2): Theorem 1 and Fig. 3 (ii)/(iii) are about correct
 outcomes a group of N samples misses. With one correct answer per prompt (the arithmetic toy) all
-the correct mass sits on one string; under this prior a group of 16 misses answers holding 49% of
+the correct mass sits on one string; under this prior a group of 16 misses answers holding 50% of
 a prompt's correct mass in tier 0 and 99% in tier 3 (Σ p·(1−p)^16 over the correct answers, over
 their mass), and answer diversity (expected distinct correct answers in k samples) can shrink
 while pass@1 rises. Tiers are in equal shares and interleaved; the train and test prompts are
@@ -41,10 +43,12 @@ from pathlib import Path
 from make_arith import write_jsonl  # data/, beside this script
 
 TIER_CORRECT_SHARE = (0.5, 0.2, 0.05, 0.005)
-DIVISORS = range(3, 10)  # from 3, so that a correct answer's neighbours a ± 1 are near misses
+# from 3, so that a correct answer's neighbours a ± 1 are near misses
+TIER_DIVISORS = ((3, 4, 5), (6, 7), (8, 9), (11, 12, 13))
 ANSWERS_PER_PROMPT = (12, 32)  # fewest and most correct answers of a prompt
 DISTRACTORS = 3
-MAX_PROBLEMS = 4000  # 7 divisors x 90 starts x 21 counts = 13,230 distinct prompts; stay clear
+# tiers 1 and 2 have 2 divisors x 90 starts x 21 counts = 3,780 distinct prompts each; stay clear
+MAX_PROBLEMS = 4000
 PROMPT = re.compile(r"([0-9]+)\|([0-9]+)\.\.([0-9]+)=\Z")
 
 
@@ -55,7 +59,8 @@ def correct_answers(prompt: str) -> list[int]:
 
 
 def make_problem(tier: int, rng: random.Random) -> dict:
-    d, count, lo = rng.choice(DIVISORS), rng.randint(*ANSWERS_PER_PROMPT), rng.randint(10, 99)
+    d, count = rng.choice(TIER_DIVISORS[tier]), rng.randint(*ANSWERS_PER_PROMPT)
+    lo = rng.randint(10, 99)
     prompt = f"{d}|{lo}..{lo + d * count - 1}="  # d·count consecutive numbers: count multiples
     answers = correct_answers(prompt)
     preference = rng.sample(answers, len(answers))  # the prior's order, most likely first

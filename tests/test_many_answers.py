@@ -69,6 +69,8 @@ def test_near_misses_and_the_priors_distractors_score_zero():
 def test_the_prior_is_skewed_and_its_correct_share_sets_the_tier():
     for task in load_tasks(SHIPPED["train"]):
         listed = set(task["answer"]["any_of"])
+        # a tier's prompts are told apart by their divisors
+        assert int(task["prompt"].split("|")[0]) in make_many_answers.TIER_DIVISORS[task["tier"]]
         correct = sorted((p for a, p in task["prior"].items() if a in listed), reverse=True)
         # 6 significant digits per entry: the sums are exact to well under 1e-5
         assert sum(task["prior"].values()) == pytest.approx(1.0, abs=1e-5)
