@@ -42,7 +42,7 @@ import update
 ANSWER_RESPONSE = "\\boxed{{{}}}"  # the response that states an answer, before EOS
 # task kinds whose gold lists every correct answer -> how to read the list from the data's answer
 LISTED_ANSWERS = {"any_of": reward.read_any_of_gold}
-KS = (1, 4, 16, 64, 256)  # the k of pass@k and distinct@k that report() gives
+KS = (4, 16, 64, 256)  # the k of pass@k and distinct@k that report() gives (k=1: correct_mass)
 
 
 # ---- the metrics (pure functions of log-probs) ---------------------------------------------------
@@ -128,9 +128,9 @@ def retained_mass(logp: torch.Tensor, logp0: torch.Tensor, group: torch.Tensor) 
 
 def report(logp: torch.Tensor, group: torch.Tensor, logp0: torch.Tensor | None = None,
            ks=KS, tol: float | torch.Tensor = 0.0) -> dict[str, float]:
-    """Every metric above, averaged over prompts: correct_mass, pass@k and distinct@k for each k
-    of `ks`; with the step-0 log-probs `logp0`, also above_start_frac (rises over `tol`),
-    worst_drop and retained_mass.
+    """Every metric above, averaged over prompts: correct_mass (which is pass@1 and distinct@1),
+    pass@k and distinct@k for each k of `ks`; with the step-0 log-probs `logp0`, also
+    above_start_frac (rises over `tol`), worst_drop and retained_mass.
 
     >>> logp = torch.tensor([0.5, 0.25, 0.1], dtype=torch.float64).log()
     >>> report(logp, torch.tensor([0, 0, 1]), ks=(2,))
