@@ -4,6 +4,7 @@ probe-set monitor (monitor.py) and in eval.py."""
 import copy
 import doctest
 import itertools
+import json
 import math
 
 import pytest
@@ -15,6 +16,7 @@ import monitor
 import reward
 import rollout
 import update
+from conftest import NO_BWRAP, ROOT, run_script
 
 GOLD_A, GOLD_B = {"any_of": ["42", "49", "56"]}, {"any_of": ["7", "14"]}
 TASKS = [{"prompt": "7|40..59=", "answer": GOLD_A, "task": "any_of"},
@@ -211,3 +213,21 @@ def test_a_probe_set_without_listed_answers_is_the_same_as_before(tiny):
     model, tokenizer = tiny
     probes = draw(model, tokenizer, [TASKS[1], {"prompt": "2+2=", "answer": "4", "task": "arith"}])
     assert "listed" not in probes
+
+
+def test_a_training_run_on_the_many_answers_task_logs_exact_coverage(untrained_model_dir, tmp_path):
+    data = ROOT / "data"
+    run_script("train_brorl.py", "--preset", "smoke", "--model", str(untrained_model_dir),
+               "--train-data", str(data / "many_answers_train.jsonl"),
+               "--test-data", str(data / "many_answers_test.jsonl"), "--probe-prompts", "2",
+               "--output-dir", str(tmp_path / "run"), env=NO_BWRAP)
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    evals = {row["step"]: row for row in logged if "eval_coverage_pass@256" in row}
+    probes = {row["step"]: row for row in logged if "coverage_train_retained_mass" in row}
+    assert sorted(evals) == sorted(probes) == [0, 2]  # the smoke preset's evals
+    for split in ("held_out", "train"):  # step 0 is the reference
+        assert (probes[0][f"coverage_{split}_above_start_frac"],
+                probes[0][f"coverage_{split}_worst_drop"],
+                probes[0][f"coverage_{split}_retained_mass"]) == (0.0, 0.0, 1.0)
+        assert 0 < probes[2][f"coverage_{split}_retained_mass"] <= 1
+    assert 0 < evals[2]["eval_coverage_pass@256"] <= 1
