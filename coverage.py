@@ -24,8 +24,8 @@ Per-prompt metrics are averaged over prompts (each prompt weighs alike, as eval.
 above_start_frac and worst_drop are over all (prompt, answer) pairs. A response is the string
 ANSWER_RESPONSE states the answer in, then EOS, as the tiny model is taught to answer
 (tiny_model.sft_batch): for a policy that writes its correct answers only that way the metrics are
-exact, for one that writes others too (reasoning before the box) they are lower bounds. The
-probabilities are at the sampling temperature, without top-p.
+exact; for one that writes others too (reasoning before the box) correct_mass, pass@k and
+distinct@k are lower bounds. The probabilities are at the sampling temperature, without top-p.
 
 Inputs are flat: `logp` [A], one sequence log-prob per listed answer, and `group` [A], the prompt
 each answer belongs to (as rollouts are grouped, rollout.Rollouts.group).
