@@ -1,7 +1,9 @@
 """Score a policy on the paper's benchmark suites: pass@1 (the mean reward over k samples per
 problem, the paper's protocol) with a 95% bootstrap interval, and the unbiased pass@k of Chen et al.
 2021 (arXiv 2107.03374) for k = 1, 2, 4, ..., K; per benchmark, per suite, and per Reasoning Gym
-category.
+category. On task files that list every correct answer (the any_of kind), also the exact coverage
+metrics of coverage.py: pass@k up to k=256 and the expected distinct correct answers, from the
+policy's probabilities (the hf engine).
 
 Works on any checkpoint directory (a `save_pretrained` folder: the trainer's
 `checkpoints/step_*/model`, the tiny model, a downloaded hub model) without the trainer. The
@@ -48,6 +50,7 @@ from accelerate import PartialState
 from accelerate.utils import gather_object
 
 import benchmarks
+import coverage
 import reward
 import rollout
 import sandbox
@@ -260,8 +263,14 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
                for r in records]
     timeouts, errors = (sum(counts)
                         for counts in zip(*shard.gather((stats.timeouts, stats.errors))))
-    return {**metrics(correct, settings.samples), "correct_per_problem": correct,
-            "verifier_timeouts": timeouts, "verifier_errors": errors}
+    result = {**metrics(correct, settings.samples), "correct_per_problem": correct,
+              "verifier_timeouts": timeouts, "verifier_errors": errors}
+    # tasks that list their correct answers: exact coverage from the policy's probabilities (a
+    # transformers policy; every process computes it whole, in lockstep)
+    covered = (coverage.measure(policy, tokenizer, records, settings.chat_template,
+                                settings.temperature)
+               if isinstance(policy, torch.nn.Module) else None)
+    return result if covered is None else {**result, "coverage": covered}
 
 
 def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], settings: EvalSettings,
@@ -327,7 +336,9 @@ def training_scalars(result: dict) -> dict[str, float]:
     per_benchmark = {f"{name}/pass1": e["pass1"] for name, e in result["benchmarks"].items()
                      if name != "test_data"}
     per_suite = {f"suite/{suite}": value for suite, value in result["suites"].items()}
-    return {**protocol, "eval_pass1": held_out["pass1"], **pass_at_k, **per_benchmark, **per_suite}
+    covered = {f"eval_coverage_{name}": v for name, v in held_out.get("coverage", {}).items()}
+    return {**protocol, "eval_pass1": held_out["pass1"], **pass_at_k, **per_benchmark, **per_suite,
+            **covered}
 
 
 def training_protocol(max_problems: int, samples: int, max_new_tokens: int) -> str:
@@ -367,6 +378,9 @@ def format_table(result: dict) -> str:
         columns = [f"{100 * e['pass_at_k'][k]:>9.2f}" if k in e["pass_at_k"] else f"{'':>9}"
                    for k in ks]
         lines.append(f"{label:<28} {e['problems']:>8}  {ci:<22}" + "".join(columns))
+        if "coverage" in e:  # exact, from the policy's probabilities (coverage.py)
+            lines.append(f"{'':<28} exact: " + ", ".join(f"{name} {value:.4g}" for name, value
+                                                          in e["coverage"].items()))
     for title, averages in (("suite", result["suites"]),
                             ("reasoning gym category", result["reasoning_gym_categories"])):
         if averages:

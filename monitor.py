@@ -7,7 +7,9 @@ it happen in a real run:
 - every step, `ShrinkageWatch` re-scores up to `shrink_monitor_samples` distinct correct responses
   of the step after the update: `shrink_frac` is the share whose sequence log-prob fell;
 - at every eval, the probe set (correct responses drawn once at step 0 on held-out and training
-  prompts) is re-scored against its step-0 log-probs: the sampled / unsampled split of Fig. 3.
+  prompts) is re-scored against its step-0 log-probs: the sampled / unsampled split of Fig. 3. A
+  task that lists its correct answers (coverage.py) is probed on every one of them, and the report
+  adds their exact coverage metrics (`coverage_held_out_pass@256`, ...).
 """
 
 import dataclasses
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+import coverage
 import rollout
 import run
 import update
@@ -91,23 +94,33 @@ def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[di
     with none has no probe). Fig. 3 of arXiv 2510.01180 follows correct responses the policy
     already produced and asks whether training raises or lowers them; the held-out ones are never
     trained on, the training ones are sampled by some steps, which is the paper's sampled /
-    unsampled split (Sec. 2.2, Fig. 3 (ii) vs (iii)). `score` gives each rollout's reward."""
+    unsampled split (Sec. 2.2, Fig. 3 (ii) vs (iii)). `score` gives each rollout's reward. A
+    prompt whose task lists its correct answers (coverage.answer_rollouts) has every listed answer
+    as a probe instead, marked in `listed`."""
     tasks = test_tasks[:count] + train_tasks[:count]
     held_out = [i < min(count, len(test_tasks)) for i in range(len(tasks))]
     prompt_ids = rollout.encode_prompts(tokenizer, [t["prompt"] for t in tasks], chat_template)
     drawn = rollout.generate(sampler, tokenizer, prompt_ids, params,
                              torch.Generator().manual_seed(seed + 7919))
     correct = score(tasks, drawn) == 1.0
+    listed = coverage.answer_rollouts(tokenizer, tasks, chat_template)  # None: no task lists them
     rows = []
     for g in range(len(tasks)):
         hits = (correct & (drawn.group == g)).nonzero().squeeze(-1)
-        if len(hits):
+        if len(hits) and (listed is None or g not in listed.group):
             rows.append(int(hits[0]))
-    return {"prompt_ids": drawn.prompt_ids[rows], "prompt_mask": drawn.prompt_mask[rows],
-            "response_ids": drawn.response_ids[rows], "response_mask": drawn.response_mask[rows],
-            "prompts": [tasks[int(drawn.group[r])]["prompt"] for r in rows],
-            "held_out": torch.tensor([held_out[int(drawn.group[r])] for r in rows],
-                                     dtype=torch.bool)}
+    if listed is not None:  # a task that lists its correct answers is probed on every one
+        rows += range(len(drawn.texts), len(drawn.texts) + len(listed.texts))
+        drawn = rollout.concat_rollouts([drawn, listed], tokenizer.pad_token_id, [0, 0])
+    probes = {"prompt_ids": drawn.prompt_ids[rows], "prompt_mask": drawn.prompt_mask[rows],
+              "response_ids": drawn.response_ids[rows],
+              "response_mask": drawn.response_mask[rows],
+              "prompts": [tasks[int(drawn.group[r])]["prompt"] for r in rows],
+              "held_out": torch.tensor([held_out[int(drawn.group[r])] for r in rows],
+                                       dtype=torch.bool)}
+    if listed is not None:
+        probes["listed"] = torch.arange(len(rows)) >= len(rows) - len(listed.texts)
+    return probes
 
 
 def probe_logprobs(policy, probes: dict, update_cfg: update.UpdateConfig,
@@ -166,4 +179,25 @@ def probe_report(probes: dict, now: torch.Tensor, sampled_prompts: set[str]) -> 
             report[f"{name}_dropped_frac"] = float((change[mask] < -floor).float().mean())
             report[f"{name}_worst_drop"] = min(0.0, float(change[mask].min()))
             report[f"{name}_mean_change"] = float(change[mask].mean())
+    if "listed" in probes:
+        report.update(listed_coverage(probes, now))
+    return report
+
+
+def listed_coverage(probes: dict, now: torch.Tensor) -> dict[str, float]:
+    """coverage.report() of the probes that are listed correct answers (draw_probes), against
+    their step-0 log-probs, over held-out and over training prompts: `coverage_held_out_pass@16`,
+    ... A rise counts above the noise floor."""
+    listed, length = probes["listed"], probes["response_mask"].sum(-1)
+    logp, logp0 = now * length, probes["base"] * length  # sequence log-probs from the means
+    keys = [(p, bool(h)) for p, h in zip(probes["prompts"], probes["held_out"])]
+    ids = {key: i for i, key in enumerate(dict.fromkeys(keys))}  # a prompt in both splits: two
+    group = torch.tensor([ids[key] for key in keys])
+    report = {}
+    for name, mask in (("held_out", listed & probes["held_out"]),
+                       ("train", listed & ~probes["held_out"])):
+        if mask.any():
+            metrics = coverage.report(logp[mask], group[mask], logp0[mask],
+                                      tol=probes["noise_floor"] * length[mask])
+            report.update({f"coverage_{name}_{key}": value for key, value in metrics.items()})
     return report

@@ -23,6 +23,8 @@ line all read that table, so a new kind is one entry):
   (RG_SCORER_OVERRIDES).
 - "exact": the last box or answer tag, as written or unwrapped, must be the string `answer`, case
   kept (check_exact).
+- "any_of": `answer` is {"any_of": [integer strings]}; the final answer, extracted and read as
+  for "arith", must be one of them (check_any_of).
 
 How a batch is scored (BroRL samples N=512 responses per prompt; most share a handful of answers):
 1. Extraction and a normalised exact-match fast path run in this process (each extractor is one
@@ -445,10 +447,15 @@ def check_arith(pred: str, answer: str) -> bool:
     """The final answer, unwrapped (`**65**`, `$65$`), is the integer `answer` written as a decimal
     number (`1,085`, `65.0`): compared as canonical digit strings, since `int()` refuses more than
     4,300 digits and a policy will write more."""
+    return arith_number(pred) == canonical_decimal(answer)
+
+
+def arith_number(pred: str) -> str | None:
+    """The final answer as arith and any_of compare it: unwrapped, a trailing unit dropped, as a
+    canonical decimal (None if it is not one number)."""
     number = unwrap_answer(pred)
     unit = TRAILING_UNIT.search(number)  # `167 \text{ apples}`: math-verify drops it too
-    return canonical_decimal(number[:unit.start()].strip() if unit else number) == \
-        canonical_decimal(answer)
+    return canonical_decimal(number[:unit.start()].strip() if unit else number)
 
 
 def respell_math(s: str) -> str:
@@ -1542,6 +1549,30 @@ def check_exact(pred: str, gold: str) -> bool:
     return pred.strip() == gold or unwrap_answer(pred) == gold
 
 
+# any_of: many correct answers per prompt (data/make_many_answers.py), all of them listed, so that
+# coverage.py can sum the policy's probability over them exactly.
+
+def read_any_of_gold(answer) -> list[str]:
+    """`{"any_of": [integer strings]}` (JSON text too, as the command line gives it) -> the listed
+    answers as canonical decimals, distinct, in string order."""
+    answer = _json_data(answer)
+    listed = answer.get("any_of") if isinstance(answer, dict) else None
+    if not (isinstance(listed, list) and listed and len(answer) == 1
+            and all(isinstance(a, str) and INTEGER.match(a) for a in listed)):
+        raise ValueError(f'any_of answer must be {{"any_of": [integer strings, at least one]}}, '
+                         f"got {answer!r:.80}")
+    return sorted(set(map(canonical_decimal, listed)))
+
+
+def check_any_of(pred: str, gold: list[str]) -> bool:
+    """The final answer, read as arith reads it (arith_number), is one of the listed answers. The
+    extraction keeps the final answer only: a response that lists several candidates is judged by
+    its last box or answer line, and a box holding several (`42, 49`, `$42$ or $49$`) is no
+    number."""
+    number = arith_number(pred)
+    return number is not None and number in gold
+
+
 @dataclass(frozen=True)
 class TaskKind:
     """Everything reward.py knows about one task kind. score, score_batch, validate_answer,
@@ -1584,6 +1615,8 @@ TASK_KINDS: dict[str, TaskKind] = {
                               check_here=reasoning_gym_check_here, check=check_reasoning_gym),
     "exact": TaskKind(extract=last_boxed_or_tagged, read_gold=read_exact_gold,
                       check_here=check_exact),
+    "any_of": TaskKind(extract=extract_answer, read_gold=read_any_of_gold,
+                       check_here=check_any_of),
 }
 
 

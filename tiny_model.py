@@ -16,6 +16,8 @@ the answer format and solves some problems, and RL must do the rest. The result 
 
     python tiny_model.py                 # build (or reuse) and print the cached model's path
     python tiny_model.py --warmup-steps 0 --out /tmp/tiny-random
+    python tiny_model.py --train-data data/many_answers_train.jsonl --warmup-steps 800
+                                         # warmed on the many-answers task's prior, cached apart
 """
 
 import argparse
@@ -106,6 +108,16 @@ def sft_batch(tokenizer, tasks: list[dict]) -> tuple[torch.Tensor, torch.Tensor,
     return input_ids, (input_ids != pad).long(), label_ids
 
 
+def warmup_row(task: dict, rng: random.Random) -> dict:
+    """The task as a warm-up row: as it is, or, for a record with a `prior` over answers (the
+    many-answers task, data/make_many_answers.py), with an answer drawn from the prior, so that the
+    warm-up teaches the prior's skew (near misses included)."""
+    if "prior" not in task:
+        return task
+    answers, weights = zip(*task["prior"].items())
+    return {**task, "answer": rng.choices(answers, weights)[0]}
+
+
 def warm_up(model, tokenizer, tasks: list[dict], spec: TinySpec) -> None:
     """Supervised warm-up by teacher forcing; deliberately short (a partial pass rate is the
     point)."""
@@ -115,8 +127,8 @@ def warm_up(model, tokenizer, tasks: list[dict], spec: TinySpec) -> None:
         optimizer, lambda step: min(1.0, (step + 1) / spec.warmup_lr_ramp))
     model.train()
     for _ in range(spec.warmup_steps):
-        input_ids, attention_mask, labels = sft_batch(tokenizer,
-                                                      rng.sample(tasks, spec.warmup_batch))
+        rows = [warmup_row(task, rng) for task in rng.sample(tasks, spec.warmup_batch)]
+        input_ids, attention_mask, labels = sft_batch(tokenizer, rows)
         loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
         loss.backward()
         optimizer.step()
