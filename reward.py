@@ -243,6 +243,13 @@ def last_code_block(response: str) -> str | None:
     then the last program before it that is neither; else the last program (`is_program`: a block
     of sample output, `6` or `YES`, `Input: n = 5`, or of comments is data); else the last python
     block that does not parse (a broken program is still an answer); None if there is none."""
+    return next(iter(program_candidates(response)), None)
+
+
+def program_candidates(response: str) -> list[str]:
+    """The blocks `last_code_block` may choose, in its order of preference: programs that are no
+    usage of an earlier block, last first; then usages, last first; then tagged blocks that do not
+    parse, last first."""
     blocks = [(tag, text, _statements(text)) for tag, text in
               python_blocks(response)[-CODE_BLOCKS_TRIED:]]
     defined_before, answers = set(), []  # answers: (program, is it a usage of earlier blocks)
@@ -250,9 +257,31 @@ def last_code_block(response: str) -> str | None:
         if body and is_program(body):
             answers.append((text, is_usage(body, defined_before)))
         defined_before |= defined_names(body or [])
-    return next((text for text, usage in reversed(answers) if not usage), None) \
-        or next((text for text, _ in reversed(answers)), None) \
-        or next((text for tag, text, body in reversed(blocks) if tag and body is None), None)
+    return ([text for text, usage in reversed(answers) if not usage]
+            + [text for text, usage in reversed(answers) if usage]
+            + [text for tag, text, body in reversed(blocks) if tag and body is None])
+
+
+def program_for(response: str, spec: dict) -> str | None:
+    """The program a code task grades: `last_code_block`'s choice among the blocks that can answer
+    the task, if one can: for a call-based or HumanEval spec, a block that defines the function the
+    tests call (`fn_name`, `entry_point`); for stdin tests, one that reads its input. A trailing
+    block that tests the solution (`subprocess.run(["python", "sol.py"], ...)`, a usage example
+    with its own helpers) is no answer to either. Else `last_code_block`'s choice, graded as it
+    is."""
+    candidates = program_candidates(response)
+    name = spec.get("fn_name") or spec.get("entry_point")
+    if name:
+        fits = re.compile(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(|"
+                          rf"^[ \t]*{re.escape(name)}[ \t]*=", re.MULTILINE)
+    else:
+        fits = READS_INPUT
+    return next((text for text in candidates if fits.search(text)), None) or \
+        next(iter(candidates), None)
+
+
+# a program that reads its stdin: input(), sys.stdin, open(0), fileinput
+READS_INPUT = re.compile(r"\binput[ \t]*\(|\bstdin\b|\bopen[ \t]*\([ \t]*0\b|\bfileinput\b")
 
 
 def _statements(block: str) -> list | None:
@@ -1599,6 +1628,9 @@ class TaskKind:
     check_here: Callable[[str, object], bool | str] | None = None  # None: every answer to check
     check: Callable | None = None
     runs_code: bool = False  # check executes the answer: bubblewrap is required (require_sandbox)
+    # where the task decides which part of a response answers it (a code task's program): the
+    # answer given the gold, used in place of `extract` when scoring
+    extract_for: Callable[[str, object], str | None] | None = None
 
     def __post_init__(self):
         if self.check_here is None and self.check is None:
@@ -1610,7 +1642,7 @@ TASK_KINDS: dict[str, TaskKind] = {
     "math": TaskKind(extract=boxed_answer, read_gold=read_math_gold, check_here=math_check_here,
                      check=check_math),
     "code": TaskKind(extract=last_code_block, read_gold=parse_code_spec, check=run_program,
-                     runs_code=True),
+                     runs_code=True, extract_for=program_for),
     "reasoning_gym": TaskKind(extract=last_answer_tag, read_gold=read_reasoning_gym_gold,
                               check_here=reasoning_gym_check_here, check=check_reasoning_gym),
     "exact": TaskKind(extract=last_boxed_or_tagged, read_gold=read_exact_gold,
@@ -1644,7 +1676,7 @@ def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConf
         stats.too_long += 1
         return None
     kind = TASK_KINDS[task]
-    pred = kind.extract(response)
+    pred = kind.extract(response) if kind.extract_for is None else kind.extract_for(response, gold)
     in_worker = kind.check is not None and not kind.runs_code
     if pred is None or (in_worker and len(pred) > config.max_answer_chars):
         return None

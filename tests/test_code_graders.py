@@ -266,6 +266,36 @@ def test_the_program_is_the_last_python_block_not_a_trailing_sample_output(respo
     assert reward.last_code_block(response) == program
 
 
+STDIN_SOLUTION = "n = int(input())\nprint(n * 2)\n"
+RUNNER = ("import subprocess\nrun = subprocess.run(['python3', 'sol.py'], input=b'3\\n', "
+          "capture_output=True)\nprint(run.stdout)\n")
+
+
+@pytest.mark.parametrize("response, spec, program", [
+    # a trailing block that runs the solution as a test reads no input and defines nothing
+    (f"```python\n{STDIN_SOLUTION}```\nTesting:\n```python\n{RUNNER}```",
+     {"inputs": ["3\n"], "outputs": ["6\n"]}, STDIN_SOLUTION),
+    # a call-based task grades the block that defines the function its tests call
+    (f"```python\n{SOLUTION}```\nA check of my own:\n```python\ndef check():\n"
+     "    return 1\nprint(check())\n```", {"inputs": [[5]], "outputs": [5], "fn_name": "f"},
+     SOLUTION),
+    (f"```python\n{ADD}```\nAlso:\n```python\ndef helper():\n    return 2\n```",
+     {"test": "def check(candidate):\n    assert candidate(1, 2) == 3\n", "entry_point": "add"},
+     ADD),
+    # none fits: the last program, graded as it is
+    (f"```python\n{RUNNER}```", {"inputs": ["3\n"], "outputs": ["6\n"]}, RUNNER),
+])
+def test_the_graded_program_is_the_block_that_can_answer_the_task(response, spec, program):
+    assert reward.program_for(response, spec) == program
+
+
+def test_a_solution_followed_by_a_block_that_runs_it_scores_1():
+    spec = {"inputs": ["3\n", "5\n"], "outputs": ["6\n", "10\n"]}
+    response = f"```python\n{STDIN_SOLUTION}```\nTesting:\n```python\n{RUNNER}```"
+    assert reward.last_code_block(response) == RUNNER  # what a task-blind choice would grade
+    assert reward.score("code", response, spec) == 1.0
+
+
 # ---- stdin/stdout outputs: APPS's rules, and where ours differ on purpose ------------------------
 
 @dataclass
