@@ -360,8 +360,8 @@ BOX_GAP = re.compile(
     r"|(?:,\s*)?\\(?:text|textrm|mbox|mathrm)\{\s*,?\s*(?:and|or)?\s*\})"
     rf"{BOX_FILLER}"
     # the next part's label: a name (`x`, `\theta`, `AB`, `f(2)`, `x^2`, `\text{area}`), then `=`
-    r"(?:(?<![a-zA-Z0-9\\}])(?:\\[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z])"
-    r"(?:\\[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9_^{}()' ])*?="
+    r"(?:(?<![a-zA-Z0-9\\])(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z])"
+    r"(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9_^()' ]|[{}](?<!\\boxed\{))*?="
     rf"{BOX_FILLER})?\Z")
 
 
@@ -482,7 +482,9 @@ def check_arith(pred: str, answer: str) -> bool:
 def arith_number(pred: str) -> str | None:
     """The final answer as arith and any_of compare it: unwrapped, a trailing unit dropped, as a
     canonical decimal (None if it is not one number)."""
-    number = unwrap_answer(pred)
+    # spacing commands are spaces (`42\,`); a lone final backslash is a control space whose space
+    # the extraction stripped (`\boxed{42\ }`)
+    number = unwrap_answer(SPACING_COMMAND.sub(" ", re.sub(r"(?<!\\)\\\Z", "", pred)))
     unit = TRAILING_UNIT.search(number)  # `167 \text{ apples}`: math-verify drops it too
     return canonical_decimal(number[:unit.start()].strip() if unit else number)
 
@@ -540,7 +542,7 @@ def normalize_math(s: str) -> str:
     `2 3` is no 23, and after a macro's name before one, `\\cdot x`; one after a row break)."""
     s = SPELLING.sub(lambda m: "\\frac" if m["frac"] else m["row"] or " ", respell_math(s))
     s = SPACE.sub(_respace, re.sub(r"\s+", " ", s).strip())
-    s = re.sub(r"\^\{([a-zA-Z0-9])\}(?![a-zA-Z0-9])", r"^\1", s)  # x^{2} -> x^2, not 2^{1}0
+    s = re.sub(r"\^\{([a-zA-Z0-9])\}(?![a-zA-Z0-9.])", r"^\1", s)  # x^{2} -> x^2, not 2^{1}0
     # a whole-answer numeric fraction -> a/b
     return re.sub(r"^(-?)\\frac\{([0-9]+)\}\{([0-9]+)\}\Z", r"\1\2/\3", s)
 
@@ -1460,10 +1462,26 @@ def math_check_here(pred: str, gold: str) -> bool | str:
     check_math reads it (respell_math): answers spelled alike (`\\boxed{5}` in several responses)
     share one check. Spacing that math-verify reads (SPACING_SENSITIVE) in either goes to
     check_math."""
-    if SPACING_SENSITIVE.search(respell_math(pred)) or SPACING_SENSITIVE.search(gold):
+    if (SPACING_SENSITIVE.search(respell_math(pred)) or SPACING_SENSITIVE.search(gold)
+            or not delimiters_pair(pred)):
         return respell_math(pred)
     verdict = math_fast_path(normalize_math(pred), normalize_math(gold))
     return respell_math(pred) if verdict is None else verdict
+
+
+def delimiters_pair(s: str) -> bool:
+    """Whether every `\\left` is closed by a `\\right` after it (normalize_math drops both, and
+    math-verify reads no answer in `\\right(1,2\\right)`).
+
+    >>> delimiters_pair("\\\\left(1, 2\\\\right)"), delimiters_pair("\\\\right(1,2\\\\right)")
+    (True, False)
+    """
+    depth = 0
+    for side in re.findall(r"\\(left|right)(?![a-zA-Z])", s):
+        depth += 1 if side == "left" else -1
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 # Spacing that math-verify reads and normalize_math would drop, so the fast path defers: a spacing

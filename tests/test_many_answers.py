@@ -165,3 +165,9 @@ def test_any_of_in_a_batch_and_from_the_command_line():
 def test_malformed_any_of_answers_are_clear_errors(answer):
     with pytest.raises(ValueError, match="any_of answer must be"):
         reward.validate_answer("any_of", answer)
+
+
+@pytest.mark.parametrize("response", ["\\boxed{42\\,}", "\\boxed{42\\ }", "\\boxed{\\,42}"])
+def test_spacing_commands_around_the_integer_are_spaces(response):
+    assert score("any_of", response, {"any_of": ["42", "7"]}) == 1.0
+    assert score("arith", response, "42") == 1.0

@@ -529,6 +529,7 @@ def test_macros_separators_and_minus_signs_are_read_as_math_verify_reads_them(bo
     ("$\\boxed{1 \\, , \\, 2}$", "\\{1,2\\}"),
     ("$\\boxed{ 81\\  }$", "81"), ("\\boxed{n = 1600\\ }", "1600"), ("$\\boxed{x \\,=\\, 5}$", "5"),
     ("$\\boxed{= 5}$", "5"),
+    ("$x = \\boxed{2}\\text{ and }y = \\boxed{3}$", "2, 3"),  # a label after `\text{..}`
 ])
 def test_correct_answers_math_verify_reads_score_1(response, gold):
     assert reward.score("math", response, gold) == 1.0
@@ -551,13 +552,16 @@ def test_correct_answers_math_verify_reads_score_1(response, gold):
     ("$\\boxed{x = [0,1] \\text{ or } x = (0,1)}$", "(0,1)"),
     # two boxes in delimiters are two candidates for one value
     ("\\(\\boxed{2}\\) and \\(\\boxed{3}\\)", "3"),
+    # a box is no label: the middle box is a third candidate, not the next part's name
+    ("\\boxed{7}, \\boxed{6} x = \\boxed{5}", "\\{5,7\\}"),
 ])
 def test_a_second_candidate_however_spaced_or_hidden_scores_0(response, gold):
     assert reward.score("math", response, gold) == 0.0
 
 
 @pytest.mark.parametrize("box", ["\\frac{1}{2\u00a0}", "-\u20093", "1\u3000/2", "30^ \\circ",
-                                 "12  \\%", "\\{ \\}", "5./2"])
+                                 "12  \\%", "\\{ \\}", "5./2", "2^{0}.5",
+                                 "\\right(1,2\\right)"])
 def test_the_fast_path_defers_on_spacing_math_verify_reads(box):
     assert not isinstance(reward.math_check_here(box, "5"), bool)
 
