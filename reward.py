@@ -43,6 +43,7 @@ Rewards do not depend on the number of workers: each distinct check is a pure fu
 
 import argparse
 import ast
+import builtins
 import functools
 import itertools
 import json
@@ -67,7 +68,9 @@ INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, A
 RATIONAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(/[0-9]+)?\Z")  # with match()
 FENCE = re.compile(r"`{3,}|~{3,}")
 PYTHON_TAGS = ("", "python", "python3", "py", "py3")  # "" is an untagged block
-FENCE_INFO_CHARS = 32  # longest text after a fence on an opening line ("python title=...")
+PYTHON_VERSION_TAG = re.compile(r"(?:python|py)3(?:\.\d{1,2})?")  # `python3.11`
+FENCE_INFO_CHARS = 128  # longest text after a fence on an opening line ("python title=...")
+PARSED_BLOCK_CHARS = 32_000  # a longer block is not parsed here (CPython's parser can be quadratic)
 CODE_BLOCKS_TRIED = 32  # blocks, from the last, that may be a response's program
 
 
@@ -217,7 +220,7 @@ def python_blocks(response: str) -> list[tuple[str, str]]:
         tag = re.split(r"[\s:{}]", info, maxsplit=1)[0].lower()
         close = response.find(fence, line_end + 1)
         end = close if close >= 0 else len(response)  # unclosed: to the end, as CommonMark reads
-        if tag in PYTHON_TAGS:
+        if tag in PYTHON_TAGS or PYTHON_VERSION_TAG.fullmatch(tag):
             blocks.append((tag, _dedent(response[line_end + 1:end], start - line_start)))
         if close < 0:
             break
@@ -246,42 +249,86 @@ def last_code_block(response: str) -> str | None:
     return next(iter(program_candidates(response)), None)
 
 
-def program_candidates(response: str) -> list[str]:
+def program_candidates(response: str, given: frozenset[str] = frozenset()) -> list[str]:
     """The blocks `last_code_block` may choose, in its order of preference: programs that are no
     usage of an earlier block, last first; then usages, last first; then tagged blocks that do not
-    parse, last first."""
-    blocks = [(tag, text, _statements(text)) for tag, text in
-              python_blocks(response)[-CODE_BLOCKS_TRIED:]]
+    parse, last first. `given`: names the harness defines (a HumanEval prompt's helpers), whose use
+    makes no block a usage. A block over PARSED_BLOCK_CHARS is taken for a program unparsed."""
+    blocks = [(tag, text, _statements(text) if len(text) <= PARSED_BLOCK_CHARS else LONG_BLOCK)
+              for tag, text in python_blocks(response)[-CODE_BLOCKS_TRIED:]]
     defined_before, answers = set(), []  # answers: (program, is it a usage of earlier blocks)
     for _, text, body in blocks:
+        if body is LONG_BLOCK:
+            answers.append((text, False))
+            continue
         if body and is_program(body):
-            answers.append((text, is_usage(body, defined_before)))
+            answers.append((text, is_usage(body, defined_before - given - BUILTIN_NAMES)))
         defined_before |= defined_names(body or [])
     return ([text for text, usage in reversed(answers) if not usage]
             + [text for text, usage in reversed(answers) if usage]
             + [text for tag, text, body in reversed(blocks) if tag and body is None])
 
 
+LONG_BLOCK: list = []  # program_candidates' mark of a block too long to parse here
+# a draft that redefines a builtin (`def input(): ...`) makes no later use of the builtin a usage
+BUILTIN_NAMES = frozenset(dir(builtins))
+
+
 def program_for(response: str, spec: dict) -> str | None:
     """The program a code task grades: `last_code_block`'s choice among the blocks that can answer
     the task, if one can: for a call-based or HumanEval spec, a block that defines the function the
-    tests call (`fn_name`, `entry_point`); for stdin tests, one that reads its input. A trailing
+    tests call (`fn_name`, `entry_point`; a tagged block that does not parse alone, a HumanEval
+    body, by completing the prompt); for stdin tests, one that reads its input in code. A trailing
     block that tests the solution (`subprocess.run(["python", "sol.py"], ...)`, a usage example
     with its own helpers) is no answer to either. Else `last_code_block`'s choice, graded as it
     is."""
-    candidates = program_candidates(response)
+    prompt = _statements(spec.get("prompt") or "") or []
+    candidates = program_candidates(response, frozenset(defined_names(prompt)))
     name = spec.get("fn_name") or spec.get("entry_point")
-    if name:
-        fits = re.compile(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{re.escape(name)}[ \t]*\(|"
-                          rf"^[ \t]*{re.escape(name)}[ \t]*=", re.MULTILINE)
-    else:
-        fits = READS_INPUT
-    return next((text for text in candidates if fits.search(text)), None) or \
-        next(iter(candidates), None)
+    for text in candidates:
+        body = _statements(text) if len(text) <= PARSED_BLOCK_CHARS else None
+        if body is None and spec.get("prompt") and len(text) <= PARSED_BLOCK_CHARS:
+            body = _statements(spec["prompt"] + text)  # a HumanEval body, completing its prompt
+        if body and (name in bound_names(body) if name else reads_input(body)):
+            return text
+    return next(iter(candidates), None)
 
 
-# a program that reads its stdin: input(), sys.stdin, open(0), fileinput
-READS_INPUT = re.compile(r"\binput[ \t]*\(|\bstdin\b|\bopen[ \t]*\([ \t]*0\b|\bfileinput\b")
+def bound_names(statements: list) -> set[str]:
+    """Every name a block binds, at any depth: definitions, assignments, imports, parameters."""
+    names = set()
+    for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            names.add(node.name)
+    return names
+
+
+def reads_input(statements: list) -> bool:
+    """Whether a block reads its stdin (in code, not in comments or strings): `input` (called or
+    bound, `I = input`), `sys.stdin`, `sys.__stdin__`, `fileinput`, or file descriptor 0 opened or
+    read (`open(0)`, `open(file=0)`, `os.read(0, n)`, `os.fdopen(0)`, `io.FileIO(0)`)."""
+    for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
+        if isinstance(node, ast.Name) and node.id in ("input", "fileinput"):
+            return True
+        if isinstance(node, ast.Attribute) and node.attr in ("stdin", "__stdin__") and \
+                isinstance(node.ctx, ast.Load):  # `sys.stdin = StringIO(...)` feeds a test
+            return True
+        function = getattr(node, "func", None)
+        if isinstance(node, ast.Call) and (getattr(function, "id", None) == "open" or getattr(
+                function, "attr", None) in ("open", "read", "fdopen", "FileIO")):
+            arguments = node.args[:1] + [k.value for k in node.keywords if k.arg in ("file", "fd")]
+            if any(isinstance(a, ast.Constant) and a.value == 0 and type(a.value) is int
+                   for a in arguments):
+                return True
+    return False
 
 
 def _statements(block: str) -> list | None:
@@ -304,11 +351,9 @@ def is_usage(statements: list, defined_before: set[str]) -> bool:
     returns at its top level (`return a + b`, a line quoted from the solution)."""
     if any(isinstance(statement, ast.Return) for statement in statements):
         return True
-    used, own = set(), defined_names(statements)
-    for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
-        if isinstance(node, ast.Name):
-            (used if isinstance(node.ctx, ast.Load) else own).add(node.id)
-    return bool(used & defined_before - own)
+    used = {node.id for node in ast.walk(ast.Module(body=statements, type_ignores=[]))
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return bool(used & defined_before - bound_names(statements))
 
 
 def is_program(statements: list) -> bool:

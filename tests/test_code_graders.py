@@ -284,9 +284,38 @@ RUNNER = ("import subprocess\nrun = subprocess.run(['python3', 'sol.py'], input=
      ADD),
     # none fits: the last program, graded as it is
     (f"```python\n{RUNNER}```", {"inputs": ["3\n"], "outputs": ["6\n"]}, RUNNER),
+    # a final whose helper is nested, after a draft that defined it at the top level
+    ("```python\ndef solve(n):\n    return n\nprint(solve(int(input())))\n```\nFixed:\n"
+     "```python\ndef main():\n    def solve(n):\n        return 2 * n\n"
+     "    print(solve(int(input())))\nmain()\n```", {"inputs": ["3\n"], "outputs": ["6\n"]},
+     "def main():\n    def solve(n):\n        return 2 * n\n    print(solve(int(input())))\n"
+     "main()\n"),
+    # stdin read through the file descriptor, after a draft that calls input()
+    ("```python\nprint(input())\n```\nFaster:\n```python\nimport os\n"
+     "print(2 * int(os.read(0, 99)))\n```", {"inputs": ["3\n"], "outputs": ["6\n"]},
+     "import os\nprint(2 * int(os.read(0, 99)))\n"),
+    # a test that feeds stdin through StringIO reads nothing itself
+    (f"```python\n{STDIN_SOLUTION}```\n```python\nimport io, sys\nsys.stdin = io.StringIO('3')\n"
+     "import sol\n```", {"inputs": ["3\n"], "outputs": ["6\n"]}, STDIN_SOLUTION),
+    # a draft redefining a builtin does not make the final a usage of it
+    ("```python\nimport sys\ndef input():\n    return sys.stdin.readline()\nprint(input())\n```"
+     f"\nFinal:\n```python\n{STDIN_SOLUTION}```", {"inputs": ["3\n"], "outputs": ["6\n"]},
+     STDIN_SOLUTION),
+    # a versioned tag
+    (f"```python3.11\n{STDIN_SOLUTION}```", {"inputs": ["3\n"], "outputs": ["6\n"]},
+     STDIN_SOLUTION),
+    # a HumanEval body, then a usage line
+    ("```python\n    return a + b\n```\n```python\nprint(add(1, 2))\n```",
+     {"prompt": "def add(a, b):\n", "entry_point": "add",
+      "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n"}, "    return a + b\n"),
 ])
 def test_the_graded_program_is_the_block_that_can_answer_the_task(response, spec, program):
     assert reward.program_for(response, spec) == program
+
+
+def test_a_block_too_long_to_parse_here_is_still_a_candidate():
+    long_block = "x = 1\n" * (reward.PARSED_BLOCK_CHARS // 6 + 1)
+    assert reward.program_candidates(f"```python\n{long_block}```") == [long_block]
 
 
 def test_a_solution_followed_by_a_block_that_runs_it_scores_1():
