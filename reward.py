@@ -784,8 +784,10 @@ def _split_top_level(box: str, separator: re.Pattern) -> list[str]:
     return parts + [box[start:]]
 
 
+# LaTeX's spacing commands (a control space, not a row break's second backslash and a space)
 SPACING_COMMAND = re.compile(r"\\[,;:!]|\\ (?<!\\\\ )")
-SPACING_ESCAPES = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\\\")  # `\\` a row break, whole
+# the tokens _split_top_level steps over whole: the spacing commands, and a row break
+SPACING_ESCAPES = ("\\,", "\\;", "\\:", "\\!", "\\ ", "\\\\")
 ITEM_SEPARATOR = re.compile(r"[,;]|\\(?:lor|vee|land|wedge|quad|qquad)(?![a-zA-Z])"
                             r"|\\(?:text|mbox|mathrm)\{\s*(?:or|and)\s*\}")
 # latex2sympy's comma_number_regex, as a token: not part of a longer number or name (`1,2345`,
@@ -820,7 +822,7 @@ def is_a_label(side: str) -> bool:
     `\\theta`, `a+b`, `\\angle ABC`): letters and the macros of LABEL_MACROS, digits only in
     subscripts and in a function's arguments. A side holding a number (`6x`, `x^2`, `\\pi r`,
     `6 \\text{ or } x`) is a value, compared like one. A tuple of labels (`(x, y)`) is a label."""
-    side = SPACING_COMMAND.sub(" ", side).strip()  # `x \\, = 5`
+    side = SPACING_COMMAND.sub(" ", side).strip()  # `x \, = 5`
     if side[:1] + side[-1:] in ("()", "[]") and "," in side:
         return all(is_a_label(name) for name in answer_items(side[1:-1]))
     side = SUBSCRIPT.sub("", side)
