@@ -70,7 +70,7 @@ FENCE = re.compile(r"`{3,}|~{3,}")
 PYTHON_TAGS = ("", "python", "python3", "py", "py3")  # "" is an untagged block
 PYTHON_VERSION_TAG = re.compile(r"(?:python|py)3(?:\.\d{1,2})?")  # `python3.11`
 FENCE_INFO_CHARS = 128  # longest text after a fence on an opening line ("python title=...")
-PARSED_BLOCK_CHARS = 32_000  # a longer block is not parsed here (CPython's parser can be quadratic)
+PARSED_CHARS = 32_000  # of a response's blocks, the last first, parsed (parsed_candidates)
 CODE_BLOCKS_TRIED = 32  # blocks, from the last, that may be a response's program
 
 
@@ -213,14 +213,16 @@ def python_blocks(response: str) -> list[tuple[str, str]]:
             break  # no line left for a block to start on
         line_start = response.rfind("\n", 0, start) + 1
         info_chars = line_end - opening.end()
-        if response[line_start:start].strip(" ") or info_chars > FENCE_INFO_CHARS:
+        if (response[line_start:start].strip(" ") or info_chars > FENCE_INFO_CHARS
+                or fence == "```" and "`" in response[opening.end():line_end]):  # inline code
             pos = line_end + 1  # not an opening fence: the line is prose
             continue
         info = response[opening.end():line_end].strip().strip("{}.")
         tag = re.split(r"[\s:{}]", info, maxsplit=1)[0].lower()
         close = response.find(fence, line_end + 1)
         end = close if close >= 0 else len(response)  # unclosed: to the end, as CommonMark reads
-        if tag in PYTHON_TAGS or PYTHON_VERSION_TAG.fullmatch(tag):
+        if tag.removeprefix("language-") in PYTHON_TAGS or PYTHON_VERSION_TAG.fullmatch(tag) \
+                or tag.endswith(".py"):  # `language-python`, `sol.py`
             blocks.append((tag, _dedent(response[line_end + 1:end], start - line_start)))
         if close < 0:
             break
@@ -253,20 +255,32 @@ def program_candidates(response: str, given: frozenset[str] = frozenset()) -> li
     """The blocks `last_code_block` may choose, in its order of preference: programs that are no
     usage of an earlier block, last first; then usages, last first; then tagged blocks that do not
     parse, last first. `given`: names the harness defines (a HumanEval prompt's helpers), whose use
-    makes no block a usage. A block over PARSED_BLOCK_CHARS is taken for a program unparsed."""
-    blocks = [(tag, text, _statements(text) if len(text) <= PARSED_BLOCK_CHARS else LONG_BLOCK)
-              for tag, text in python_blocks(response)[-CODE_BLOCKS_TRIED:]]
-    defined_before, answers = set(), []  # answers: (program, is it a usage of earlier blocks)
+    makes no block a usage. Blocks beyond PARSED_CHARS are taken for programs unparsed."""
+    return [text for text, _ in parsed_candidates(response, given)]
+
+
+def parsed_candidates(response: str, given: frozenset[str] = frozenset()
+                      ) -> list[tuple[str, list | None]]:
+    """program_candidates with each block's statements (LONG_BLOCK: not parsed here, None: does
+    not parse). Each block is parsed once, the last first, PARSED_CHARS in all: CPython's parser
+    can take seconds on a crafted block (it is quadratic in an f-string's fields), so an earlier
+    or longer block is taken for a program unparsed."""
+    budget, bodies = PARSED_CHARS, []
+    for tag, text in reversed(python_blocks(response)[-CODE_BLOCKS_TRIED:]):
+        budget -= len(text)
+        bodies.append((tag, text, _statements(text) if budget >= 0 else LONG_BLOCK))
+    blocks = bodies[::-1]
+    defined_before, answers = set(), []  # answers: (program, its statements, is it a usage)
     for _, text, body in blocks:
         if body is LONG_BLOCK:
-            answers.append((text, False))
+            answers.append((text, body, False))
             continue
         if body and is_program(body):
-            answers.append((text, is_usage(body, defined_before - given - BUILTIN_NAMES)))
+            answers.append((text, body, is_usage(body, defined_before - given - BUILTIN_NAMES)))
         defined_before |= defined_names(body or [])
-    return ([text for text, usage in reversed(answers) if not usage]
-            + [text for text, usage in reversed(answers) if usage]
-            + [text for tag, text, body in reversed(blocks) if tag and body is None])
+    return ([(text, body) for text, body, usage in reversed(answers) if not usage]
+            + [(text, body) for text, body, usage in reversed(answers) if usage]
+            + [(text, body) for tag, text, body in reversed(blocks) if tag and body is None])
 
 
 LONG_BLOCK: list = []  # program_candidates' mark of a block too long to parse here
@@ -283,15 +297,31 @@ def program_for(response: str, spec: dict) -> str | None:
     with its own helpers) is no answer to either. Else `last_code_block`'s choice, graded as it
     is."""
     prompt = _statements(spec.get("prompt") or "") or []
-    candidates = program_candidates(response, frozenset(defined_names(prompt)))
+    candidates = parsed_candidates(response, frozenset(defined_names(prompt)))
     name = spec.get("fn_name") or spec.get("entry_point")
-    for text in candidates:
-        body = _statements(text) if len(text) <= PARSED_BLOCK_CHARS else None
-        if body is None and spec.get("prompt") and len(text) <= PARSED_BLOCK_CHARS:
-            body = _statements(spec["prompt"] + text)  # a HumanEval body, completing its prompt
-        if body and (name in bound_names(body) if name else reads_input(body)):
+    for text, body in candidates:
+        if body is LONG_BLOCK:  # unparsed: its text alone says
+            fits = (re.search(rf"^[ \t]*(?:def[ \t]+)?{re.escape(name)}\b", text, re.MULTILINE)
+                    if name else READS_INPUT_TEXT.search(text))
+        else:
+            if body is None and spec.get("prompt"):  # a HumanEval body, completing its prompt
+                body = _statements(spec["prompt"] + text)
+            fits = body and (name in defined_anywhere(body) if name else reads_input(body))
+        if fits:
             return text
-    return next(iter(candidates), None)
+    return next((text for text, _ in candidates), None)
+
+
+READS_INPUT_TEXT = re.compile(r"\binput[ \t]*\(|\bstdin\b|\bopen[ \t]*\([ \t]*0\b")
+
+
+def defined_anywhere(statements: list) -> set[str]:
+    """The functions, classes and assigned names of a block, at any depth (not imports or
+    parameters: `from solution import add` and `def check(add)` test an `add`, they define none)."""
+    return {node.name if hasattr(node, "name") else node.id
+            for node in ast.walk(ast.Module(body=statements, type_ignores=[]))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            or isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
 
 
 def bound_names(statements: list) -> set[str]:
@@ -316,19 +346,25 @@ def reads_input(statements: list) -> bool:
     bound, `I = input`), `sys.stdin`, `sys.__stdin__`, `fileinput`, or file descriptor 0 opened or
     read (`open(0)`, `open(file=0)`, `os.read(0, n)`, `os.fdopen(0)`, `io.FileIO(0)`)."""
     for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
-        if isinstance(node, ast.Name) and node.id in ("input", "fileinput"):
+        # loads only: `sys.stdin = StringIO(...)` or `input = lambda: ...` feed a test
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and \
+                node.id in ("input", "fileinput", "stdin"):
             return True
-        if isinstance(node, ast.Attribute) and node.attr in ("stdin", "__stdin__") and \
-                isinstance(node.ctx, ast.Load):  # `sys.stdin = StringIO(...)` feeds a test
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and \
+                node.attr in ("stdin", "__stdin__", "input"):
             return True
         function = getattr(node, "func", None)
-        if isinstance(node, ast.Call) and (getattr(function, "id", None) == "open" or getattr(
-                function, "attr", None) in ("open", "read", "fdopen", "FileIO")):
+        if isinstance(node, ast.Call) and (getattr(function, "id", None) or getattr(
+                function, "attr", None)) in ("open", "read", "fdopen", "FileIO"):
             arguments = node.args[:1] + [k.value for k in node.keywords if k.arg in ("file", "fd")]
-            if any(isinstance(a, ast.Constant) and a.value == 0 and type(a.value) is int
+            if any(isinstance(a, ast.Constant) and (type(a.value) is int and a.value == 0
+                                                    or a.value in STDIN_PATHS)
                    for a in arguments):
                 return True
     return False
+
+
+STDIN_PATHS = ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
 
 
 def _statements(block: str) -> list | None:
@@ -351,7 +387,11 @@ def is_usage(statements: list, defined_before: set[str]) -> bool:
     returns at its top level (`return a + b`, a line quoted from the solution)."""
     if any(isinstance(statement, ast.Return) for statement in statements):
         return True
-    used = {node.id for node in ast.walk(ast.Module(body=statements, type_ignores=[]))
+    module = ast.Module(body=statements, type_ignores=[])
+    if any(isinstance(node, ast.ImportFrom) and node.names[0].name == "*"
+           for node in ast.walk(module)):
+        return False  # `from math import *` may bind any name it uses
+    used = {node.id for node in ast.walk(module)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
     return bool(used & defined_before - bound_names(statements))
 

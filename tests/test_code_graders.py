@@ -301,9 +301,24 @@ RUNNER = ("import subprocess\nrun = subprocess.run(['python3', 'sol.py'], input=
     ("```python\nimport sys\ndef input():\n    return sys.stdin.readline()\nprint(input())\n```"
      f"\nFinal:\n```python\n{STDIN_SOLUTION}```", {"inputs": ["3\n"], "outputs": ["6\n"]},
      STDIN_SOLUTION),
-    # a versioned tag
+    # a versioned tag, a file name as the tag, an inline-code line that opens no fence
     (f"```python3.11\n{STDIN_SOLUTION}```", {"inputs": ["3\n"], "outputs": ["6\n"]},
      STDIN_SOLUTION),
+    (f"```sol.py\n{STDIN_SOLUTION}```", {"inputs": ["3\n"], "outputs": ["6\n"]}, STDIN_SOLUTION),
+    (f"```print(input())``` is the idea.\n```python\n{STDIN_SOLUTION}```",
+     {"inputs": ["3\n"], "outputs": ["6\n"]}, STDIN_SOLUTION),
+    # stdin read as competitive programmers write it, after an input() draft
+    ("```python\nprint(input())\n```\n```python\nfrom sys import stdin\n"
+     "print(2 * int(stdin.readline()))\n```", {"inputs": ["3\n"], "outputs": ["6\n"]},
+     "from sys import stdin\nprint(2 * int(stdin.readline()))\n"),
+    # a star import may bind what the draft defined
+    ("```python\ndef gcd(a, b):\n    return 1\nprint(gcd(*map(int, input().split())))\n```\n"
+     "```python\nfrom math import *\nprint(gcd(*map(int, input().split())))\n```",
+     {"inputs": ["4 6\n"], "outputs": ["2\n"]},
+     "from math import *\nprint(gcd(*map(int, input().split())))\n"),
+    # a test that imports the function defines none
+    (f"```python\n{ADD}```\n```python\nfrom solution import add\nassert add(1, 2) == 3\n```",
+     {"inputs": [[1, 2]], "outputs": [3], "fn_name": "add"}, ADD),
     # a HumanEval body, then a usage line
     ("```python\n    return a + b\n```\n```python\nprint(add(1, 2))\n```",
      {"prompt": "def add(a, b):\n", "entry_point": "add",
@@ -313,9 +328,12 @@ def test_the_graded_program_is_the_block_that_can_answer_the_task(response, spec
     assert reward.program_for(response, spec) == program
 
 
-def test_a_block_too_long_to_parse_here_is_still_a_candidate():
-    long_block = "x = 1\n" * (reward.PARSED_BLOCK_CHARS // 6 + 1)
-    assert reward.program_candidates(f"```python\n{long_block}```") == [long_block]
+def test_a_block_too_long_to_parse_here_is_still_a_candidate_and_read_by_its_text():
+    table = "T = [" + "0, " * (reward.PARSED_CHARS // 3) + "]\n"
+    final = table + STDIN_SOLUTION
+    assert reward.program_candidates(f"```python\n{final}```") == [final]
+    response = f"```python\nprint(input())\n```\nWith a table:\n```python\n{final}```"
+    assert reward.program_for(response, {"inputs": ["3\n"], "outputs": ["6\n"]}) == final
 
 
 def test_a_solution_followed_by_a_block_that_runs_it_scores_1():
