@@ -70,15 +70,19 @@ class Plan:
     prorl_n: int = 16
     prorl_prompts: int = 64  # P: ProRL's shape is prorl_n x P samples per step, every branch's too
     brorl_n: int = 512  # BroRL's shape: brorl_n x prorl_n * P / brorl_n prompts
-    steps: int = 48
+    steps: int = 64
     lr: float = 4e-4
     advantage: str = "grpo"  # ProRL's and BroRL's estimator; focal_grpo is it times a weight
-    evals: int = 8  # evals per run (and checkpoints: a killed run loses less than one interval)
+    evals: int = 16  # evals per run (and checkpoints: a killed run loses less than one interval)
     eval_samples: int = 4  # sampled pass@1 beside the exact metrics (which need no samples)
     eval_max_problems: int = 0
     probe_prompts: int = 64  # the probe set: this many held-out and as many training prompts
     seeds: tuple[int, ...] = (0, 1, 2)
     warmup_steps: int = 1600  # the warmed model's (docs/theory.md, the many-answers task)
+    # a response cut at max_new_tokens earns 0 (ProRLv2's stop-properly penalty): without it a run
+    # can learn to write `\boxed{a}` then more tokens, still rewarded, and the exact metrics, which
+    # read `\boxed{a}` then EOS, see none of its correct mass (`format_gap`)
+    zero_truncated_reward: bool = True
 
 
 QUICK = Plan(prorl_n=4, prorl_prompts=8, brorl_n=16, steps=2, evals=2, eval_samples=2,
@@ -137,7 +141,8 @@ def run_branch(plan: Plan, model: str, folder: Path, shape: dict, seed: int) -> 
          "--save-every", str(shape["eval_every"]), "--keep-checkpoints", "1",
          "--eval-samples", str(plan.eval_samples), "--eval-max-problems",
          str(plan.eval_max_problems), "--probe-prompts", str(plan.probe_prompts),
-         "--shrink-monitor-samples", "0"])
+         "--shrink-monitor-samples", "0"]
+        + (["--zero-truncated-reward"] if plan.zero_truncated_reward else []))
 
 
 # ---- summaries: a run's curves, a branch's seed means, matched pass@1 ---------------------------
@@ -159,6 +164,13 @@ def seed_summary(folder: Path, shape: dict) -> dict:
             "eval_coverage": {key[len("eval_coverage_"):]: [r[key] for r in evals]
                               for key in evals[0] if key.startswith("eval_coverage_")},
             "pass_rate": mean([r["pass_rate"] for r in rows if "pass_rate" in r])}
+
+
+def format_gap(summary: dict) -> float:
+    """The last eval's sampled pass@1 minus its exact correct mass, on the same held-out prompts:
+    the correct mass the policy puts on other ways of writing a correct answer than
+    `\\boxed{a}` then EOS, which the exact metrics do not see (0 but for sampling error)."""
+    return summary["eval_pass1"][-1] - summary["eval_coverage"]["correct_mass"][-1]
 
 
 def at_pass1(pass1: list[float], values: list[float], level: float) -> float:
@@ -201,6 +213,7 @@ def branch_summary(shape: dict, per_seed: dict[int, dict]) -> dict:
             "final": {split: {metric: seed_spread({str(seed): s["coverage"][split][metric][-1]
                                                    for seed, s in per_seed.items()})
                               for metric in seeds[0]["coverage"][split]} for split in SPLITS},
+            "format_gap": seed_spread({str(seed): format_gap(s) for seed, s in per_seed.items()}),
             "pass_rate": mean([s["pass_rate"] for s in seeds]),
             "seeds": {str(seed): s for seed, s in per_seed.items()}}
 
@@ -233,6 +246,15 @@ def cell(spread: dict, digits: int = 3) -> str:
     return f"{spread['mean']:.{digits}f} ± {spread['std']:.{digits}f}"
 
 
+def paired(mine: dict, theirs: dict) -> str:
+    """A table cell: one branch's per-seed values minus another's, over the seeds both have."""
+    differences = seed_spread({seed: value - theirs["per_seed"][seed]
+                               for seed, value in mine["per_seed"].items()
+                               if seed in theirs["per_seed"]})
+    return (f"{differences['mean']:+.3f} ± {differences['std']:.3f} ("
+            + " / ".join(f"{d:+.3f}" for d in differences["per_seed"].values()) + ")")
+
+
 def report(results: dict) -> str:
     """results.md: per split, each branch at the end (seed mean ± std, then each seed), and each
     metric at matched pass@1."""
@@ -252,6 +274,15 @@ def report(results: dict) -> str:
                 lines.append(f"| {name} | {seed} | {samples} | "
                              + " | ".join(f"{final[m]['per_seed'][seed]:.3f}" for m in COLUMNS)
                              + " |")
+        if split == "held_out":
+            lines += ["", "Format gap: the last eval's sampled pass@1 minus the exact correct mass "
+                      "on the same prompts, the correct answers written other than `\\boxed{a}` "
+                      "then EOS, which the metrics above do not count (0 but for sampling error, "
+                      "about ±0.06 at 4 samples x 64 prompts):", "",
+                      "| branch | mean ± std | each seed |", "| --- | --- | --- |"]
+            lines += [f"| {name} | {cell(b['format_gap'])} | "
+                      + " / ".join(f"{v:.3f}" for v in b["format_gap"]["per_seed"].values()) + " |"
+                      for name, b in branches.items()]
         matched = results["matched"].get(split, {})
         if not matched.get("levels"):
             lines += ["", "No pass@1 level above the start is reached by every run.", ""]
@@ -265,6 +296,15 @@ def report(results: dict) -> str:
             lines += [f"| {level:.2f} | {name} | "
                       + " | ".join(cell(matched[name][m][i]) for m in metrics) + " |"
                       for name in branches]
+        reference, others = next(iter(branches)), list(branches)[1:]
+        lines += ["", f"At matched pass@1, each branch minus {reference}, seed by seed (seed mean "
+                  "± std of the differences; each seed):", "",
+                  "| pass@1 | branch | " + " | ".join(COLUMNS[m] for m in PLOTTED) + " |",
+                  "| --- " * (2 + len(PLOTTED)) + "|"]
+        for i, level in enumerate(matched["levels"]):
+            lines += [f"| {level:.2f} | {name} | " + " | ".join(
+                paired(matched[name][m][i], matched[reference][m][i]) for m in PLOTTED) + " |"
+                for name in others]
         lines.append("")
     return "\n".join(lines) + "\n"
 
@@ -297,7 +337,8 @@ def plot(results: dict, path: Path) -> None:
                         title=f"pass@1 vs samples, {title}")
         for ax in row:
             ax.legend(fontsize=7)
-    fig.suptitle(f"seed mean (faint: each seed), seeds {results['plan']['seeds']}")
+    seeds = sorted({int(seed) for b in branches.values() for seed in b["seeds"]})
+    fig.suptitle(f"seed mean (faint: each seed), seeds {', '.join(map(str, seeds))}")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -327,9 +368,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
                                         "many-answers task's prior)")
     parser.add_argument("--seeds", type=int, nargs="+", help="Plan.seeds")
     parser.add_argument("--steps", type=int, help="Plan.steps")
+    parser.add_argument("--keep-truncated-reward", action="store_true",
+                        help="Plan.zero_truncated_reward off: a cut response keeps its reward")
     args = parser.parse_args(argv)
     overrides = {"seeds": tuple(args.seeds)} if args.seeds else {}
     overrides.update({"steps": args.steps} if args.steps else {})
+    overrides.update({"zero_truncated_reward": False} if args.keep_truncated_reward else {})
     return args, dataclasses.replace(QUICK if args.quick else Plan(), **overrides)
 
 

@@ -74,6 +74,7 @@ def test_quick_runs_every_branch_and_writes_coverage_against_pass1(quick):
     assert set(results["branches"]) == {"prorl_N4", "brorl_N16", "focal_N4"}
     for b in results["branches"].values():
         assert list(b["seeds"]) == ["0"] and b["samples"] == [0, 32, 64]
+        assert list(b["format_gap"]["per_seed"]) == ["0"]
         for split in experiment.SPLITS:
             curves = b["coverage"][split]
             assert set(experiment.COLUMNS) <= set(curves) <= set(b["final"][split])
