@@ -402,11 +402,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"[coverage] {label}: took {time.time() - began:.0f}s", flush=True)
                 write_results(summarise(plan, args.out, model), args.out)
         results = summarise(plan, args.out, model)
-        results["wall_s"] = time.time() - start  # this invocation's
+        if not args.report_only:
+            results["wall_s"] = time.time() - start  # this invocation's
         write_results(results, args.out)
     except InputError as e:
         sys.exit(f"error: {e}")
-    print(f"done in {results['wall_s']:.0f}s: {args.out / 'results.md'}, "
+    print(f"done in {time.time() - start:.0f}s: {args.out / 'results.md'}, "
           f"{args.out / 'coverage.png'}")
 
 
