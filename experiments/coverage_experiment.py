@@ -28,6 +28,8 @@ the results.
     python experiments/coverage_experiment.py --resume
     # the results again from the finished runs, running nothing
     python experiments/coverage_experiment.py --report-only
+    # the sitting without the stop-properly penalty (docs/theory.md: why the penalty is on)
+    python experiments/coverage_experiment.py --keep-truncated-reward --out runs/coverage-no-stop
     # the whole pipeline: a few steps, one seed
     python experiments/coverage_experiment.py --quick --out /tmp/coverage-quick
 """
