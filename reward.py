@@ -436,24 +436,33 @@ def boxed_answer(response: str) -> str | None:
 
 
 MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
-BOX_GAP_CHARS = 64  # math-verify joins boxes fewer than 70 characters apart
-# between boxes: spaces, `$`, `\(`, `\)`, `\[`, `\]`, spacing commands, `~`, `\quad`
-BOX_FILLER = r"(?:\\q?quad(?![a-zA-Z])|\\[,;: ()\[\]]|~|[\s$])*"
+BOX_GAP_CHARS = 128  # non-space characters of the gap read between two boxes
+# between boxes: spaces, `$`, `\(`, `\)`, `\[`, `\]`, spacing commands, `~`, `\quad`, and what a
+# box's math environment holds beside it (`^\circ`, `\%`, `\displaystyle`, a unit in `\text{}`):
+# math-verify reads every box of an environment
+BOX_FILLER = (r"(?:\\q?quad(?![a-zA-Z])|\\[,;: ()\[\]%]|~|[\s$.,!()}]|\^\\circ|\^\{\\circ\}"
+              r"|\\(?:mathbf|boldsymbol|bm|mathrm)\{|\\(?:left|right)\.|\\color\{[a-zA-Z]{1,16}\}"
+              r"|\\hspace\*?\{[^{}$]{0,16}\}"
+              r"|\\displaystyle(?![a-zA-Z])|\\(?:text|mathrm)\{[^{}$]{0,16}\})*")
 BOX_GAP = re.compile(
     rf"\}}{BOX_FILLER}"
-    r"(?:,\s*(?:and|or)(?![a-zA-Z])|[,;]|(?<![a-zA-Z])(?:and|or)(?![a-zA-Z])"
-    r"|(?:,\s*)?\\(?:text|textrm|mbox|mathrm)\{\s*,?\s*(?:and|or)?\s*\})"
+    r"(?:(?i:,\s*(?:and|or)(?![a-zA-Z])|[,;]|(?<![a-zA-Z])(?:and|or)(?![a-zA-Z]))"
+    r"|\\(?:lor|vee|land|wedge|cup)(?![a-zA-Z])|\\&"
+    r"|(?:,\s*)?\\(?:text|textrm|textbf|textit|textsc|textnormal|mbox|hbox|mathrm|mathit"
+    r"|operatorname)\{[\s~\\]*,?[\s~\\]*(?i:and/or|and|or)?[\s~\\,]*\})"
     rf"{BOX_FILLER}"
-    # the next part's label: a name (`x`, `\theta`, `AB`, `f(2)`, `x^2`, `\text{area}`), then `=`
-    r"(?:(?<![a-zA-Z0-9\\])(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z])"
-    r"(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9_^()' ]|[{}](?<!\\boxed\{))*?="
+    # the next part's label: a name (`x`, `\theta`, `AB`, `f(2)`, `x^2`, `2x`, `|x|`, `[ABC]`,
+    # `\text{area}`), then `=`
+    r"(?:(?<![a-zA-Z0-9\\])(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9|\[])"
+    r"(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9_^()'|\[\]+ ]"
+    r"|[{}](?<!\\boxed\{))*?(?:=|:=|\\(?:approx|le|leq|ge|geq|ne|neq|sim)(?![a-zA-Z]))"
     rf"{BOX_FILLER})?\Z")
 
 
 def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
     """The box just before the box at `start` when only a separator (and the next part's label)
     lies between them (BOX_GAP): (its start, its content), else None."""
-    gap = BOX_GAP.search(text, max(start - BOX_GAP_CHARS, 0), start)
+    gap = BOX_GAP.search(text, _gap_start(text, start), start)
     if gap is None:
         return None  # most responses: one box
     brace = matching_brace(text, gap.start())
@@ -462,6 +471,19 @@ def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
         if brace > 0 and text.startswith(macro, opening - len(macro)):
             return opening - len(macro), text[brace + 1:gap.start()]
     return None
+
+
+def _gap_start(text: str, start: int) -> int:
+    """Where the gap before the box at `start` is read from: BOX_GAP_CHARS characters back, not
+    counting whitespace (padding joins nothing apart), at most MAX_GAP_SPAN characters."""
+    i, seen = start, 0
+    while i > 0 and seen < BOX_GAP_CHARS and start - i < MAX_GAP_SPAN:
+        i -= 1
+        seen += not text[i].isspace()
+    return i
+
+
+MAX_GAP_SPAN = 4096
 
 
 def _skip_back(text: str, i: int, chars: str) -> int:

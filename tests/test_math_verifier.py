@@ -554,6 +554,14 @@ def test_correct_answers_math_verify_reads_score_1(response, gold):
     ("\\(\\boxed{2}\\) and \\(\\boxed{3}\\)", "3"),
     # a box is no label: the middle box is a third candidate, not the next part's name
     ("\\boxed{7}, \\boxed{6} x = \\boxed{5}", "\\{5,7\\}"),
+    # what a box's environment holds beside it, other separators and labels join the boxes still
+    ("$\\boxed{6}^\\circ$ or $\\boxed{5}^\\circ$", "5"),
+    ("$\\boxed{6}\\%$ or $\\boxed{5}\\%$", "5"),
+    ("$\\displaystyle\\boxed{6}$ or $\\displaystyle\\boxed{5}$", "5"),
+    ("$\\boxed{6}\\text{ cm}$ or $\\boxed{5}\\text{ cm}$", "5"),
+    ("$\\boxed{6} \\lor \\boxed{5}$", "5"), ("$\\boxed{6} \\text{ OR } \\boxed{5}$", "5"),
+    ("$\\boxed{6}$ or $2x = \\boxed{5}$", "5"), ("$\\boxed{6}$ or $x \\le \\boxed{5}$", "5"),
+    ("$\\boxed{6}$" + " " * 300 + "or $\\boxed{5}$", "5"),  # padding joins nothing apart
 ])
 def test_a_second_candidate_however_spaced_or_hidden_scores_0(response, gold):
     assert reward.score("math", response, gold) == 0.0
