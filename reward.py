@@ -353,13 +353,21 @@ def reads_input(statements: list) -> bool:
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and \
                 node.attr in ("stdin", "__stdin__", "input"):
             return True
+        if isinstance(node, ast.ImportFrom) and any(
+                (node.module, alias.name) in (("sys", "stdin"), ("sys", "__stdin__"),
+                                              ("fileinput", "input")) for alias in node.names):
+            return True  # `from sys import stdin as s`
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr" and any(
+                isinstance(a, ast.Constant) and a.value in ("stdin", "__stdin__")
+                for a in node.args[1:2]):
+            return True  # `getattr(sys, "stdin")`
         function = getattr(node, "func", None)
         if isinstance(node, ast.Call) and (getattr(function, "id", None) or getattr(
                 function, "attr", None)) in ("open", "read", "fdopen", "FileIO"):
             arguments = node.args[:1] + [k.value for k in node.keywords if k.arg in ("file", "fd")]
-            if any(isinstance(a, ast.Constant) and (type(a.value) is int and a.value == 0
+            if any(isinstance(a, ast.Constant) and (type(a.value) in (int, bool) and a.value == 0
                                                     or a.value in STDIN_PATHS)
-                   for a in arguments):
+                   for a in arguments):  # `open(0)`, `open(False)`, `open("/dev/stdin")`
                 return True
     return False
 

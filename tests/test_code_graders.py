@@ -311,6 +311,9 @@ RUNNER = ("import subprocess\nrun = subprocess.run(['python3', 'sol.py'], input=
     ("```python\nprint(input())\n```\n```python\nfrom sys import stdin\n"
      "print(2 * int(stdin.readline()))\n```", {"inputs": ["3\n"], "outputs": ["6\n"]},
      "from sys import stdin\nprint(2 * int(stdin.readline()))\n"),
+    ("```python\nprint(input())\n```\n```python\nfrom sys import argv, stdin as s\n"
+     "print(2 * int(s.readline()))\n```", {"inputs": ["3\n"], "outputs": ["6\n"]},
+     "from sys import argv, stdin as s\nprint(2 * int(s.readline()))\n"),
     # a star import may bind what the draft defined
     ("```python\ndef gcd(a, b):\n    return 1\nprint(gcd(*map(int, input().split())))\n```\n"
      "```python\nfrom math import *\nprint(gcd(*map(int, input().split())))\n```",
