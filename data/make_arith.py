@@ -27,6 +27,18 @@ def make_problems(seed: int) -> list[dict]:
     return problems
 
 
+def distinct_problems(make_problem, kinds: int, count: int, seed: int) -> list[dict]:
+    """`count` problems of distinct prompts from `make_problem(kind, rng)`, the kinds (levels,
+    tiers) in equal shares and interleaved, in a seeded order."""
+    rng, seen, problems = random.Random(seed), set(), []
+    while len(problems) < count:
+        problem = make_problem(len(problems) % kinds, rng)
+        if problem["prompt"] not in seen:  # distinct, so the train and test splits are disjoint
+            seen.add(problem["prompt"])
+            problems.append(problem)
+    return problems
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:

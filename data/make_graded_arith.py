@@ -26,7 +26,7 @@ import argparse
 import random
 from pathlib import Path
 
-from make_arith import write_jsonl  # data/, beside this script
+from make_arith import distinct_problems, write_jsonl  # data/, beside this script
 
 # level 0 has 2 x 90 x 10 = 1,800 distinct problems; stay clear of exhausting it
 MAX_PROBLEMS = 4 * 1600
@@ -49,13 +49,7 @@ def make_problem(level: int, rng: random.Random) -> dict:
 
 def make_problems(count: int, seed: int) -> list[dict]:
     """`count` distinct problems, levels in equal shares and interleaved, in a seeded order."""
-    rng, seen, problems = random.Random(seed), set(), []
-    while len(problems) < count:
-        problem = make_problem(len(problems) % len(LEVELS), rng)
-        if problem["prompt"] not in seen:  # distinct, so the train and test splits are disjoint
-            seen.add(problem["prompt"])
-            problems.append(problem)
-    return problems
+    return distinct_problems(make_problem, len(LEVELS), count, seed)
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ import random
 import re
 from pathlib import Path
 
-from make_arith import write_jsonl  # data/, beside this script
+from make_arith import distinct_problems, write_jsonl  # data/, beside this script
 
 TIER_CORRECT_SHARE = (0.5, 0.2, 0.05, 0.005)
 # from 3, so that a correct answer's neighbours a ± 1 are near misses
@@ -77,13 +77,7 @@ def make_problem(tier: int, rng: random.Random) -> dict:
 
 def make_problems(count: int, seed: int) -> list[dict]:
     """`count` distinct problems, tiers in equal shares and interleaved, in a seeded order."""
-    rng, seen, problems = random.Random(seed), set(), []
-    while len(problems) < count:
-        problem = make_problem(len(problems) % len(TIER_CORRECT_SHARE), rng)
-        if problem["prompt"] not in seen:  # distinct, so the train and test splits are disjoint
-            seen.add(problem["prompt"])
-            problems.append(problem)
-    return problems
+    return distinct_problems(make_problem, len(TIER_CORRECT_SHARE), count, seed)
 
 
 def main() -> None:
