@@ -28,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import run  # noqa: E402
 import update  # noqa: E402
 from bench.gpu_check import (QWEN2_1P5B, flops_per_token, peak_tflops,  # noqa: E402
                              random_batch, skewed_rows)
@@ -56,13 +57,6 @@ def build(args):
     config = transformers.Qwen2Config(**shape)
     with torch.device(args.device):
         return transformers.Qwen2ForCausalLM(config)
-
-
-def checkpoint_every(model, k: int | None) -> None:
-    """Activation checkpointing on every k-th decoder layer (None: none)."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    for i, layer in enumerate(model.model.layers):
-        layer.gradient_checkpointing = k is not None and i % k == 0
 
 
 def _chunk_logprobs_without_entropy(hidden, lm_head_weight, targets, temperature):
@@ -129,20 +123,21 @@ def main() -> None:
     batches = [("full-length rows", random_batch(args.rows, args.prompt_len, args.response_len,
                                                  vocab)),
                ("skewed lengths", skewed_rows(args, vocab))]
-    policy = update.Policy(model)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
-    policy, optimizer = accelerator.prepare(policy, optimizer)
+    plain_policy = update.Policy(model)
+    optimizer = torch.optim.AdamW(plain_policy.parameters(), lr=1e-6)
+    policy, optimizer = accelerator.prepare(plain_policy, optimizer)
     chunk = update._chunk_logprobs
     results = []
     for variant in args.only:
         every, tokens, entropy, compiled = VARIANTS[variant]
-        checkpoint_every(model, every)
+        if every is None:
+            model.gradient_checkpointing_disable()
+        else:
+            run.checkpoint_layers(model, every)  # the trainer's --checkpoint-every
         update._chunk_logprobs = chunk if entropy else _chunk_logprobs_without_entropy
         compile_start = time.perf_counter()
         if compiled:
-            torch._dynamo.config.cache_size_limit = 64  # 28 layers, each its own module
-            for layer in model.model.layers:
-                layer.compile(dynamic=True)
+            run.compile_layers(plain_policy)  # the trainer's --compile-layers
         try:
             rows = measure(args, policy, optimizer, model, batches,
                            tokens or args.micro_batch_tokens)
