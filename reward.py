@@ -296,8 +296,7 @@ def program_for(response: str, spec: dict) -> str | None:
     block that tests the solution (`subprocess.run(["python", "sol.py"], ...)`, a usage example
     with its own helpers) is no answer to either. Else `last_code_block`'s choice, graded as it
     is."""
-    prompt = _statements(spec.get("prompt") or "") or []
-    candidates = parsed_candidates(response, frozenset(defined_names(prompt)))
+    candidates = parsed_candidates(response, prompt_names(spec.get("prompt") or ""))
     name = spec.get("fn_name") or spec.get("entry_point")
     for text, body in candidates:
         if body is LONG_BLOCK:  # unparsed: its text alone says
@@ -310,6 +309,12 @@ def program_for(response: str, spec: dict) -> str | None:
         if fits:
             return text
     return next((text for text, _ in candidates), None)
+
+
+@functools.lru_cache(maxsize=1024)
+def prompt_names(prompt: str) -> frozenset[str]:
+    """What a HumanEval prompt defines, read once per prompt, not once per response."""
+    return frozenset(defined_names(_statements(prompt) or []))
 
 
 READS_INPUT_TEXT = re.compile(r"\binput[ \t]*\(|\bstdin\b|\bopen[ \t]*\([ \t]*0\b")
