@@ -1,9 +1,9 @@
 """Sample N completions per prompt, with the per-token log-probs the policy gradient needs.
 
 BroRL's whole point is a large N (hundreds of rollouts per prompt), so the sampler is built around
-sharing: each prompt is prefilled once and its KV cache is fanned out to its N samples, and
-sequences that have finished are dropped from the batch as decoding goes on. Two engines return
-the same `Rollouts`:
+sharing: each prompt is prefilled once and its KV cache is fanned out to its N samples, samples
+that have drawn the same tokens so far share one row of the forward, and sequences that have
+finished are dropped from the batch as decoding goes on. Two engines return the same `Rollouts`:
 
 - `hf` (the default on CPU): the transformers model itself, decoded by `decode_batch` below.
   Log-probs are those of the temperature-scaled policy softmax(logits / T), before top-p truncation,
@@ -140,26 +140,30 @@ def plan_batches(counts: list[int], max_batch_seqs: int) -> list[list[tuple[int,
 
 @torch.inference_mode()
 def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, pad_id, generator):
-    """Prefill unique prompts once, fan the cache out to their samples, decode until all stop."""
+    """Prefill unique prompts once, then decode a prefix tree: samples that have drawn the same
+    tokens so far have the same next-token distribution, so each distinct prefix is one row of the
+    forward (its KV cache fanned out as prefixes branch) and every sample draws its own token from
+    its prefix's distribution. At N=512 the first tokens, and all of them once a policy is sure of
+    its answer, are shared by many samples."""
     device = model.device
     ids, mask = left_pad(prompt_rows, pad_id)
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
                 logits_to_keep=1)
-    fan_out = torch.repeat_interleave(torch.arange(len(prompt_rows), device=device),
-                                      torch.tensor(counts, device=device))
     cache = out.past_key_values
-    cache.batch_select_indices(fan_out)
-    logits, mask, next_pos = out.logits[fan_out, -1], mask[fan_out], positions[fan_out, -1] + 1
-    total = len(fan_out)
+    logits, next_pos = out.logits[:, -1], positions[:, -1] + 1
+    # prefix[i]: the forward row (distinct prefix) of live sample i; first, its prompt
+    prefix = torch.repeat_interleave(torch.arange(len(prompt_rows), device=device),
+                                     torch.tensor(counts, device=device))
+    total = len(prefix)
     tokens = torch.full((total, params.max_new_tokens), pad_id, dtype=torch.long)
     token_logprobs = torch.zeros(total, params.max_new_tokens)
     lengths = torch.full((total,), params.max_new_tokens, dtype=torch.long)
     active = torch.arange(total, device=device)  # rows of the output that are still in the batch
     stop = torch.tensor(sorted(stop_ids), device=device)
     for t in range(params.max_new_tokens):
-        logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)
+        logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)[prefix]
         next_tokens = sample_tokens(logp, params.top_p, generator)
         rows = active.cpu()
         tokens[rows, t] = next_tokens.cpu()
@@ -168,13 +172,18 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
         lengths[rows[finished.cpu()]] = t + 1
         if t + 1 == params.max_new_tokens or bool(finished.all()):
             break
-        if bool(finished.any()):  # drop finished sequences so decoding cost follows the live batch
-            keep = (~finished).nonzero().squeeze(-1)
-            cache.batch_select_indices(keep)
-            active, next_tokens = active[keep], next_tokens[keep]
-            mask, next_pos = mask[keep], next_pos[keep]
-        mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=-1)
-        out = model(input_ids=next_tokens[:, None], attention_mask=mask,
+        # finished samples leave; the live ones' new prefixes are the distinct (prefix, token)
+        keep = (~finished).nonzero().squeeze(-1)
+        active = active[keep]
+        branches, prefix = torch.unique(prefix[keep] * logits.shape[-1] + next_tokens[keep],
+                                        return_inverse=True)
+        parent, branch_tokens = branches // logits.shape[-1], branches % logits.shape[-1]
+        if len(parent) != len(logits) or bool((parent != torch.arange(len(parent),
+                                                                      device=device)).any()):
+            cache.batch_select_indices(parent)  # each new prefix continues its parent's cache
+            mask, next_pos = mask[parent], next_pos[parent]
+        mask = torch.cat([mask, mask.new_ones(len(parent), 1)], dim=-1)
+        out = model(input_ids=branch_tokens[:, None], attention_mask=mask,
                     position_ids=next_pos[:, None], past_key_values=cache, use_cache=True)
         logits, next_pos = out.logits[:, -1], next_pos + 1
     return tokens, token_logprobs, lengths

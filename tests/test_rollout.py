@@ -35,6 +35,33 @@ def test_sampling_logprobs_equal_the_trainers_teacher_forced_logprobs(untrained_
     assert torch.allclose(recomputed, out.logprobs, atol=1e-4)
 
 
+def test_samples_that_drew_the_same_tokens_share_one_forward_row(untrained_policy):
+    model, tokenizer = untrained_policy
+    prompts = rollout.encode_prompts(tokenizer, ["7+8=", "123+4="], chat_template=False)
+    rows_per_forward = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows_per_forward.append(len(kwargs["input_ids"])),
+        with_kwargs=True)
+    params = rollout.SamplingParams(n=48, temperature=0.05, max_new_tokens=6)  # peaked
+    try:
+        out = rollout.generate(model, tokenizer, prompts, params, torch.Generator().manual_seed(0))
+    finally:
+        hook.remove()
+    assert rows_per_forward[0] == 2  # each prompt prefilled once
+    # the forward before token t+1 has one row per distinct (prompt, first t tokens) still going
+    lengths, live_samples = out.response_mask.sum(-1), 0
+    for t, rows in enumerate(rows_per_forward[1:], start=1):
+        live = (lengths > t).nonzero().squeeze(-1).tolist()
+        prefixes = {(int(out.group[i]), tuple(out.response_ids[i, :t].tolist())) for i in live}
+        assert rows == len(prefixes)
+        live_samples += len(live)
+    assert sum(rows_per_forward[1:]) < live_samples
+    # every sample still draws its own token: the prefixes branch
+    assert len(set(out.texts)) > 2
+    recomputed = trainer_logprobs(model, out, temperature=0.05, micro_batch_tokens=64)
+    assert torch.allclose(recomputed, out.logprobs, atol=1e-4)
+
+
 def test_every_prompt_gets_its_samples_whatever_the_batch_plan():
     assert rollout.plan_batches([4, 4, 4], max_batch_seqs=5) == [[(0, 4), (1, 1)],
                                                                  [(1, 3), (2, 2)], [(2, 2)]]
