@@ -301,18 +301,19 @@ def chunked_logprobs(model, flat_hidden: torch.Tensor, flat_targets: torch.Tenso
     return logprobs, entropy
 
 
-def length_buckets(lengths: list[int], waste: float = 2.0) -> list[list[int]]:
+def length_buckets(lengths: list[int], call_cost: int = 128**2) -> list[list[int]]:
     """Sequences grouped for batched attention, longest first: a group is padded to its longest,
-    and takes the next sequence while its padded attention (rows x longest²) stays within `waste`
-    times its real one (Σ L²): equal lengths make one group, and padding at most doubles it.
+    and takes the next sequence while its padded attention (rows x longest²) exceeds its real one
+    (Σ L²) by at most `call_cost`, the attention one more SDPA call costs as much as: equal lengths
+    make one group, short sequences share calls, long ones of other lengths get their own.
 
-    >>> length_buckets([3, 9, 3, 8, 1])
-    [[1, 3, 0, 2], [4]]
+    >>> length_buckets([300, 9, 300, 200, 8, 1])
+    [[0, 2], [3], [1, 4, 5]]
     """
     buckets, real = [], 0
     for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
-        if buckets and (len(buckets[-1]) + 1) * lengths[buckets[-1][0]] ** 2 <= waste * (
-                real + lengths[i] ** 2):
+        if buckets and (len(buckets[-1]) + 1) * lengths[buckets[-1][0]] ** 2 <= (
+                real + lengths[i] ** 2 + call_cost):
             buckets[-1].append(i)
             real += lengths[i] ** 2
         else:
@@ -334,9 +335,10 @@ def _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling):
         if len(bucket) == 1:  # a view, no copy
             start, end = starts[bucket[0]], starts[bucket[0]] + lengths[bucket[0]]
             places.append(torch.arange(start, end))
+            # [1, heads, L, head_dim]: without a batch dimension SDPA takes its math path on CPU
             pieces.append(scaled_dot_product_attention(
-                *(x[start:end].transpose(0, 1) for x in (query, key, value)), is_causal=True,
-                scale=scaling, enable_gqa=True).transpose(0, 1))
+                *(x[None, start:end].transpose(1, 2) for x in (query, key, value)), is_causal=True,
+                scale=scaling, enable_gqa=True)[0].transpose(0, 1))
             continue
         width = lengths[bucket[0]]
         sizes = torch.tensor([lengths[i] for i in bucket])
