@@ -476,8 +476,8 @@ MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 befor
 # A math environment as math-verify's extraction finds one: `$$...$$` and `\[...\]` across lines,
 # `$...$` and `\(...\)` within one; and the display environments. Each ends at its first closing
 # delimiter; an opening one of its own kind ends it too (`\[ \[ \]` is one environment from the
-# second `\[`), so that each unclosed delimiter is read past once: linear. (The lookahead lets the
-# search skip to the next `$` or backslash.)
+# second `\[`), so that each unclosed delimiter is read past once: linear. (The lookahead fails
+# fast where no `$` or backslash stands.)
 MATH_ENVIRONMENT = re.compile(
     r"(?=[$\\])(?:(?<!\\)\$\$[^$]*(?:\$(?!\$)[^$]*)*(?<!\\)\$\$"
     r"|(?<!\\)\\\[[^\\]*(?:\\[^\[\]][^\\]*)*\\\]"
@@ -490,10 +490,10 @@ MATH_ENVIRONMENT = re.compile(
 def _environment_boxes(text: str, start: int, content: str, environments: list[tuple[int, int]],
                        room: int) -> list[tuple[int, str]] | None:
     """(start, content) of each box of the math environment that holds the box at `start`, up to
-    that one, consecutive equal ones once: math-verify's extraction reads every box of an
-    environment, in one list, until one is not closed before the next begins or has no brace. The
-    box alone outside an environment (`environments`: their spans, in order); None if there are
-    more than `room`."""
+    that one, of consecutive boxes of one value the last (_one_value): math-verify's extraction
+    reads every box of an environment, until one is not closed before the next begins or has no
+    brace, and its list of equal values is one value. The box alone outside an environment
+    (`environments`: their spans, in order); None if there are more than `room`."""
     where = bisect.bisect_right(environments, (start, math.inf)) - 1
     opening = environments[where][0] if where >= 0 and environments[where][1] > start else start
     group, end = [(start, content)], start
@@ -509,7 +509,13 @@ def _environment_boxes(text: str, start: int, content: str, environments: list[t
         group.insert(0, (box, text[brace + 1:closing]))
         end = box
     return [box for box, after in zip(group, group[1:] + [None])
-            if after is None or box[1].strip() != after[1].strip()]
+            if after is None or not _one_value(box[1], after[1])]
+
+
+def _one_value(box: str, other: str) -> bool:
+    """Whether two boxes are one value to math-verify, as far as is known without sympy: written
+    alike, or equal to the fast path (math_check_here: `\\frac{10}{2}` and `5`)."""
+    return box.strip() == other.strip() or math_check_here(box, other) is True
 
 
 def _box_before(text: str, end: int, lo: int = 0) -> int:

@@ -578,9 +578,10 @@ DELIMITERS = [("$", "$"), ("$$", "$$"), ("\\(", "\\)"), ("\\[", "\\]"),
 # between the boxes: a relation, nothing, spacing, a row of an aligned environment, prose
 BETWEEN = ["=", " = ", "", " ", "\\quad", "\\qquad ", " \\ne ", "\\approx", " \\Rightarrow ",
            " \\\\ x &= ", "\\text{ is wrong, so }", ", "]
-# (the boxes, the gold): a hedge, the same value twice, a list for a gold of several values
-BOXES_AND_GOLDS = [(("6", "5"), "5"), (("5", "5"), "5"), (("6", "5"), "5, 6"),
-                   (("x = 6", "x = 5"), "5"), (("2", "3"), "\\{2, 3\\}")]
+# (the boxes, the gold): a hedge, one value twice (written alike or not), a list for a gold of
+# several values
+BOXES_AND_GOLDS = [(("6", "5"), "5"), (("5", "5"), "5"), (("\\frac{10}{2}", "5.0"), "5"),
+                   (("6", "5"), "5, 6"), (("x = 6", "x = 5"), "5"), (("2", "3"), "\\{2, 3\\}")]
 
 
 def test_boxes_in_one_math_environment_are_read_as_math_verify_reads_them():
@@ -613,6 +614,8 @@ def test_boxes_in_one_display_environment_are_one_list(opening, closing, between
 @pytest.mark.parametrize("response, expected", [
     ("$\\boxed{6} = \\boxed{5}$", "6, 5"), ("\\[\\boxed{6}\\quad\\boxed{5}\\]", "6, 5"),
     ("$\\boxed{5} = \\boxed{5}$", "5"),  # consecutive equal boxes once, as math-verify reads them
+    ("$\\boxed{\\frac{10}{2}} = \\boxed{5}$", "5"),
+    ("$\\boxed{x = 5} = \\boxed{5}$", "x = 5, 5"),  # one value to math-verify, not to the fast path
     ("$\\boxed{5} = \\boxed{6} = \\boxed{5}$", "5, 6, 5"),
     ("$\\boxed{2} = \\boxed{1}$ and $\\boxed{3}$", "2, 1, 3"),  # joined to another environment
     ("$\\boxed{6}$ = $\\boxed{5}$", "5"),  # two environments: only a separator joins them
