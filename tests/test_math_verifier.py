@@ -663,6 +663,8 @@ CRAFTED = {
     "many environments": "$\\boxed{1}$ " * 10_000,
     "adjacent boxes": "\\boxed{1}\\boxed{2}" * 5_000,
     "reversed spacing": "dauq\\" * 20_000 + "\\boxed{1}, \\quad \\boxed{2}",
+    "long boxes compared": "$" + " = ".join(f"\\boxed{{{'(' * 8_000}{')' * 8_000}{k}}}"
+                                            for k in range(6)) + "$",
 }
 
 
