@@ -43,6 +43,7 @@ Rewards do not depend on the number of workers: each distinct check is a pure fu
 
 import argparse
 import ast
+import bisect
 import builtins
 import functools
 import itertools
@@ -167,11 +168,12 @@ def _last_box(text: str, spaced: bool = True) -> tuple[int, str | None]:
 BRACE_DEPTH = {"{": 1, "}": -1}
 
 
-def matching_brace(text: str, brace: int) -> int:
-    """The index of the brace that pairs with the one at `brace` (the `}` closing a `{`, the `{`
-    opening a `}`), -1 if none does (depths summed in C: responses are long)."""
+def matching_brace(text: str, brace: int, stop: int | None = None) -> int:
+    """The index of the brace that pairs with the one at `brace` (the `}` closing a `{`, before
+    `stop` if given; the `{` opening a `}`), -1 if none does (depths summed in C: responses are
+    long)."""
     forward = text[brace] == "{"
-    chars = text[brace:] if forward else reversed(text[:brace + 1])
+    chars = text[brace:stop] if forward else reversed(text[:brace + 1])
     depths = itertools.accumulate(map(BRACE_DEPTH.get, chars, itertools.repeat(0)))
     try:
         steps = operator.indexOf(depths, 0)
@@ -473,24 +475,96 @@ def last_answer_tag(response: str) -> str | None:
 
 def boxed_answer(response: str) -> str | None:
     """Math's final answer: the last box's content (`\\boxed {5}` too), None if there is none or it
-    is blank. A problem of several parts is answered one box per part: boxes joined by only a
-    separator (`,`, `;`, `and`, `or`, `\\text{and}`, with spaces, `\\quad` and `$` around it) and
-    the label of the next part (`$x=\\boxed{2}$ and $x=\\boxed{3}$`) are read together, up to
-    MAX_JOINED_BOXES, as math-verify's extraction reads them (`\\boxed{2}` and `\\boxed{3}` is the
-    list `2, 3`; the labels go, as there). Linear: each box's content is scanned once, backwards
-    from its closing brace, and each gap between boxes is at most BOX_GAP_CHARS."""
+    is blank. Several boxes are read together as one list, up to MAX_JOINED_BOXES, as
+    math-verify's extraction reads them, so that a hedge is a list, wrong for one value:
+    - every box of the math environment that holds the last box (MATH_ENVIRONMENT:
+      `$\\boxed{6} = \\boxed{5}$` is the list `6, 5`; `$\\boxed{5} = \\boxed{5}$` is 5);
+    - one box per part: boxes joined by only a separator (`,`, `;`, `and`, `or`, `\\text{and}`,
+      with spaces, `\\quad` and `$` around it) and the label of the next part
+      (`$x=\\boxed{2}$ and $x=\\boxed{3}$` is `2, 3`; the labels go, as there).
+    None if one of them is blank, or an environment holds more boxes than the list has room for.
+    Linear: the environments are found in one pass, each box's content is scanned once, and each
+    gap between boxes is read backwards once (spacing of any length is one space)."""
     start, content = _last_box(response)
     if content is None or not content.strip():
         return None  # no box, or an unclosed or blank one: no answer
-    boxes = [content]
-    while len(boxes) < MAX_JOINED_BOXES and (previous := _box_ending_at(response, start)):
+    if _box_before(response, start) < 0:
+        return content  # most responses: one box
+    environments = []
+    for environment in MATH_ENVIRONMENT.finditer(response):
+        if environment.start() > start:
+            break
+        environments.append(environment.span())
+    reversed_response = response[::-1]
+    boxes = []
+    while True:
+        group = _environment_boxes(response, start, content, environments,
+                                   MAX_JOINED_BOXES - len(boxes))
+        if group is None:
+            return None  # more boxes in one environment than are read: its list is unknown
+        boxes[:0] = [box for _, box in group]
+        start = group[0][0]
+        if len(boxes) == MAX_JOINED_BOXES or not (
+                previous := _box_ending_at(response, start, reversed_response)):
+            break
         start, content = previous
-        boxes.insert(0, content)
+    if not all(box.strip() for box in boxes):
+        return None  # a blank box in the list: math-verify reads no answer in it either
     return ", ".join(boxes)
 
 
 MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
-BOX_GAP_CHARS = 128  # non-space characters of the gap read between two boxes
+# A math environment as math-verify's extraction finds one: `$$...$$` and `\[...\]` across lines,
+# `$...$` and `\(...\)` within one; and the display environments. Each ends at its first closing
+# delimiter; an opening one of its own kind ends it too (`\[ \[ \]` is one environment from the
+# second `\[`), so that each unclosed delimiter is read past once: linear. (The lookahead fails
+# fast where no `$` or backslash stands.)
+MATH_ENVIRONMENT = re.compile(
+    r"(?=[$\\])(?:(?<!\\)\$\$[^$]*(?:\$(?!\$)[^$]*)*(?<!\\)\$\$"
+    r"|(?<!\\)\\\[[^\\]*(?:\\[^\[\]][^\\]*)*\\\]"
+    r"|(?<![\\\d])\$(?=[^\n$])[^\n$\\]*(?:\\[^\n][^\n$\\]*)*(?<!\\)\$"
+    r"|(?<!\\)\\\([^\\\n]*(?:\\[^()\n][^\\\n]*)*\\\)"
+    r"|\\begin\{(equation|align|alignat|flalign|gather|multline|eqnarray|displaymath|math)(\*?)\}"
+    r"[^\\]*(?:\\(?!(?:begin|end)\{\1\2\})[^\\]*)*\\end\{\1\2\})")
+
+
+def _environment_boxes(text: str, start: int, content: str, environments: list[tuple[int, int]],
+                       room: int) -> list[tuple[int, str]] | None:
+    """(start, content) of each box of the math environment that holds the box at `start`, up to
+    that one, of consecutive boxes of one value the last (_one_value): math-verify's extraction
+    reads every box of an environment, until one is not closed before the next begins or has no
+    brace, and its list of equal values is one value. The box alone outside an environment
+    (`environments`: their spans, in order); None if there are more than `room`."""
+    where = bisect.bisect_right(environments, (start, math.inf)) - 1
+    opening = environments[where][0] if where >= 0 and environments[where][1] > start else start
+    group, end = [(start, content)], start
+    while (box := _box_before(text, end, opening)) >= 0:
+        brace = box + (len("\\fbox") if text.startswith("\\fbox", box) else len("\\boxed"))
+        while brace < end and text[brace] in " \t\n":
+            brace += 1
+        closing = matching_brace(text, brace, end) if text.startswith("{", brace) else -1
+        if closing < 0:
+            break
+        if len(group) == room:
+            return None
+        group.insert(0, (box, text[brace + 1:closing]))
+        end = box
+    return [box for box, after in zip(group, group[1:] + [None])
+            if after is None or not _one_value(box[1], after[1])]
+
+
+def _one_value(box: str, other: str) -> bool:
+    """Whether two boxes are one value to math-verify, as far as is known without sympy: written
+    alike, or equal to the fast path (math_check_here: `\\frac{10}{2}` and `5`)."""
+    return box.strip() == other.strip() or math_check_here(box, other) is True
+
+
+def _box_before(text: str, end: int, lo: int = 0) -> int:
+    """Where the last `\\boxed` or `\\fbox` in `text[lo:end]` starts, -1 if there is none."""
+    return max(text.rfind(macro, lo, end) for macro in BOX_MACROS)
+
+
+BOX_GAP_CHARS = 128  # characters of the gap read between two boxes, spacing not counted
 # between boxes: spaces, `$`, `\(`, `\)`, `\[`, `\]`, spacing commands, `~`, `\quad`, and what a
 # box's math environment holds beside it (`^\circ`, `\%`, `\displaystyle`, a unit in `\text{}`):
 # math-verify reads every box of an environment
@@ -498,6 +572,8 @@ BOX_FILLER = (r"(?:\\q?quad(?![a-zA-Z])|\\[,;: ()\[\]%]|~|[\s$.,!()}]|\^\\circ|\
               r"|\\(?:mathbf|boldsymbol|bm|mathrm)\{|\\(?:left|right)\.|\\color\{[a-zA-Z]{1,16}\}"
               r"|\\hspace\*?\{[^{}$]{0,16}\}"
               r"|\\displaystyle(?![a-zA-Z])|\\(?:text|mathrm)\{[^{}$]{0,16}\})*")
+# a label's name: a macro (`\theta`, `\text{area}`: one word) and the space after it
+LABEL_MACRO = r"\\(?!boxed|fbox)[a-zA-Z]+(?:\{ ?[a-zA-Z]{1,16} ?\})? ?"
 BOX_GAP = re.compile(
     rf"\}}{BOX_FILLER}"
     r"(?:(?i:,\s*(?:and|or)(?![a-zA-Z])|[,;]|(?<![a-zA-Z])(?:and|or)(?![a-zA-Z]))"
@@ -506,38 +582,46 @@ BOX_GAP = re.compile(
     r"|operatorname)\{[\s~\\]*,?[\s~\\]*(?i:and/or|and|or)?[\s~\\,]*\})"
     rf"{BOX_FILLER}"
     # the next part's label: a name (`x`, `\theta`, `AB`, `f(2)`, `x^2`, `2x`, `|x|`, `[ABC]`,
-    # `\text{area}`), then `=`
-    r"(?:(?<![a-zA-Z0-9\\])(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9|\[])"
-    r"(?:\\(?!boxed|fbox)[a-zA-Z]+(?:\{[a-zA-Z ]{1,16}\})?|[a-zA-Z0-9_^()'|\[\]+ ]"
+    # `\text{area}`; no space between two words: `thus x` is prose), then `=`
+    rf"(?:(?<![a-zA-Z0-9\\])(?:{LABEL_MACRO}|[a-zA-Z0-9|\[])"
+    rf"(?:{LABEL_MACRO}|[a-zA-Z0-9_^()'|\[\]+]|(?<![a-zA-Z]) | (?![a-zA-Z])"
     r"|[{}](?<!\\boxed\{))*?(?:=|:=|\\(?:approx|le|leq|ge|geq|ne|neq|sim)(?![a-zA-Z]))"
     rf"{BOX_FILLER})?\Z")
+# spacing, read backwards on the reversed response: whitespace, `\quad`, `\qquad`, `~`, `\,`, `\;`,
+# `\:`, `\!`, `\ ` and `\hspace{...}` (not after another backslash: `\\ ` is a row break)
+REVERSED_SPACING = re.compile(r"(?:(?<![a-zA-Z])dauqq?\\(?!\\)|[,;:! ]\\(?!\\)|~(?!\\)|\s"
+                              r"|\}[^{}$\\]{0,16}\{\*?ecapsh\\(?!\\))+")
 
 
-def _box_ending_at(text: str, start: int) -> tuple[int, str] | None:
+def _box_ending_at(text: str, start: int, reversed_text: str) -> tuple[int, str] | None:
     """The box just before the box at `start` when only a separator (and the next part's label)
-    lies between them (BOX_GAP): (its start, its content), else None."""
-    gap = BOX_GAP.search(text, _gap_start(text, start), start)
-    if gap is None:
-        return None  # most responses: one box
-    brace = matching_brace(text, gap.start())
+    lies between them (BOX_GAP): (its start, its content), else None. `reversed_text` is `text`
+    reversed (its spacing is read backwards from it)."""
+    gap, where = _read_gap(text, start, reversed_text)
+    found = BOX_GAP.search(gap)
+    if found is None:
+        return None  # a correction, or boxes apart: not one list
+    brace = matching_brace(text, where[found.start()])
     opening = _skip_back(text, max(brace, 0), " \t\n")
     for macro in BOX_MACROS:
         if brace > 0 and text.startswith(macro, opening - len(macro)):
-            return opening - len(macro), text[brace + 1:gap.start()]
+            return opening - len(macro), text[brace + 1:where[found.start()]]
     return None
 
 
-def _gap_start(text: str, start: int) -> int:
-    """Where the gap before the box at `start` is read from: BOX_GAP_CHARS characters back, not
-    counting whitespace (padding joins nothing apart), at most MAX_GAP_SPAN characters."""
-    i, seen = start, 0
-    while i > 0 and seen < BOX_GAP_CHARS and start - i < MAX_GAP_SPAN:
-        i -= 1
-        seen += not text[i].isspace()
-    return i
-
-
-MAX_GAP_SPAN = 4096
+def _read_gap(text: str, start: int, reversed_text: str) -> tuple[str, list[int]]:
+    """The gap before the box at `start`, BOX_GAP_CHARS characters of it that are not spacing,
+    with each run of spacing (REVERSED_SPACING, of any length) one space, and where each of its
+    characters stands in `text`: a gap is read by what it holds, not by its length (`\\quad`
+    repeated past the window keeps no hedge apart), in time linear in the gap."""
+    chars, where, i, seen = [], [], start, 0
+    while i > 0 and seen < BOX_GAP_CHARS:
+        spacing = REVERSED_SPACING.match(reversed_text, len(text) - i)
+        i = len(text) - spacing.end() if spacing else i - 1
+        chars.append(" " if spacing else text[i])
+        where.append(i)
+        seen += not spacing
+    return "".join(reversed(chars)), where[::-1]
 
 
 def _skip_back(text: str, i: int, chars: str) -> int:

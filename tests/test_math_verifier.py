@@ -6,6 +6,7 @@ the official graders, on purpose"). Also the classes of answers the differential
 through equations, absolute tolerances, and correct spellings that scored 0."""
 
 import random
+import time
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -565,6 +566,131 @@ def test_correct_answers_math_verify_reads_score_1(response, gold):
 ])
 def test_a_second_candidate_however_spaced_or_hidden_scores_0(response, gold):
     assert reward.score("math", response, gold) == 0.0
+
+
+# ---- several boxes in one math environment: one list, as math-verify reads them ------------------
+
+# the delimiters math-verify's extraction reads an environment between, and a display environment
+# inside them; it reads every box of one environment as one list (`$\boxed{6} = \boxed{5}$` is 6, 5)
+DELIMITERS = [("$", "$"), ("$$", "$$"), ("\\(", "\\)"), ("\\[", "\\]"),
+              ("$$\\begin{aligned}", "\\end{aligned}$$"),
+              ("\\[\\begin{align*}", "\\end{align*}\\]")]
+# between the boxes: a relation, nothing, spacing, a row of an aligned environment, prose
+BETWEEN = ["=", " = ", "", " ", "\\quad", "\\qquad ", " \\ne ", "\\approx", " \\Rightarrow ",
+           " \\\\ x &= ", "\\text{ is wrong, so }", ", "]
+# (the boxes, the gold): a hedge, one value twice (written alike or not), a list for a gold of
+# several values
+BOXES_AND_GOLDS = [(("6", "5"), "5"), (("5", "5"), "5"), (("\\frac{10}{2}", "5.0"), "5"),
+                   (("6", "5"), "5, 6"), (("x = 6", "x = 5"), "5"), (("2", "3"), "\\{2, 3\\}")]
+
+
+def test_boxes_in_one_math_environment_are_read_as_math_verify_reads_them():
+    pairs = [Pair(gold, f"So {opening}\\boxed{{{first}}}{between}\\boxed{{{last}}}{closing}.",
+                  correct=False)
+             for opening, closing in DELIMITERS for between in BETWEEN
+             for (first, last), gold in BOXES_AND_GOLDS]
+    ours = reward.score_batch([("math", p.response, p.gold) for p in pairs], workers=2)
+    differ = [(p.response, p.gold, mine) for p, mine in zip(pairs, ours)
+              if mine != official_reward(p)]
+    assert not differ, differ
+
+
+@pytest.mark.parametrize("opening, closing", [("\\begin{equation*}", "\\end{equation*}"),
+                                              ("\\begin{align}", "\\end{align}"),
+                                              ("\\begin{gather}", "\\end{gather}")])
+@pytest.mark.parametrize("between", [" \\Rightarrow ", " = ", "\\qquad\\qquad", " \\\\ x &= "])
+def test_boxes_in_one_display_environment_are_one_list(opening, closing, between):
+    """A display environment outside `$$` and `\\[` is no environment to math-verify's extraction:
+    it joins boxes fewer than 10 characters apart, and reads the last of two further apart."""
+    def score(first, last, gold):
+        return reward.score("math", f"{opening}\\boxed{{{first}}}{between}\\boxed{{{last}}}"
+                                    f"{closing}", gold)
+
+    assert score("6", "5", "5") == 0.0  # a hedge
+    assert score("5", "5", "5") == 1.0
+    assert score("6", "5", "\\{5, 6\\}") == 1.0
+
+
+@pytest.mark.parametrize("response, expected", [
+    ("$\\boxed{6} = \\boxed{5}$", "6, 5"), ("\\[\\boxed{6}\\quad\\boxed{5}\\]", "6, 5"),
+    ("$\\boxed{5} = \\boxed{5}$", "5"),  # consecutive equal boxes once, as math-verify reads them
+    ("$\\boxed{\\frac{10}{2}} = \\boxed{5}$", "5"),
+    ("$\\boxed{x = 5} = \\boxed{5}$", "x = 5, 5"),  # one value to math-verify, not to the fast path
+    ("$\\boxed{5} = \\boxed{6} = \\boxed{5}$", "5, 6, 5"),
+    ("$\\boxed{2} = \\boxed{1}$ and $\\boxed{3}$", "2, 1, 3"),  # joined to another environment
+    ("$\\boxed{6}$ = $\\boxed{5}$", "5"),  # two environments: only a separator joins them
+    ("\\boxed{6} = \\boxed{5}", "5"),  # no environment
+    ("$x = 1$, so \\boxed{6} = \\boxed{5}", "5"),  # the `$`s close an environment before
+    ("$\\boxed{6 = \\boxed{5}}$", "5"),  # a box in a box: the inner one, as math-verify
+    ("$\\boxed{} = \\boxed{5}$", None),  # a blank box in the list: no answer (math-verify: none)
+    ("$" + "\\boxed{1} = " * 6 + "\\boxed{5}$", None),  # more boxes than are read
+])
+def test_the_boxes_of_an_environment_are_read_in_order(response, expected):
+    assert reward.boxed_answer(response) == expected
+
+
+# ---- spacing between boxes: read by what it is, not by how long it is ----------------------------
+
+SPACING = ["\\quad ", "\\qquad", "~", "\\,", "\\;", " ", "\\hspace{1em}", "\\ ", "\\quad\n"]
+
+
+@pytest.mark.parametrize("spacing", SPACING)
+@pytest.mark.parametrize("repeats", [1, 100, 20_000])
+def test_a_hedge_padded_with_spacing_of_any_length_is_still_two_candidates(spacing, repeats):
+    padding = spacing * repeats
+    for response in [f"\\boxed{{6}}, {padding}\\boxed{{5}}", f"$\\boxed{{6}}$, {padding}"
+                     f"$\\boxed{{5}}$", f"$x = \\boxed{{6}}${padding} or $x = \\boxed{{5}}$"]:
+        assert reward.boxed_answer(response) == "6, 5"
+        assert reward.score("math", response, "5") == 0.0
+    # spacing alone joins nothing: a correction is the last box
+    assert reward.boxed_answer(f"\\boxed{{6}}{padding}\\boxed{{5}}") == "5"
+
+
+def test_one_box_per_part_spaced_far_apart_is_the_list_of_parts():
+    response = "$x = \\boxed{2}$," + "\\qquad" * 500 + "$y = \\boxed{3}$"
+    assert reward.score("math", response, "2, 3") == 1.0
+
+
+# about 100K characters each, built to make a reader of boxes scan or backtrack quadratically
+CRAFTED = {
+    "boxes in one environment": "$" + "\\boxed{1} = " * 10_000 + "\\boxed{2}$",
+    "spacing between boxes": "\\boxed{6}, " + "\\quad " * 20_000 + "\\boxed{5}",
+    "spacing then a letter": "\\boxed{1}" + "\\quad x" * 14_000 + "\\boxed{2}",
+    "dollars": "$" * 100_000 + "\\boxed{1} \\boxed{2}$",
+    "unclosed display delimiters": "\\[" * 50_000 + "\\boxed{1} \\boxed{2}",
+    "unclosed inline delimiters": "\\(" * 50_000 + "\\boxed{1} \\boxed{2}",
+    "unclosed environments": "\\begin{align}" * 8_000 + "\\boxed{1} \\boxed{2}",
+    "many environments": "$\\boxed{1}$ " * 10_000,
+    "adjacent boxes": "\\boxed{1}\\boxed{2}" * 5_000,
+    "reversed spacing": "dauq\\" * 20_000 + "\\boxed{1}, \\quad \\boxed{2}",
+    "long boxes compared": "$" + " = ".join(f"\\boxed{{{'(' * 8_000}{')' * 8_000}{k}}}"
+                                            for k in range(6)) + "$",
+}
+
+
+@pytest.mark.parametrize("name", CRAFTED)
+def test_reading_several_boxes_is_linear_on_crafted_responses(name):
+    start = time.perf_counter()
+    reward.boxed_answer(CRAFTED[name])
+    assert time.perf_counter() - start < 0.5  # quadratic reading takes seconds to minutes
+
+
+# ---- a correction in prose is no label -----------------------------------------------------------
+
+@pytest.mark.parametrize("word", ["thus", "so", "hence", "Therefore", "i.e."])
+@pytest.mark.parametrize("template", ["$\\boxed{{6}}$, {word} x = $\\boxed{{5}}$",
+                                      "$\\boxed{{6}}$, {word} $x=\\boxed{{5}}$",
+                                      "$\\boxed{{6}}$ and {word} $x = \\boxed{{5}}$"])
+def test_a_correction_in_prose_before_a_labelled_box_is_the_last_box(template, word):
+    response = template.format(word=word)
+    assert reward.boxed_answer(response) == "5"
+    assert reward.score("math", response, "5") == official_reward(Pair("5", response, True))
+
+
+@pytest.mark.parametrize("label", ["y", "\\theta x", "\\angle ABC", "x + y", "\\text{area}",
+                                   "f(2)", "2x"])
+def test_a_label_of_a_name_and_its_macros_joins_the_next_part(label):
+    assert reward.boxed_answer(f"$x = \\boxed{{2}}$ and ${label} = \\boxed{{3}}$") == "2, 3"
 
 
 @pytest.mark.parametrize("box", ["\\frac{1}{2\u00a0}", "-\u20093", "1\u3000/2", "30^ \\circ",
