@@ -1871,16 +1871,18 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     stats.items += len(items)
     stats.checks += len(checks)
 
-    # cheap first, roughly (symbolic answers cost sympy the most): each check gets a fair share of
-    # what is left of the budget (sandbox.fair_share_deadline), and cheap ones leave theirs mostly
-    # unused to the slow
+    # Each prompt (its checks: those of one ground truth) gets an equal share of what is left of the
+    # budget, each of its checks an equal share of the prompt's, the prompts taking turns
+    # (sandbox.take_turns): however slow one prompt's answers, another's are checked in their own
+    # share. Cheap first inside a prompt, roughly (symbolic answers cost sympy the most): cheap
+    # checks leave their share mostly unused to the slow.
     keys = sorted((k for k in checks if not TASK_KINDS[k[0]].runs_code),
                   key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])))
     jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
     outcomes = []
     if jobs:
         pool = verifier_pool(workers, config.worker_memory_mb)
-        outcomes = pool.run(jobs, config.timeout, deadline)
+        outcomes = pool.run(jobs, config.timeout, deadline, [(k[0], k[2]) for k in keys])
 
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
@@ -1890,17 +1892,18 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
         for i in checks[key]:
             rewards[i] = float(value == 1.0)  # full score only: a sum of partial credits is not 1.0
 
-    # fewest tests first, for the same reason
+    # programs the same way, fewest tests first inside a prompt; a program's sandbox starts within
+    # its share, and its teardown takes milliseconds
     code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
                        key=lambda k: len(golds[k[2]].get("inputs", ())))
-    started = itertools.count()
+    turns = sandbox.take_turns([(k[0], k[2]) for k in code_keys])
     if code_keys:
         # the machine's fault: raised, never scored
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
 
-
-        def run(key):
-            share = sandbox.fair_share_deadline(deadline, workers, len(code_keys) - next(started))
+        def run(turn):
+            key, parts = code_keys[turn[0]], turn[1]
+            share = sandbox.fair_share_deadline(deadline, workers, parts)
             if time.monotonic() >= share:
                 return CodeResult(0, 1, "over budget")
             with sandbox.free_slot() as slot:
@@ -1910,7 +1913,8 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                     return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
 
         with ThreadPoolExecutor(workers) as pool:
-            for key, result in zip(code_keys, pool.map(run, code_keys)):
+            for (index, _), result in zip(turns, pool.map(run, turns)):
+                key = code_keys[index]
                 stats.timeouts += result.status == "timeout"
                 stats.errors += result.status.startswith("crashed")
                 stats.over_budget += (result.status == "over budget") * len(checks[key])

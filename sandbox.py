@@ -51,6 +51,7 @@ only output is a number.
 
 import ast
 import atexit
+import collections
 import contextlib
 import errno
 import functools
@@ -1521,6 +1522,7 @@ class VerifierPool:
         self.directory: str | None = None  # the copy of `files`, made when the first worker starts
         self.procs: list[subprocess.Popen | None] = [None] * workers
         self.in_bwrap = [False] * workers
+        self.start_seconds = 0.0  # how long the last worker took to start: what a replacement costs
         self.lock = threading.Lock()  # one run at a time: concurrent callers share this pool
 
     def command(self, isolation: list[str]) -> list[str]:
@@ -1541,6 +1543,7 @@ class VerifierPool:
         return [*options, sys.executable, "-I", "-B", "-c", start]
 
     def _start(self, slot: int) -> subprocess.Popen:
+        began = time.monotonic()
         isolation = _worker_isolation()
         proc = _spawn(self.command(isolation), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                       stderr=subprocess.DEVNULL, bufsize=0, env={**os.environ, **WORKER_ENV},
@@ -1554,6 +1557,7 @@ class VerifierPool:
             why = status.decode(errors="replace").strip() or "it died"
             raise RuntimeError(f"sandbox.py: a verifier worker ({self.module}.serve under "
                                f"{sys.executable}) failed to start: {why}")
+        self.start_seconds = time.monotonic() - began
         return proc
 
     def _kill(self, slot: int) -> None:
@@ -1563,13 +1567,18 @@ class VerifierPool:
             proc.stdin.close()
             proc.stdout.close()
 
+    def _ready(self, slot: int) -> subprocess.Popen:
+        """The slot's worker, started first if it never was or died while idle."""
+        proc = self.procs[slot]
+        if proc is None or _exited(proc):
+            self._kill(slot)
+            proc = self._start(slot)
+        return proc
+
     def _send(self, slot: int, request: dict) -> None:
         line = (json.dumps(request) + "\n").encode()
         for _ in range(2):
-            proc = self.procs[slot]
-            if proc is None or _exited(proc):  # never started, or died while idle
-                self._kill(slot)
-                proc = self._start(slot)
+            proc = self._ready(slot)
             try:
                 written = 0
                 while written < len(line):  # an unbuffered pipe may take a long request in parts
@@ -1579,35 +1588,44 @@ class VerifierPool:
                 self._kill(slot)
         raise RuntimeError("sandbox.py: a verifier worker died twice on start-up")
 
-    def run(self, jobs: list[tuple[str, list]], timeout: float,
-            deadline: float = math.inf) -> list[tuple[float, str]]:
+    def run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float = math.inf,
+            groups: Sequence | None = None) -> list[tuple[float, str]]:
         """[(value, status)] per job (kind, args), status "ok", "timeout", "error" or "over budget";
         value 0.0 unless ok. `timeout` bounds each job, `deadline` (time.monotonic()) the whole run:
-        jobs not finished by then are "over budget", and so is a job that overran its fair share of
-        it (fair_share_deadline), so slow jobs cannot leave later ones no time. Calls from several
-        threads take turns (each worker holds one request at a time)."""
+        jobs not finished by then are "over budget", and so is a job that overran its share of it,
+        so slow jobs cannot leave later ones no time. `groups` (a label per job, a prompt's; by
+        default each job its own) take turns and share the budget equally, each group's share
+        shared by its jobs (take_turns). A job's share keeps the time to replace its worker should
+        it overrun, so the replacement is charged to it, not to the jobs after it. Calls from
+        several threads take turns (each worker holds one request at a time)."""
         with self.lock:
-            return self._run(jobs, timeout, deadline)
+            return self._run(jobs, timeout, deadline,
+                             range(len(jobs)) if groups is None else groups)
 
-    def _run(self, jobs: list[tuple[str, list]], timeout: float,
-             deadline: float) -> list[tuple[float, str]]:
+    def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float,
+             groups: Sequence) -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
-        pending = list(range(len(jobs)))[::-1]
+        pending = take_turns(groups)[::-1]
         # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget")
         busy: dict[int, tuple[int, str, float, str]] = {}
         received: dict[int, bytes] = {}
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
-                if pending and slot not in busy and time.monotonic() < deadline:
-                    job = pending.pop()
+                while pending and slot not in busy and time.monotonic() < deadline:
+                    job, parts = pending.pop()
+                    self._ready(slot)  # a worker started first takes none of the job's share
+                    share = fair_share_deadline(deadline, len(self.procs), parts) \
+                        - self.start_seconds
+                    own_time = time.monotonic() + timeout
+                    if share <= time.monotonic():  # no time left for it: over budget, not sent
+                        continue
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
-                    # after _send: a worker it had to start first took none of the job's share
-                    share = fair_share_deadline(deadline, len(self.procs), len(pending) + 1)
-                    own_time = time.monotonic() + timeout
                     late = "timeout" if own_time <= share else "over budget"
                     busy[slot] = (job, request_id, min(own_time, share), late)
                     received[slot] = b""
+            if not busy:  # every job left had no time
+                break
             first_deadline = min(job_deadline for _, _, job_deadline, _ in busy.values())
             wait = max(0.0, first_deadline - time.monotonic())
             ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
@@ -1619,14 +1637,15 @@ class VerifierPool:
                 received[slot] += chunk or b""
                 if chunk == b"" or b"\n" in received[slot] or len(received[slot]) > MAX_REPLY_BYTES:
                     results[job], keep = read_reply(received[slot], request_id)
-                    if not keep:
-                        self._kill(slot)
                 elif time.monotonic() >= job_deadline:
-                    results[job] = (0.0, late)
-                    self._kill(slot)
+                    results[job], keep = (0.0, late), False
                 else:
                     continue
                 del busy[slot]
+                if not keep:
+                    self._kill(slot)
+                    if pending:  # replaced now, in the time the job's share kept for it
+                        self._start(slot)
         return results
 
     def close(self) -> None:
@@ -1637,13 +1656,33 @@ class VerifierPool:
             self.directory = None
 
 
-def fair_share_deadline(deadline: float, workers: int, items_left: int) -> float:
-    """The deadline of the next of `items_left` items not yet started, run `workers` at a time,
-    that share what is left of a budget ending at `deadline` (time.monotonic()) equally: an item
-    that uses all its share leaves each later one as much, so slow items first cannot make correct
-    ones after them score 0; items that finish early leave more to the rest."""
+def fair_share_deadline(deadline: float, workers: int, parts: int) -> float:
+    """The deadline of an item starting now, run `workers` at a time, whose share is one of `parts`
+    equal parts of what is left of a budget ending at `deadline` (time.monotonic()): with parts
+    the items not yet started, an item that uses all its share leaves each later one as much, so
+    slow items first cannot make correct ones after them score 0; items that finish early leave
+    more to the rest."""
     now = time.monotonic()
-    return min(deadline, now + (deadline - now) * workers / max(items_left, 1))
+    return min(deadline, now + (deadline - now) * workers / max(parts, 1))
+
+
+def take_turns(groups: Sequence) -> list[tuple[int, int]]:
+    """(item, parts) for the items whose groups (a prompt's, say) are `groups`, in the order they
+    run: the groups take turns, one item each, and each group's items keep their order. `parts`
+    (fair_share_deadline) is the groups with items still to start times the item's group's items
+    still to start: each group gets an equal share of what is left, split equally among its items,
+    however many items the other groups have and however long they take; what a group leaves
+    unused goes to the groups still running."""
+    queues: dict = {}
+    for item, group in enumerate(groups):
+        queues.setdefault(group, collections.deque()).append(item)
+    order = []
+    while queues:
+        for group, items in list(queues.items()):
+            order.append((items.popleft(), len(queues) * (len(items) + 1)))
+            if not items:
+                del queues[group]
+    return order
 
 
 def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:
