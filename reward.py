@@ -35,7 +35,9 @@ How a batch is scored (BroRL samples N=512 responses per prompt; most share a ha
    overruns, dies or writes anything but its reply is replaced and its answer scores 0, counted.
 4. Programs run in a fresh sandbox each (sandbox.py), `workers` at a time; without bubblewrap, code
    tasks are refused (require_sandbox) unless `VerifyConfig.unsafe_no_sandbox`.
-5. A whole call stops after `step_timeout`: checks left then score 0 (counted, over_budget).
+5. A whole call stops after `step_timeout`, shared equally by prompts (the checks of one ground
+   truth) and each prompt's share by its checks: one past its share, or left at the end, scores 0
+   (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
@@ -81,8 +83,9 @@ class VerifyConfig:
     max_answer_chars: int = 1000  # longer answers to a worker's check score 0 unchecked (none is
     # this long)
     max_response_chars: int = 262_144  # longer responses score 0 unread (~64K tokens; too_long)
-    step_timeout: float = 600.0  # wall-clock cap on one score_batch call, shared fairly by its
-    # checks: one past its share, or left at the end, scores 0 (over_budget)
+    step_timeout: float = 600.0  # wall-clock cap on one score_batch call, shared equally by its
+    # prompts (the checks of one gold), each prompt's share by its checks: one past its share, or
+    # left at the end, scores 0 (over_budget)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
     code_memory_mb: int = 1024  # a program's memory: each process's address space and, where a
     # memory cgroup is available (root, or a delegated cgroup), all of its sandbox together
@@ -1896,10 +1899,10 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     # its share, and its teardown takes milliseconds
     code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
                        key=lambda k: len(golds[k[2]].get("inputs", ())))
-    turns = sandbox.take_turns([(k[0], k[2]) for k in code_keys])
     if code_keys:
         # the machine's fault: raised, never scored
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
+        turns = sandbox.take_turns([(k[0], k[2]) for k in code_keys])
 
         def run(turn):
             key, parts = code_keys[turn[0]], turn[1]

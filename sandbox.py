@@ -1616,9 +1616,9 @@ class VerifierPool:
                     self._ready(slot)  # a worker started first takes none of the job's share
                     share = fair_share_deadline(deadline, len(self.procs), parts) \
                         - self.start_seconds
-                    own_time = time.monotonic() + timeout
                     if share <= time.monotonic():  # no time left for it: over budget, not sent
                         continue
+                    own_time = time.monotonic() + timeout
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
                     late = "timeout" if own_time <= share else "over budget"
