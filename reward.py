@@ -1874,9 +1874,9 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     stats.items += len(items)
     stats.checks += len(checks)
 
-    # Each prompt (its checks: those of one ground truth) gets an equal share of what is left of the
-    # budget, each of its checks an equal share of the prompt's, the prompts taking turns
-    # (sandbox.take_turns): however slow one prompt's answers, another's are checked in their own
+    # Each prompt (its checks: those of one ground truth) gets an equal share of the budget, each of
+    # its checks an equal share of what the prompt has left, the prompts taking turns
+    # (sandbox.StepBudget): however slow one prompt's answers, another's are checked in their own
     # share. Cheap first inside a prompt, roughly (symbolic answers cost sympy the most): cheap
     # checks leave their share mostly unused to the slow.
     keys = sorted((k for k in checks if not TASK_KINDS[k[0]].runs_code),
@@ -1885,7 +1885,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     outcomes = []
     if jobs:
         pool = verifier_pool(workers, config.worker_memory_mb)
-        outcomes = pool.run(jobs, config.timeout, deadline, [(k[0], k[2]) for k in keys])
+        outcomes = pool.run(jobs, config.timeout, deadline, [(task, key) for task, _, key in keys])
 
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
@@ -1902,11 +1902,11 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     if code_keys:
         # the machine's fault: raised, never scored
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
-        turns = sandbox.take_turns([(k[0], k[2]) for k in code_keys])
+        groups = [(task, gold_key) for task, _, gold_key in code_keys]
+        budget = sandbox.StepBudget(deadline, workers, groups)
+        turns = sandbox.take_turns(groups)
 
-        def run(turn):
-            key, parts = code_keys[turn[0]], turn[1]
-            share = sandbox.fair_share_deadline(deadline, workers, parts)
+        def check(key, share):
             if time.monotonic() >= share:
                 return CodeResult(0, 1, "over budget")
             with sandbox.free_slot() as slot:
@@ -1915,8 +1915,15 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 except Exception as e:  # whatever a response makes go wrong scores 0, counted
                     return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
 
+        def run(index):
+            share, held = budget.start(groups[index])
+            began = time.monotonic()
+            result = check(code_keys[index], share)
+            budget.finish(groups[index], held, time.monotonic() - began)
+            return result
+
         with ThreadPoolExecutor(workers) as pool:
-            for (index, _), result in zip(turns, pool.map(run, turns)):
+            for index, result in zip(turns, pool.map(run, turns)):
                 key = code_keys[index]
                 stats.timeouts += result.status == "timeout"
                 stats.errors += result.status.startswith("crashed")

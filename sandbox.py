@@ -1522,7 +1522,6 @@ class VerifierPool:
         self.directory: str | None = None  # the copy of `files`, made when the first worker starts
         self.procs: list[subprocess.Popen | None] = [None] * workers
         self.in_bwrap = [False] * workers
-        self.start_seconds = 0.0  # how long the last worker took to start: what a replacement costs
         self.lock = threading.Lock()  # one run at a time: concurrent callers share this pool
 
     def command(self, isolation: list[str]) -> list[str]:
@@ -1543,7 +1542,6 @@ class VerifierPool:
         return [*options, sys.executable, "-I", "-B", "-c", start]
 
     def _start(self, slot: int) -> subprocess.Popen:
-        began = time.monotonic()
         isolation = _worker_isolation()
         proc = _spawn(self.command(isolation), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                       stderr=subprocess.DEVNULL, bufsize=0, env={**os.environ, **WORKER_ENV},
@@ -1557,7 +1555,6 @@ class VerifierPool:
             why = status.decode(errors="replace").strip() or "it died"
             raise RuntimeError(f"sandbox.py: a verifier worker ({self.module}.serve under "
                                f"{sys.executable}) failed to start: {why}")
-        self.start_seconds = time.monotonic() - began
         return proc
 
     def _kill(self, slot: int) -> None:
@@ -1594,10 +1591,9 @@ class VerifierPool:
         value 0.0 unless ok. `timeout` bounds each job, `deadline` (time.monotonic()) the whole run:
         jobs not finished by then are "over budget", and so is a job that overran its share of it,
         so slow jobs cannot leave later ones no time. `groups` (a label per job, a prompt's; by
-        default each job its own) take turns and share the budget equally, each group's share
-        shared by its jobs (take_turns). A job's share keeps the time to replace its worker should
-        it overrun, so the replacement is charged to it, not to the jobs after it. Calls from
-        several threads take turns (each worker holds one request at a time)."""
+        default each job its own) take turns and share the budget equally (StepBudget); a worker
+        that overran is replaced at once, charged to its job's group. Calls from several threads
+        take turns (each worker holds one request at a time)."""
         with self.lock:
             return self._run(jobs, timeout, deadline,
                              range(len(jobs)) if groups is None else groups)
@@ -1605,32 +1601,35 @@ class VerifierPool:
     def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float,
              groups: Sequence) -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
+        budget = StepBudget(deadline, len(self.procs), groups)
         pending = take_turns(groups)[::-1]
-        # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget")
-        busy: dict[int, tuple[int, str, float, str]] = {}
+        # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget",
+        # when it started, the seconds of the budget it holds)
+        busy: dict[int, tuple[int, str, float, str, float, float]] = {}
         received: dict[int, bytes] = {}
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
                 while pending and slot not in busy and time.monotonic() < deadline:
-                    job, parts = pending.pop()
+                    job = pending.pop()
                     self._ready(slot)  # a worker started first takes none of the job's share
-                    share = fair_share_deadline(deadline, len(self.procs), parts) \
-                        - self.start_seconds
-                    if share <= time.monotonic():  # no time left for it: over budget, not sent
+                    share, held = budget.start(groups[job])
+                    began = time.monotonic()
+                    if share <= began:  # its group's share is spent: over budget, not sent
+                        budget.finish(groups[job], held, 0.0)
                         continue
-                    own_time = time.monotonic() + timeout
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
+                    own_time = began + timeout
                     late = "timeout" if own_time <= share else "over budget"
-                    busy[slot] = (job, request_id, min(own_time, share), late)
+                    busy[slot] = (job, request_id, min(own_time, share), late, began, held)
                     received[slot] = b""
             if not busy:  # every job left had no time
                 break
-            first_deadline = min(job_deadline for _, _, job_deadline, _ in busy.values())
+            first_deadline = min(job_deadline for _, _, job_deadline, *_ in busy.values())
             wait = max(0.0, first_deadline - time.monotonic())
             ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
             for slot in list(busy):
-                job, request_id, job_deadline, late = busy[slot]
+                job, request_id, job_deadline, late, began, held = busy[slot]
                 proc = self.procs[slot]
                 chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1) if proc.stdout in ready \
                     else None
@@ -1644,8 +1643,9 @@ class VerifierPool:
                 del busy[slot]
                 if not keep:
                     self._kill(slot)
-                    if pending:  # replaced now, in the time the job's share kept for it
+                    if pending:  # replaced now, charged to the job that overran
                         self._start(slot)
+                budget.finish(groups[job], held, time.monotonic() - began)
         return results
 
     def close(self) -> None:
@@ -1656,33 +1656,58 @@ class VerifierPool:
             self.directory = None
 
 
-def fair_share_deadline(deadline: float, workers: int, parts: int) -> float:
-    """The deadline of an item starting now, run `workers` at a time, whose share is one of `parts`
-    equal parts of what is left of a budget ending at `deadline` (time.monotonic()): with parts
-    the items not yet started, an item that uses all its share leaves each later one as much, so
-    slow items first cannot make correct ones after them score 0; items that finish early leave
-    more to the rest."""
-    now = time.monotonic()
-    return min(deadline, now + (deadline - now) * workers / max(parts, 1))
-
-
-def take_turns(groups: Sequence) -> list[tuple[int, int]]:
-    """(item, parts) for the items whose groups (a prompt's, say) are `groups`, in the order they
-    run: the groups take turns, one item each, and each group's items keep their order. `parts`
-    (fair_share_deadline) is the groups with items still to start times the item's group's items
-    still to start: each group gets an equal share of what is left, split equally among its items,
-    however many items the other groups have and however long they take; what a group leaves
-    unused goes to the groups still running."""
+def take_turns(groups: Sequence) -> list[int]:
+    """The order to run the items whose groups (a prompt's, say) are `groups` in: the groups take
+    turns, one item each, and each group's items keep their order."""
     queues: dict = {}
     for item, group in enumerate(groups):
         queues.setdefault(group, collections.deque()).append(item)
     order = []
     while queues:
         for group, items in list(queues.items()):
-            order.append((items.popleft(), len(queues) * (len(items) + 1)))
+            order.append(items.popleft())
             if not items:
                 del queues[group]
     return order
+
+
+class StepBudget:
+    """A step's budget, `workers` x the seconds until `deadline` (time.monotonic()), shared equally
+    by the groups of its items (a prompt's checks), each group's share equally by its items not yet
+    started. A group is charged the seconds its items took, a worker's replacement after one of them
+    included: nothing one group's items do shortens another's share. What a group's item leaves
+    unused goes to the group's later items, and what a finished group leaves to the groups still
+    running. Items start and finish on any thread."""
+
+    def __init__(self, deadline: float, workers: int, groups: Sequence):
+        self.deadline = deadline
+        self.seconds = workers * max(deadline - time.monotonic(), 0.0)  # less finished groups'
+        self.to_start = collections.Counter(groups)
+        self.unfinished = collections.Counter(groups)
+        self.charged: dict = collections.defaultdict(float)  # group -> seconds taken or held
+        self.lock = threading.Lock()
+
+    def start(self, group) -> tuple[float, float]:
+        """(deadline, seconds held) of an item of `group` starting now: its group's equal share
+        less what the group was charged, over the group's items not yet started."""
+        if self.deadline == math.inf:
+            return math.inf, 0.0
+        with self.lock:
+            now = time.monotonic()
+            share = self.seconds / len(self.unfinished) - self.charged[group]
+            held = max(0.0, min(share / self.to_start[group], self.deadline - now))
+            self.to_start[group] -= 1
+            self.charged[group] += held
+            return now + held, held
+
+    def finish(self, group, held: float, seconds: float) -> None:
+        """An item of `group` that held `held` seconds of the budget took `seconds`."""
+        with self.lock:
+            self.charged[group] += seconds - held
+            self.unfinished[group] -= 1
+            if not self.unfinished[group]:
+                del self.unfinished[group]
+                self.seconds -= self.charged.pop(group)
 
 
 def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:

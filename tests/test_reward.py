@@ -241,7 +241,7 @@ def test_answers_of_one_prompt_slow_to_verify_leave_another_prompts_correct_answ
     config = reward.VerifyConfig(timeout=1.0, step_timeout=5.0)
     towers = [("math", f"\\boxed{{{k}^{{9^{{9^{{9}}}}}}}}", "1") for k in range(2, 8)]
     quick = [("math", f"\\boxed{{{k}^{{10}}}}", "1") for k in range(2, 8)]  # wrong, checked at once
-    correct = [("math", "\\boxed{x(x+5)}", "x^2+5x")] * 2
+    correct = [("math", f"\\boxed{{{answer}}}", "x^2+5x") for answer in ("x(x+5)", "5x+x^2")]
     stats = reward.VerifyStats()
     rewards = reward.score_batch(towers + correct, workers=1, config=config, stats=stats)
     assert rewards == [0.0] * 6 + [1.0, 1.0] and stats.over_budget + stats.timeouts == 6

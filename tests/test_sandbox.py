@@ -401,6 +401,16 @@ SLOW_CORRECT = [("code", fenced(f"import time\ntime.sleep(0.1)\nprint(input())  
 SHARED_BUDGET = reward.VerifyConfig(test_timeout=0.5, step_timeout=4.0)
 
 
+def test_prompts_take_turns_and_a_prompts_overruns_come_out_of_its_own_share():
+    assert sandbox.take_turns(["a", "a", "a", "b"]) == [0, 3, 1, 2]
+    budget = sandbox.StepBudget(time.monotonic() + 60, 1, ["a", "a", "b"])
+    _, held = budget.start("a")
+    assert held == pytest.approx(60 / 2 / 2, abs=0.01)  # half the budget, for a's two checks
+    budget.finish("a", held, 30.0)  # it took all of a's half (a worker's replacement included)
+    assert budget.start("b")[1] == pytest.approx(30, abs=0.01)  # b's half, whole
+    assert budget.start("a")[1] == 0.0  # nothing left to a's second check
+
+
 def test_a_prompt_whose_responses_all_loop_leaves_another_prompts_correct_answers_their_share():
     """With one share per check, B's checks (queued after A's: fewer tests first) got 2/18 of the
     budget, less than they take; each prompt now gets half of it, shared by its responses."""
