@@ -1681,7 +1681,8 @@ class StepBudget:
 
     def __init__(self, deadline: float, workers: int, groups: Sequence):
         self.deadline = deadline
-        self.seconds = workers * max(deadline - time.monotonic(), 0.0)  # less finished groups'
+        # worker-seconds, less what finished groups took
+        self.seconds = workers * max(deadline - time.monotonic(), 0.0)
         self.to_start = collections.Counter(groups)
         self.unfinished = collections.Counter(groups)
         self.charged: dict = collections.defaultdict(float)  # group -> seconds taken or held
@@ -1690,7 +1691,7 @@ class StepBudget:
     def start(self, group) -> tuple[float, float]:
         """(deadline, seconds held) of an item of `group` starting now: its group's equal share
         less what the group was charged, over the group's items not yet started."""
-        if self.deadline == math.inf:
+        if self.deadline == math.inf:  # no budget to share
             return math.inf, 0.0
         with self.lock:
             now = time.monotonic()
