@@ -35,7 +35,9 @@ How a batch is scored (BroRL samples N=512 responses per prompt; most share a ha
    overruns, dies or writes anything but its reply is replaced and its answer scores 0, counted.
 4. Programs run in a fresh sandbox each (sandbox.py), `workers` at a time; without bubblewrap, code
    tasks are refused (require_sandbox) unless `VerifyConfig.unsafe_no_sandbox`.
-5. A whole call stops after `step_timeout`: checks left then score 0 (counted, over_budget).
+5. A whole call stops after `step_timeout`, shared equally by prompts (the checks of one ground
+   truth) and each prompt's share by its checks: one past its share, or left at the end, scores 0
+   (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
@@ -85,8 +87,9 @@ class VerifyConfig:
     max_answer_chars: int = 1000  # longer answers to a worker's check score 0 unchecked (none is
     # this long)
     max_response_chars: int = 262_144  # longer responses score 0 unread (~64K tokens; too_long)
-    step_timeout: float = 600.0  # wall-clock cap on one score_batch call, shared fairly by its
-    # checks: one past its share, or left at the end, scores 0 (over_budget)
+    step_timeout: float = 600.0  # wall-clock cap on one score_batch call, shared equally by its
+    # prompts (the checks of one gold), each prompt's share by its checks: one past its share, or
+    # left at the end, scores 0 (over_budget)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
     code_memory_mb: int = 1024  # a program's memory: each process's address space and, where a
     # memory cgroup is available (root, or a delegated cgroup), all of its sandbox together
@@ -1996,16 +1999,18 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     stats.items += len(items)
     stats.checks += len(checks)
 
-    # cheap first, roughly (symbolic answers cost sympy the most): each check gets a fair share of
-    # what is left of the budget (sandbox.fair_share_deadline), and cheap ones leave theirs mostly
-    # unused to the slow
+    # Each prompt (its checks: those of one ground truth) gets an equal share of the budget, each of
+    # its checks an equal share of what the prompt has left, the prompts taking turns
+    # (sandbox.StepBudget): however slow one prompt's answers, another's are checked in their own
+    # share. Cheap first inside a prompt, roughly (symbolic answers cost sympy the most): cheap
+    # checks leave their share mostly unused to the slow.
     keys = sorted((k for k in checks if not TASK_KINDS[k[0]].runs_code),
                   key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])))
     jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
     outcomes = []
     if jobs:
         pool = verifier_pool(workers, config.worker_memory_mb)
-        outcomes = pool.run(jobs, config.timeout, deadline)
+        outcomes = pool.run(jobs, config.timeout, deadline, [(task, key) for task, _, key in keys])
 
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
@@ -2015,17 +2020,18 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
         for i in checks[key]:
             rewards[i] = float(value == 1.0)  # full score only: a sum of partial credits is not 1.0
 
-    # fewest tests first, for the same reason
+    # programs the same way, fewest tests first inside a prompt; a program's sandbox starts within
+    # its share, and its teardown takes milliseconds
     code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
                        key=lambda k: len(golds[k[2]].get("inputs", ())))
-    started = itertools.count()
     if code_keys:
         # the machine's fault: raised, never scored
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
+        groups = [(task, gold_key) for task, _, gold_key in code_keys]
+        budget = sandbox.StepBudget(deadline, workers, groups)
+        turns = sandbox.take_turns(groups)
 
-
-        def run(key):
-            share = sandbox.fair_share_deadline(deadline, workers, len(code_keys) - next(started))
+        def check(key, share):
             if time.monotonic() >= share:
                 return CodeResult(0, 1, "over budget")
             with sandbox.free_slot() as slot:
@@ -2034,8 +2040,16 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 except Exception as e:  # whatever a response makes go wrong scores 0, counted
                     return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
 
+        def run(index):
+            share, held = budget.start(groups[index])
+            began = time.monotonic()
+            result = check(code_keys[index], share)
+            budget.finish(groups[index], held, time.monotonic() - began)
+            return result
+
         with ThreadPoolExecutor(workers) as pool:
-            for key, result in zip(code_keys, pool.map(run, code_keys)):
+            for index, result in zip(turns, pool.map(run, turns)):
+                key = code_keys[index]
                 stats.timeouts += result.status == "timeout"
                 stats.errors += result.status.startswith("crashed")
                 stats.over_budget += (result.status == "over budget") * len(checks[key])

@@ -51,6 +51,7 @@ only output is a number.
 
 import ast
 import atexit
+import collections
 import contextlib
 import errno
 import functools
@@ -1563,13 +1564,18 @@ class VerifierPool:
             proc.stdin.close()
             proc.stdout.close()
 
+    def _ready(self, slot: int) -> subprocess.Popen:
+        """The slot's worker, started first if it never was or died while idle."""
+        proc = self.procs[slot]
+        if proc is None or _exited(proc):
+            self._kill(slot)
+            proc = self._start(slot)
+        return proc
+
     def _send(self, slot: int, request: dict) -> None:
         line = (json.dumps(request) + "\n").encode()
         for _ in range(2):
-            proc = self.procs[slot]
-            if proc is None or _exited(proc):  # never started, or died while idle
-                self._kill(slot)
-                proc = self._start(slot)
+            proc = self._ready(slot)
             try:
                 written = 0
                 while written < len(line):  # an unbuffered pipe may take a long request in parts
@@ -1579,54 +1585,67 @@ class VerifierPool:
                 self._kill(slot)
         raise RuntimeError("sandbox.py: a verifier worker died twice on start-up")
 
-    def run(self, jobs: list[tuple[str, list]], timeout: float,
-            deadline: float = math.inf) -> list[tuple[float, str]]:
+    def run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float = math.inf,
+            groups: Sequence | None = None) -> list[tuple[float, str]]:
         """[(value, status)] per job (kind, args), status "ok", "timeout", "error" or "over budget";
         value 0.0 unless ok. `timeout` bounds each job, `deadline` (time.monotonic()) the whole run:
-        jobs not finished by then are "over budget", and so is a job that overran its fair share of
-        it (fair_share_deadline), so slow jobs cannot leave later ones no time. Calls from several
-        threads take turns (each worker holds one request at a time)."""
+        jobs not finished by then are "over budget", and so is a job that overran its share of it,
+        so slow jobs cannot leave later ones no time. `groups` (a label per job, a prompt's; by
+        default each job its own) take turns and share the budget equally (StepBudget); a worker
+        that overran is replaced at once, charged to its job's group. Calls from several threads
+        take turns (each worker holds one request at a time)."""
         with self.lock:
-            return self._run(jobs, timeout, deadline)
+            return self._run(jobs, timeout, deadline,
+                             range(len(jobs)) if groups is None else groups)
 
-    def _run(self, jobs: list[tuple[str, list]], timeout: float,
-             deadline: float) -> list[tuple[float, str]]:
+    def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float,
+             groups: Sequence) -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
-        pending = list(range(len(jobs)))[::-1]
-        # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget")
-        busy: dict[int, tuple[int, str, float, str]] = {}
+        budget = StepBudget(deadline, len(self.procs), groups)
+        pending = take_turns(groups)[::-1]
+        # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget",
+        # when it started, the seconds of the budget it holds)
+        busy: dict[int, tuple[int, str, float, str, float, float]] = {}
         received: dict[int, bytes] = {}
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
-                if pending and slot not in busy and time.monotonic() < deadline:
+                while pending and slot not in busy and time.monotonic() < deadline:
                     job = pending.pop()
+                    self._ready(slot)  # a worker started first takes none of the job's share
+                    share, held = budget.start(groups[job])
+                    began = time.monotonic()
+                    if share <= began:  # its group's share is spent: over budget, not sent
+                        budget.finish(groups[job], held, 0.0)
+                        continue
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
-                    # after _send: a worker it had to start first took none of the job's share
-                    share = fair_share_deadline(deadline, len(self.procs), len(pending) + 1)
-                    own_time = time.monotonic() + timeout
+                    own_time = began + timeout
                     late = "timeout" if own_time <= share else "over budget"
-                    busy[slot] = (job, request_id, min(own_time, share), late)
+                    busy[slot] = (job, request_id, min(own_time, share), late, began, held)
                     received[slot] = b""
-            first_deadline = min(job_deadline for _, _, job_deadline, _ in busy.values())
+            if not busy:  # every job left had no time
+                break
+            first_deadline = min(job_deadline for _, _, job_deadline, *_ in busy.values())
             wait = max(0.0, first_deadline - time.monotonic())
             ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
             for slot in list(busy):
-                job, request_id, job_deadline, late = busy[slot]
+                job, request_id, job_deadline, late, began, held = busy[slot]
                 proc = self.procs[slot]
                 chunk = os.read(proc.stdout.fileno(), MAX_REPLY_BYTES + 1) if proc.stdout in ready \
                     else None
                 received[slot] += chunk or b""
                 if chunk == b"" or b"\n" in received[slot] or len(received[slot]) > MAX_REPLY_BYTES:
                     results[job], keep = read_reply(received[slot], request_id)
-                    if not keep:
-                        self._kill(slot)
                 elif time.monotonic() >= job_deadline:
-                    results[job] = (0.0, late)
-                    self._kill(slot)
+                    results[job], keep = (0.0, late), False
                 else:
                     continue
                 del busy[slot]
+                if not keep:
+                    self._kill(slot)
+                    if pending:  # replaced now, charged to the job that overran
+                        self._start(slot)
+                budget.finish(groups[job], held, time.monotonic() - began)
         return results
 
     def close(self) -> None:
@@ -1637,13 +1656,59 @@ class VerifierPool:
             self.directory = None
 
 
-def fair_share_deadline(deadline: float, workers: int, items_left: int) -> float:
-    """The deadline of the next of `items_left` items not yet started, run `workers` at a time,
-    that share what is left of a budget ending at `deadline` (time.monotonic()) equally: an item
-    that uses all its share leaves each later one as much, so slow items first cannot make correct
-    ones after them score 0; items that finish early leave more to the rest."""
-    now = time.monotonic()
-    return min(deadline, now + (deadline - now) * workers / max(items_left, 1))
+def take_turns(groups: Sequence) -> list[int]:
+    """The order to run the items whose groups (a prompt's, say) are `groups` in: the groups take
+    turns, one item each, and each group's items keep their order."""
+    queues: dict = {}
+    for item, group in enumerate(groups):
+        queues.setdefault(group, collections.deque()).append(item)
+    order = []
+    while queues:
+        for group, items in list(queues.items()):
+            order.append(items.popleft())
+            if not items:
+                del queues[group]
+    return order
+
+
+class StepBudget:
+    """A step's budget, `workers` x the seconds until `deadline` (time.monotonic()), shared equally
+    by the groups of its items (a prompt's checks), each group's share equally by its items not yet
+    started. A group is charged the seconds its items took, a worker's replacement after one of them
+    included: nothing one group's items do shortens another's share. What a group's item leaves
+    unused goes to the group's later items, and what a finished group leaves to the groups still
+    running. Items start and finish on any thread."""
+
+    def __init__(self, deadline: float, workers: int, groups: Sequence):
+        self.deadline = deadline
+        # worker-seconds, less what finished groups took
+        self.seconds = workers * max(deadline - time.monotonic(), 0.0)
+        self.to_start = collections.Counter(groups)
+        self.unfinished = collections.Counter(groups)
+        self.charged: dict = collections.defaultdict(float)  # group -> seconds taken or held
+        self.lock = threading.Lock()
+
+    def start(self, group) -> tuple[float, float]:
+        """(deadline, seconds held) of an item of `group` starting now: its group's equal share
+        less what the group was charged, over the group's items not yet started."""
+        if self.deadline == math.inf:  # no budget to share
+            return math.inf, 0.0
+        with self.lock:
+            now = time.monotonic()
+            share = self.seconds / len(self.unfinished) - self.charged[group]
+            held = max(0.0, min(share / self.to_start[group], self.deadline - now))
+            self.to_start[group] -= 1
+            self.charged[group] += held
+            return now + held, held
+
+    def finish(self, group, held: float, seconds: float) -> None:
+        """An item of `group` that held `held` seconds of the budget took `seconds`."""
+        with self.lock:
+            self.charged[group] += seconds - held
+            self.unfinished[group] -= 1
+            if not self.unfinished[group]:
+                del self.unfinished[group]
+                self.seconds -= self.charged.pop(group)
 
 
 def read_reply(data: bytes, request_id: str) -> tuple[tuple[float, str], bool]:

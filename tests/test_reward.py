@@ -235,6 +235,19 @@ def test_a_worker_that_dies_mid_check_is_replaced_and_that_answer_scores_zero():
     assert results == [(0.0, "error"), (1.0, "ok")] and killed and replacement != killed[0]
 
 
+def test_answers_of_one_prompt_slow_to_verify_leave_another_prompts_correct_answers_their_share():
+    """Prompt A's answers each run sympy until their timeout and cost a worker's replacement; B's
+    symbolic answers, queued after A's (numbers first), scored 0 behind them, whatever they were."""
+    config = reward.VerifyConfig(timeout=1.0, step_timeout=5.0)
+    towers = [("math", f"\\boxed{{{k}^{{9^{{9^{{9}}}}}}}}", "1") for k in range(2, 8)]
+    quick = [("math", f"\\boxed{{{k}^{{10}}}}", "1") for k in range(2, 8)]  # wrong, checked at once
+    correct = [("math", f"\\boxed{{{answer}}}", "x^2+5x") for answer in ("x(x+5)", "5x+x^2")]
+    stats = reward.VerifyStats()
+    rewards = reward.score_batch(towers + correct, workers=1, config=config, stats=stats)
+    assert rewards == [0.0] * 6 + [1.0, 1.0] and stats.over_budget + stats.timeouts == 6
+    assert reward.score_batch(quick + correct, workers=1, config=config)[6:] == [1.0, 1.0]
+
+
 # ---- Reasoning Gym -------------------------------------------------------------------------------
 
 RG_TEST = [row for row in load_tasks(ROOT / "data" / "rg_test.jsonl")]

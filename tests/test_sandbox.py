@@ -390,6 +390,46 @@ def test_a_running_program_is_stopped_when_the_steps_budget_runs_out():
     assert time.monotonic() - start < 9  # the budget and sandbox start-up, not 20 x 0.8 s
 
 
+# Two prompts of one step: A's 16 responses are programs that loop until their test's timeout
+# (together 8 s of a 4 s budget), B's two are correct and take 0.3 s each (3 tests of 0.1 s).
+LOOP_SPEC = {"inputs": ["1 2\n"], "outputs": ["3\n"]}
+SLOW_ECHO = {"inputs": [f"{k}\n" for k in range(3)], "outputs": [str(k) for k in range(3)]}
+LOOPS = [("code", fenced(f"while True:\n    pass  # response {k}"), LOOP_SPEC) for k in range(16)]
+FAST_ANSWERS = [("code", fenced(f"print(3)  # response {k}"), LOOP_SPEC) for k in range(16)]
+SLOW_CORRECT = [("code", fenced(f"import time\ntime.sleep(0.1)\nprint(input())  # response {k}"),
+                 SLOW_ECHO) for k in range(2)]
+SHARED_BUDGET = reward.VerifyConfig(test_timeout=0.5, step_timeout=4.0)
+
+
+def test_prompts_take_turns_and_a_prompts_overruns_come_out_of_its_own_share():
+    assert sandbox.take_turns(["a", "a", "a", "b"]) == [0, 3, 1, 2]
+    budget = sandbox.StepBudget(time.monotonic() + 60, 1, ["a", "a", "b"])
+    _, held = budget.start("a")
+    assert held == pytest.approx(60 / 2 / 2, abs=0.01)  # half the budget, for a's two checks
+    budget.finish("a", held, 30.0)  # it took all of a's half (a worker's replacement included)
+    assert budget.start("b")[1] == pytest.approx(30, abs=0.01)  # b's half, whole
+    assert budget.start("a")[1] == 0.0  # nothing left to a's second check
+
+
+def test_a_prompt_whose_responses_all_loop_leaves_another_prompts_correct_answers_their_share():
+    """With one share per check, B's checks (queued after A's: fewer tests first) got 2/18 of the
+    budget, less than they take; each prompt now gets half of it, shared by its responses."""
+    stats = reward.VerifyStats()
+    rewards = reward.score_batch(LOOPS + SLOW_CORRECT, workers=1, config=SHARED_BUDGET, stats=stats)
+    assert rewards == [0.0] * 16 + [1.0, 1.0] and stats.over_budget > 0
+
+
+@pytest.mark.parametrize("slow_prompt_first", [True, False])
+def test_a_prompts_verdicts_are_the_same_whether_another_prompts_responses_are_slow_or_fast(
+        slow_prompt_first):
+    def correct_prompts_rewards(other_prompt):
+        items = other_prompt + SLOW_CORRECT if slow_prompt_first else SLOW_CORRECT + other_prompt
+        rewards = reward.score_batch(items, workers=1, config=SHARED_BUDGET)
+        return rewards[16:] if slow_prompt_first else rewards[:2]
+
+    assert correct_prompts_rewards(LOOPS) == correct_prompts_rewards(FAST_ANSWERS) == [1.0, 1.0]
+
+
 # ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -----------------
 
 def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path):
