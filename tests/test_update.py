@@ -360,6 +360,24 @@ def test_a_packed_row_never_sees_another_row_of_its_pack(untrained_policy):
     assert torch.allclose(seen[2, : alone.shape[1]], alone[0], atol=FP32_SHAPE_ATOL)
 
 
+def test_packed_attention_on_cpu_takes_sdpas_fused_kernel_never_its_math_path(untrained_policy):
+    model, tokenizer = untrained_policy
+    policy = update.Policy(copy.deepcopy(model))
+    policy.train()
+    responses = [[3 + i % 80 for i in range(150)], [5, 6, 7], [8, 9, 10, 11]]  # long alone
+    batch = update.TrainBatch(torch.tensor([[4, 5]] * 3), torch.ones(3, 2, dtype=torch.long),
+                              rollout.right_pad(responses, tokenizer.pad_token_id),
+                              rollout.right_pad([[1] * len(r) for r in responses], 0),
+                              torch.ones(3))
+    assert len(update.length_buckets([152, 5, 6])) == 2
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        policy(update.pack_rows(batch, [0, 1, 2]))[0].sum().backward()
+    kernels = {event.key for event in profile.key_averages()}
+    # the math path materializes every [L, L] score and skips no causal block
+    assert "aten::_scaled_dot_product_attention_math" not in kernels
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in kernels
+
+
 def test_the_trainers_forward_builds_no_kv_cache(untrained_policy):
     model, tokenizer = untrained_policy
     policy = update.Policy(copy.deepcopy(model))
