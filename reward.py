@@ -482,10 +482,14 @@ def boxed_answer(response: str) -> str | None:
     math-verify's extraction reads them, so that a hedge is a list, wrong for one value:
     - every box of the math environment that holds the last box (MATH_ENVIRONMENT:
       `$\\boxed{6} = \\boxed{5}$` is the list `6, 5`; `$\\boxed{5} = \\boxed{5}$` is 5);
+    - where the last box is outside every environment, each box that closes fewer than
+      BOX_DISTANCE characters before the next, whatever lies between (`\\boxed{6} = \\boxed{5}`
+      is `6, 5`);
     - one box per part: boxes joined by only a separator (`,`, `;`, `and`, `or`, `\\text{and}`,
       with spaces, `\\quad` and `$` around it) and the label of the next part
       (`$x=\\boxed{2}$ and $x=\\boxed{3}$` is `2, 3`; the labels go, as there).
-    None if one of them is blank, or an environment holds more boxes than the list has room for.
+    Consecutive boxes of one value are one. None if one of them is blank, an environment holds
+    more boxes than the list has room for, or a chain holds more than MAX_READ_BOXES boxes.
     Linear: the environments are found in one pass, each box's content is scanned once, and each
     gap between boxes is read backwards once (spacing of any length is one space)."""
     start, content = _last_box(response)
