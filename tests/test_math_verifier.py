@@ -565,6 +565,7 @@ def test_correct_answers_math_verify_reads_score_1(response, gold):
     ("$\\boxed{6} \\lor \\boxed{5}$", "5"), ("$\\boxed{6} \\text{ OR } \\boxed{5}$", "5"),
     ("$\\boxed{6}$ or $2x = \\boxed{5}$", "5"), ("$\\boxed{6}$ or $x \\le \\boxed{5}$", "5"),
     ("$\\boxed{6}$" + " " * 300 + "or $\\boxed{5}$", "5"),  # padding joins nothing apart
+    ("\\boxed{\\frac{1}{2}} \\quad or \\quad \\boxed{5}", "5"),  # a box ending in a nested brace
 ])
 def test_a_second_candidate_however_spaced_or_hidden_scores_0(response, gold):
     assert reward.score("math", response, gold) == 0.0
@@ -720,6 +721,10 @@ CRAFTED = {
     "reversed spacing": "dauq\\" * 20_000 + "\\boxed{1}, \\quad \\boxed{2}",
     "long boxes compared": "$" + " = ".join(f"\\boxed{{{'(' * 8_000}{')' * 8_000}{k}}}"
                                             for k in range(6)) + "$",
+    "boxes fewer than 10 characters apart": "\\boxed{1} = \\boxed{2} = " * 4_000,
+    "one value boxed again and again": "\\boxed{5} " * 10_000,
+    "a long box near the last": f"\\boxed{{{'(' * 50_000}{')' * 50_000}}} \\boxed{{2}}",
+    "nested braces before a separator": "\\boxed{" + "{" * 50_000 + "}" * 50_001 + ", \\boxed{2}",
 }
 
 
