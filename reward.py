@@ -517,7 +517,7 @@ def boxed_answer(response: str) -> str | None:
             group.pop()  # one value at both ends of a join is one value
         boxes[:0] = group
         if len(boxes) > MAX_JOINED_BOXES:
-            return None  # a bare box joined to a full list: its list is unknown
+            return None  # more values than a list holds: its list is unknown
         if len(boxes) == MAX_JOINED_BOXES and not bare:
             break
         previous = (bare and _box_close_before(response, start, first_boxed)
