@@ -482,10 +482,14 @@ def boxed_answer(response: str) -> str | None:
     math-verify's extraction reads them, so that a hedge is a list, wrong for one value:
     - every box of the math environment that holds the last box (MATH_ENVIRONMENT:
       `$\\boxed{6} = \\boxed{5}$` is the list `6, 5`; `$\\boxed{5} = \\boxed{5}$` is 5);
+    - where the last box is outside every environment, each box that closes fewer than
+      BOX_DISTANCE characters before the next, whatever lies between (`\\boxed{6} = \\boxed{5}`
+      is `6, 5`);
     - one box per part: boxes joined by only a separator (`,`, `;`, `and`, `or`, `\\text{and}`,
       with spaces, `\\quad` and `$` around it) and the label of the next part
       (`$x=\\boxed{2}$ and $x=\\boxed{3}$` is `2, 3`; the labels go, as there).
-    None if one of them is blank, or an environment holds more boxes than the list has room for.
+    Consecutive boxes of one value are one. None if one of them is blank, an environment holds
+    more boxes than the list has room for, or a chain holds more than MAX_READ_BOXES boxes.
     Linear: the environments are found in one pass, each box's content is scanned once, and each
     gap between boxes is read backwards once (spacing of any length is one space)."""
     start, content = _last_box(response)
@@ -499,17 +503,29 @@ def boxed_answer(response: str) -> str | None:
             break
         environments.append(environment.span())
     reversed_response = response[::-1]
-    boxes = []
+    bare = _environment_opening(start, environments) is None
+    first_boxed = max(response.find("\\boxed{"), 0)
+    boxes, read = [], 0
     while True:
-        group = _environment_boxes(response, start, content, environments,
-                                   MAX_JOINED_BOXES - len(boxes))
-        if group is None:
+        room = MAX_JOINED_BOXES - len(boxes) + bool(boxes)  # its last box may be one value twice
+        found = _environment_boxes(response, start, content, environments, room)
+        if found is None:
             return None  # more boxes in one environment than are read: its list is unknown
-        boxes[:0] = [box for _, box in group]
-        start = group[0][0]
-        if len(boxes) == MAX_JOINED_BOXES or not (
-                previous := _box_ending_at(response, start, reversed_response)):
+        start, group = found
+        read += len(group)
+        if boxes and _one_value(group[-1], boxes[0]):
+            group.pop()  # one value at both ends of a join is one value
+        boxes[:0] = group
+        if len(boxes) > MAX_JOINED_BOXES:
+            return None  # more values than a list holds: its list is unknown
+        if len(boxes) == MAX_JOINED_BOXES and not bare:
             break
+        previous = (bare and _box_close_before(response, start, first_boxed)
+                    or _box_ending_at(response, start, reversed_response))
+        if previous is None:
+            break
+        if read >= MAX_READ_BOXES:
+            return None  # a longer chain of boxes than is read: its list is unknown
         start, content = previous
     if not all(box.strip() for box in boxes):
         return None  # a blank box in the list: math-verify reads no answer in it either
@@ -517,6 +533,7 @@ def boxed_answer(response: str) -> str | None:
 
 
 MAX_JOINED_BOXES = 6  # math-verify's extraction joins a box and at most 5 before it
+MAX_READ_BOXES = 64  # boxes read into one list, one value repeated included (bounds the time)
 # A math environment as math-verify's extraction finds one: `$$...$$` and `\[...\]` across lines,
 # `$...$` and `\(...\)` within one; and the display environments. Each ends at its first closing
 # delimiter; an opening one of its own kind ends it too (`\[ \[ \]` is one environment from the
@@ -532,16 +549,15 @@ MATH_ENVIRONMENT = re.compile(
 
 
 def _environment_boxes(text: str, start: int, content: str, environments: list[tuple[int, int]],
-                       room: int) -> list[tuple[int, str]] | None:
-    """(start, content) of each box of the math environment that holds the box at `start`, up to
-    that one, of consecutive boxes of one value the last (_one_value): math-verify's extraction
-    reads every box of an environment, until one is not closed before the next begins or has no
-    brace, and its list of equal values is one value. The box alone outside an environment
-    (`environments`: their spans, in order); None if there are more than `room`."""
-    where = bisect.bisect_right(environments, (start, math.inf)) - 1
-    opening = environments[where][0] if where >= 0 and environments[where][1] > start else start
+                       room: int) -> tuple[int, list[str]] | None:
+    """(where its first box starts, the content of each box) of the math environment that holds
+    the box at `start`, up to that one, of consecutive boxes of one value the last (_one_value):
+    math-verify's extraction reads every box of an environment, until one is not closed before the
+    next begins or has no brace, and its list of equal values is one value. The box alone outside
+    an environment (`environments`: their spans, in order); None if there are more than `room`."""
+    opening = _environment_opening(start, environments)
     group, end = [(start, content)], start
-    while (box := _box_before(text, end, opening)) >= 0:
+    while opening is not None and (box := _box_before(text, end, opening)) >= 0:
         brace = box + (len("\\fbox") if text.startswith("\\fbox", box) else len("\\boxed"))
         while brace < end and text[brace] in " \t\n":
             brace += 1
@@ -552,19 +568,55 @@ def _environment_boxes(text: str, start: int, content: str, environments: list[t
             return None
         group.insert(0, (box, text[brace + 1:closing]))
         end = box
-    return [box for box, after in zip(group, group[1:] + [None])
-            if after is None or not _one_value(box[1], after[1])]
+    return end, [box for (_, box), after in zip(group, group[1:] + [None])
+                 if after is None or not _one_value(box, after[1])]
+
+
+def _environment_opening(start: int, environments: list[tuple[int, int]]) -> int | None:
+    """Where the math environment that holds `start` opens (`environments`: their spans, in
+    order), None if none does."""
+    where = bisect.bisect_right(environments, (start, math.inf)) - 1
+    return environments[where][0] if where >= 0 and environments[where][1] > start else None
+
+
+ONE_VALUE_CHARS = 256  # longer boxes are one value only written alike: the fast path's time grows
 
 
 def _one_value(box: str, other: str) -> bool:
     """Whether two boxes are one value to math-verify, as far as is known without sympy: written
-    alike, or equal to the fast path (math_check_here: `\\frac{10}{2}` and `5`)."""
-    return box.strip() == other.strip() or math_check_here(box, other) is True
+    alike, or equal to the fast path (math_check_here: `\\frac{10}{2}` and `5`) where both are at
+    most ONE_VALUE_CHARS long (a list of them otherwise: never a hedge read as one value)."""
+    return box.strip() == other.strip() or (max(len(box), len(other)) <= ONE_VALUE_CHARS
+                                            and math_check_here(box, other) is True)
 
 
 def _box_before(text: str, end: int, lo: int = 0) -> int:
     """Where the last `\\boxed` or `\\fbox` in `text[lo:end]` starts, -1 if there is none."""
     return max(text.rfind(macro, lo, end) for macro in BOX_MACROS)
+
+
+# math-verify reads a last box outside every environment with the boxes before it whose closing
+# brace lies fewer than 10 characters before the next box, whatever lies between (latex2sympy2's
+# extract_boxed_content: `should_extract_boxed`, `len(between_text) < 10`); from the first
+# `\\boxed{` on, where its plain-box pattern `\\boxed{.+}` starts
+BOX_DISTANCE = 10
+
+
+def _box_close_before(text: str, start: int, lo: int) -> tuple[int, str] | None:
+    """(start, content) of the box before the box at `start` if it starts at or after `lo` and
+    its closing brace lies fewer than BOX_DISTANCE characters before `start`, else None."""
+    if text.rfind("}", max(start - BOX_DISTANCE, 0), start) < 0:
+        return None  # no brace closes near enough: no box is read
+    box = _box_before(text, start, lo)
+    if box < 0:
+        return None
+    brace = box + (len("\\fbox") if text.startswith("\\fbox", box) else len("\\boxed"))
+    while brace < start and text[brace] in " \t\n":
+        brace += 1
+    closing = matching_brace(text, brace, start) if text.startswith("{", brace) else -1
+    if closing < 0 or start - closing - 1 >= BOX_DISTANCE:
+        return None
+    return box, text[brace + 1:closing]
 
 
 BOX_GAP_CHARS = 128  # characters of the gap read between two boxes, spacing not counted
@@ -601,14 +653,15 @@ def _box_ending_at(text: str, start: int, reversed_text: str) -> tuple[int, str]
     lies between them (BOX_GAP): (its start, its content), else None. `reversed_text` is `text`
     reversed (its spacing is read backwards from it)."""
     gap, where = _read_gap(text, start, reversed_text)
-    found = BOX_GAP.search(gap)
-    if found is None:
-        return None  # a correction, or boxes apart: not one list
-    brace = matching_brace(text, where[found.start()])
-    opening = _skip_back(text, max(brace, 0), " \t\n")
-    for macro in BOX_MACROS:
-        if brace > 0 and text.startswith(macro, opening - len(macro)):
-            return opening - len(macro), text[brace + 1:where[found.start()]]
+    found = BOX_GAP.search(gap)  # None: a correction, or boxes apart: not one list
+    while found is not None:
+        brace = matching_brace(text, where[found.start()])
+        opening = _skip_back(text, max(brace, 0), " \t\n")
+        for macro in BOX_MACROS:
+            if brace > 0 and text.startswith(macro, opening - len(macro)):
+                return opening - len(macro), text[brace + 1:where[found.start()]]
+        # a brace inside the box (`\boxed{\frac{1}{2}}`): the box's own closes later in the gap
+        found = BOX_GAP.search(gap, found.start() + 1)
     return None
 
 

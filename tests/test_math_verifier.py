@@ -463,9 +463,11 @@ def test_boxes_read_together_are_one_answer():
     assert reward.boxed_answer("$\\boxed{2}$ and $\\boxed{3}$.") == "2, 3"
     assert reward.score("math", "\\boxed{2} and \\boxed{3}", "3") == 0.0  # two values for one
     assert reward.boxed_answer("\\boxed{2} no, wait: \\boxed{3}") == "3"  # a correction is not
-    assert reward.boxed_answer("\\boxed{2} \\boxed{3}") == "3"  # a separator joins, spaces do not
-    # one box and at most five before it, read backwards in one pass however many a response has
-    assert reward.boxed_answer("\\boxed{1}, " * 50_000 + "\\boxed{2}") == "1, 1, 1, 1, 1, 2"
+    # outside an environment, boxes fewer than 10 characters apart are one list, as math-verify
+    assert reward.boxed_answer("\\boxed{2} \\boxed{3}") == "2, 3"
+    assert reward.boxed_answer("\\boxed{1}, " * 3 + "\\boxed{2}") == "1, 2"  # one value once
+    # a chain of more boxes than are read, however many a response has, is no answer
+    assert reward.boxed_answer("\\boxed{1}, " * 50_000 + "\\boxed{2}") is None
     assert reward.boxed_answer("}" * 100_000 + ", \\boxed{2}") == "2"
 
 
@@ -563,6 +565,7 @@ def test_correct_answers_math_verify_reads_score_1(response, gold):
     ("$\\boxed{6} \\lor \\boxed{5}$", "5"), ("$\\boxed{6} \\text{ OR } \\boxed{5}$", "5"),
     ("$\\boxed{6}$ or $2x = \\boxed{5}$", "5"), ("$\\boxed{6}$ or $x \\le \\boxed{5}$", "5"),
     ("$\\boxed{6}$" + " " * 300 + "or $\\boxed{5}$", "5"),  # padding joins nothing apart
+    ("\\boxed{\\frac{1}{2}} \\quad or \\quad \\boxed{5}", "5"),  # a box ending in a nested brace
 ])
 def test_a_second_candidate_however_spaced_or_hidden_scores_0(response, gold):
     assert reward.score("math", response, gold) == 0.0
@@ -619,14 +622,65 @@ def test_boxes_in_one_display_environment_are_one_list(opening, closing, between
     ("$\\boxed{5} = \\boxed{6} = \\boxed{5}$", "5, 6, 5"),
     ("$\\boxed{2} = \\boxed{1}$ and $\\boxed{3}$", "2, 1, 3"),  # joined to another environment
     ("$\\boxed{6}$ = $\\boxed{5}$", "5"),  # two environments: only a separator joins them
-    ("\\boxed{6} = \\boxed{5}", "5"),  # no environment
-    ("$x = 1$, so \\boxed{6} = \\boxed{5}", "5"),  # the `$`s close an environment before
+    ("\\boxed{6} = \\boxed{5}", "6, 5"),  # no environment: fewer than 10 characters apart
+    ("$x = 1$, so \\boxed{6} = \\boxed{5}", "6, 5"),  # the `$`s close an environment before
+    ("\\boxed{6} = 12345678 = \\boxed{5}", "5"),  # 10 characters apart, no separator: the last
     ("$\\boxed{6 = \\boxed{5}}$", "5"),  # a box in a box: the inner one, as math-verify
     ("$\\boxed{} = \\boxed{5}$", None),  # a blank box in the list: no answer (math-verify: none)
     ("$" + "\\boxed{1} = " * 6 + "\\boxed{5}$", None),  # more boxes than are read
 ])
 def test_the_boxes_of_an_environment_are_read_in_order(response, expected):
     assert reward.boxed_answer(response) == expected
+
+
+# ---- boxes outside every math environment: fewer than 10 characters apart, one list -------------
+
+# between two boxes: nothing, a relation, prose, spacing, a line break, a formula, a separator; each
+# as it is and padded with spaces to either side of math-verify's distance (10 characters from the
+# first box's closing brace to the next `\\boxed`)
+RELATIONS = ["", "=", "\\ne", "\\Rightarrow", "so", "no", "\\quad", "~", "\n", "$x$", ",", "or",
+             "\\text{ or }"]
+# where the boxes stand: prose, after an inline formula that holds the first box, in a `$` that a
+# line break leaves unclosed, and three boxes in a row
+PLACINGS = ["So \\boxed{{{0}}}{between}\\boxed{{{1}}}.",
+            "$x = \\boxed{{{0}}}${between}\\boxed{{{1}}}",
+            "$x = \\boxed{{{0}}}\n{between}\\boxed{{{1}}}$",
+            "\\boxed{{7}}{between}\\boxed{{{0}}}{between}\\boxed{{{1}}}"]
+BARE_BOXES_AND_GOLDS = [(("6", "5"), "5"), (("6", "5"), "6"), (("5", "5"), "5"),
+                        (("\\frac{10}{2}", "5"), "5"), (("6", "5"), "5, 6"),
+                        (("6", "5"), "5, 6, 7"), (("2", "3"), "\\{2, 3\\}")]
+
+
+def bare_box_pairs() -> list[Pair]:
+    """Each placing of each pair of boxes with each relation between them, but where this verifier
+    reads them apart from math-verify on purpose or by a known difference (docs/verifiers.md):
+    math-verify pairs a `$` that closes a formula with a `$` after it when a box lies between
+    (`\n$x$\\boxed{5}$`; MATH_ENVIRONMENT pairs them in order), and its rule for boxes a separator
+    joins 10 to 70 characters apart stops at one written alike (`\\boxed{7} , \\boxed{5} ,
+    \\boxed{5}` is 5 to it, the list 7, 5 here)."""
+    pairs = []
+    for relation in RELATIONS:
+        separator = relation in (",", "or", "\\text{ or }")
+        for length in sorted({len(relation), 8, 9, 10} - set(range(len(relation)))):
+            left = (length - len(relation)) // 2
+            between = " " * left + relation + " " * (length - len(relation) - left)
+            pairs += [Pair(gold, placing.format(*boxes, between=between), correct=False)
+                      for placing in PLACINGS for boxes, gold in BARE_BOXES_AND_GOLDS
+                      if not ("$" in relation and "\n" in placing)
+                      and not (separator and length >= 10
+                               and placing.count("{between}") == 2 and boxes[0] == boxes[1])]
+    return pairs
+
+
+def test_boxes_outside_an_environment_are_read_as_math_verify_reads_them():
+    """Boxes outside every environment fewer than 10 characters apart are one list whatever lies
+    between (`\\boxed{6} = \\boxed{5}` is 6, 5: wrong for the gold 5), further apart the last."""
+    pairs = bare_box_pairs()
+    ours = reward.score_batch([("math", p.response, p.gold) for p in pairs], workers=2)
+    differ = [(p.response, p.gold, mine) for p, mine in zip(pairs, ours)
+              if mine != official_reward(p)]
+    assert not differ, differ
+    assert reward.score("math", "\\boxed{6} = \\boxed{5}", "5") == 0.0
 
 
 # ---- spacing between boxes: read by what it is, not by how long it is ----------------------------
@@ -642,8 +696,10 @@ def test_a_hedge_padded_with_spacing_of_any_length_is_still_two_candidates(spaci
                      f"$\\boxed{{5}}$", f"$x = \\boxed{{6}}${padding} or $x = \\boxed{{5}}$"]:
         assert reward.boxed_answer(response) == "6, 5"
         assert reward.score("math", response, "5") == 0.0
-    # spacing alone joins nothing: a correction is the last box
-    assert reward.boxed_answer(f"\\boxed{{6}}{padding}\\boxed{{5}}") == "5"
+    # spacing alone joins boxes fewer than 10 characters apart (math-verify's distance), no others:
+    # a correction is the last box
+    joined = "6, 5" if len(padding) < 10 else "5"
+    assert reward.boxed_answer(f"\\boxed{{6}}{padding}\\boxed{{5}}") == joined
 
 
 def test_one_box_per_part_spaced_far_apart_is_the_list_of_parts():
@@ -665,6 +721,10 @@ CRAFTED = {
     "reversed spacing": "dauq\\" * 20_000 + "\\boxed{1}, \\quad \\boxed{2}",
     "long boxes compared": "$" + " = ".join(f"\\boxed{{{'(' * 8_000}{')' * 8_000}{k}}}"
                                             for k in range(6)) + "$",
+    "boxes fewer than 10 characters apart": "\\boxed{1} = \\boxed{2} = " * 4_000,
+    "one value boxed again and again": "\\boxed{5} " * 10_000,
+    "a long box near the last": f"\\boxed{{{'(' * 50_000}{')' * 50_000}}} \\boxed{{2}}",
+    "nested braces before a separator": "\\boxed{" + "{" * 50_000 + "}" * 50_001 + ", \\boxed{2}",
 }
 
 
