@@ -146,7 +146,7 @@ def test_different_math_answers_are_wrong(pred, gold):
 
 def test_math_needs_a_box_and_the_last_box_wins():
     assert score("math", "The final answer is 3", "3") == 0.0
-    assert score("math", "\\boxed{2} no wait \\boxed{3}", "3") == 1.0
+    assert score("math", "\\boxed{2} no, wait: \\boxed{3}", "3") == 1.0
     assert score("math", "\\boxed{3} no wait \\boxed{2}", "3") == 0.0
 
 
