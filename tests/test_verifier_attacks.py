@@ -382,7 +382,7 @@ def test_extraction_is_linear_on_adversarial_responses(name):
 @pytest.mark.parametrize("response, expected", [
     # fences inside a line of prose open nothing
     ("```python\nprint(1)\n```\nthen ```js\nx\n``` and ```py\nprint(2)\n```", "print(1)\n"),
-    ("````python\nprint(3)\n```", "print(3)\n"),  # the last three backticks of four open the block
+    ("````python\nprint(3)\n```", "print(3)\n"),  # four open it; no four close it: three do
     ("``` \nprint(4)\n```", "print(4)\n"),
     ("```Python3\nprint(5)\n```", "print(5)\n"),
     ("```python\nprint(6)", "print(6)"),  # unclosed: to the end of the response
