@@ -2072,11 +2072,18 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     # checks leave their share mostly unused to the slow.
     keys = sorted((k for k in checks if not TASK_KINDS[k[0]].runs_code),
                   key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])))
+    # programs the same way, fewest tests first inside a prompt
+    code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
+                       key=lambda k: len(golds[k[2]].get("inputs", ())))
+    # one budget for both: the checks run first cannot take the programs' prompts' shares
+    budget = sandbox.StepBudget(deadline, workers, [(task, gold_key) for task, _, gold_key
+                                                    in keys + code_keys])
     jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
     outcomes = []
     if jobs:
         pool = verifier_pool(workers, config.worker_memory_mb)
-        outcomes = pool.run(jobs, config.timeout, deadline, [(task, key) for task, _, key in keys])
+        outcomes = pool.run(jobs, config.timeout, deadline, [(task, key) for task, _, key in keys],
+                            budget)
 
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
@@ -2086,15 +2093,11 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
         for i in checks[key]:
             rewards[i] = float(value == 1.0)  # full score only: a sum of partial credits is not 1.0
 
-    # programs the same way, fewest tests first inside a prompt; a program's sandbox starts within
-    # its share, and its teardown takes milliseconds
-    code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
-                       key=lambda k: len(golds[k[2]].get("inputs", ())))
+    # a program's sandbox starts within its share, and its teardown takes milliseconds
     if code_keys:
         # the machine's fault: raised, never scored
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
         groups = [(task, gold_key) for task, _, gold_key in code_keys]
-        budget = sandbox.StepBudget(deadline, workers, groups)
         turns = sandbox.take_turns(groups)
 
         def check(key, share):

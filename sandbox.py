@@ -1586,37 +1586,46 @@ class VerifierPool:
         raise RuntimeError("sandbox.py: a verifier worker died twice on start-up")
 
     def run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float = math.inf,
-            groups: Sequence | None = None) -> list[tuple[float, str]]:
+            groups: Sequence | None = None, budget: "StepBudget | None" = None
+            ) -> list[tuple[float, str]]:
         """[(value, status)] per job (kind, args), status "ok", "timeout", "error" or "over budget";
         value 0.0 unless ok. `timeout` bounds each job, `deadline` (time.monotonic()) the whole run:
         jobs not finished by then are "over budget", and so is a job that overran its share of it,
         so slow jobs cannot leave later ones no time. `groups` (a label per job, a prompt's; by
         default each job its own) take turns and share the budget equally (StepBudget); a worker
-        that overran is replaced at once, charged to its job's group. Calls from several threads
-        take turns (each worker holds one request at a time)."""
+        that overran is replaced when next needed, charged to its job's group. `budget`: a step's,
+        shared with other checks (its groups include these). Calls from several threads take
+        turns (each worker holds one request at a time)."""
+        groups = range(len(jobs)) if groups is None else groups
         with self.lock:
-            return self._run(jobs, timeout, deadline,
-                             range(len(jobs)) if groups is None else groups)
+            return self._run(jobs, timeout, deadline, groups,
+                             budget or StepBudget(deadline, len(self.procs), groups))
 
     def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float,
-             groups: Sequence) -> list[tuple[float, str]]:
+             groups: Sequence, budget: "StepBudget") -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
-        budget = StepBudget(deadline, len(self.procs), groups)
         pending = take_turns(groups)[::-1]
         # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget",
         # when it started, the seconds of the budget it holds)
         busy: dict[int, tuple[int, str, float, str, float, float]] = {}
         received: dict[int, bytes] = {}
+        owed: dict = {}  # slot -> the group of the job that overran its last worker
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(len(self.procs)):
                 while pending and slot not in busy and time.monotonic() < deadline:
                     job = pending.pop()
-                    self._ready(slot)  # a worker started first takes none of the job's share
                     share, held = budget.start(groups[job])
-                    began = time.monotonic()
-                    if share <= began:  # its group's share is spent: over budget, not sent
-                        budget.finish(groups[job], held, 0.0)
+                    if share <= time.monotonic():  # its group's share is spent: over budget, not
+                        budget.finish(groups[job], held, 0.0)  # sent, no worker started for it
                         continue
+                    # a worker started now takes none of the job's share; a replacement is
+                    # charged to the group whose job overran the last one
+                    starting = time.monotonic()
+                    self._ready(slot)
+                    if slot in owed:
+                        budget.charge(owed.pop(slot), time.monotonic() - starting)
+                    began = time.monotonic()
+                    share = min(share + began - starting, deadline)
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
                     own_time = began + timeout
@@ -1641,10 +1650,9 @@ class VerifierPool:
                 else:
                     continue
                 del busy[slot]
-                if not keep:
+                if not keep:  # replaced when next needed
                     self._kill(slot)
-                    if pending:  # replaced now, charged to the job that overran
-                        self._start(slot)
+                    owed[slot] = groups[job]
                 budget.finish(groups[job], held, time.monotonic() - began)
         return results
 
@@ -1700,6 +1708,14 @@ class StepBudget:
             self.to_start[group] -= 1
             self.charged[group] += held
             return now + held, held
+
+    def charge(self, group, seconds: float) -> None:
+        """`group` caused `seconds` more (a worker's replacement), after its items or not."""
+        with self.lock:
+            if group in self.unfinished:
+                self.charged[group] += seconds
+            else:
+                self.seconds -= seconds
 
     def finish(self, group, held: float, seconds: float) -> None:
         """An item of `group` that held `held` seconds of the budget took `seconds`."""

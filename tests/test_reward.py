@@ -248,6 +248,17 @@ def test_answers_of_one_prompt_slow_to_verify_leave_another_prompts_correct_answ
     assert reward.score_batch(quick + correct, workers=1, config=config)[6:] == [1.0, 1.0]
 
 
+def test_math_checked_first_leaves_a_code_prompt_of_the_same_step_its_share():
+    """The step's math is checked before its programs run: one budget for both, so a prompt's
+    slow math answers cannot spend a code prompt's share."""
+    config = reward.VerifyConfig(timeout=1.5, step_timeout=6.0)
+    # 18 worker-seconds of math for a step of 12: before, they took it all
+    towers = [("math", f"\\boxed{{{k}^{{{k}^{{{k}^{{9}}}}}}}}", "1/2") for k in range(3, 15)]
+    program = "```python\nn = int(input())\nprint(sum(map(int, input().split())))\n```"
+    code = [("code", program, {"inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]})] * 2
+    assert reward.score_batch(towers + code, workers=2, config=config)[-2:] == [1.0, 1.0]
+
+
 # ---- Reasoning Gym -------------------------------------------------------------------------------
 
 RG_TEST = [row for row in load_tasks(ROOT / "data" / "rg_test.jsonl")]
