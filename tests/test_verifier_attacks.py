@@ -368,6 +368,11 @@ COSTLY = {
     "answer line with trailing spaces": ("arith", "answer: 1" + " " * 100_000 + "x"),
     "repeated answer leads": ("arith", "the answer is " * 20_000),
     "unclosed boxes": ("math", "\\boxed{" * 20_000),
+    # groups a gap between two boxes could be read as in several ways (9 took 20 s)
+    "text groups between boxes": ("math", "\\boxed{5}" + "\\text{ }" * 12 + " q \\boxed{6}"),
+    "font groups between boxes": ("math", "\\boxed{5}" + "\\mathrm{ }" * 12 + " q \\boxed{6}"),
+    "macro label between boxes": ("math", "$\\boxed{3}$, $" + "\\overline{AB}\\," * 9
+                                  + "$ is $\\boxed{12}$."),
 }
 
 
