@@ -982,7 +982,8 @@ def check_math(pred: str, gold: str) -> bool:
         return False
     if pred.strip() == gold.strip():  # the gold as written: no hedge, read as the gold is read
         return verify(gold_parsed, gold_parsed, timeout_seconds=None)
-    if SECOND_CANDIDATE.search(pred) or ("\\\\" in pred and "\\begin" not in pred):
+    if SECOND_CANDIDATE.search(SIMPLE_SUBSCRIPT.sub("", pred)) or ("\\\\" in pred
+                                                                  and "\\begin" not in pred):
         return False  # two candidates in one box, one struck out, hidden or implied
     values = []
     for item in answer_items(pred):
@@ -1015,12 +1016,14 @@ def check_math(pred: str, gold: str) -> bool:
 
 
 # What writes a second candidate into one box: struck out (`\cancel{6} 5`), commented out
-# (`5 % 6`; `12%` alone is a percentage), tagged, implied (`6 \implies 5`), or on a line of its
-# own (a row break outside an environment). math-verify reads no answer in such a box when it reads
-# the whole response; its grammar alone reads the last candidate.
+# (`5 % 6`; `12%` alone is a percentage), tagged, implied (`6 \implies 5`, `6 \to 5`), or on a
+# line of its own (a row break outside an environment). math-verify reads no answer in such a box
+# when it reads the whole response; its grammar alone reads the last candidate.
 SECOND_CANDIDATE = re.compile(
     r"\\(?:[bx]?cancel|sout|tag)(?![a-zA-Z])|(?<!\\)%\s*[^\s}]"
-    r"|\S\s*\\(?:iff|implies|impliedby|(?:Long)?(?:[Rr]ight|Left|[Ll]eftright)arrow)(?![a-zA-Z])")
+    r"|\S\s*\\(?:iff|implies|impliedby|(?:Long)?(?:[Rr]ight|Left|[Ll]eftright)arrow|to|mapsto"
+    r"|longmapsto|longrightarrow|hookrightarrow|therefore|because)(?![a-zA-Z])")
+SIMPLE_SUBSCRIPT = re.compile(r"_\{[^{}]*\}")  # `\lim_{x \to 0}`: no second candidate
 
 
 def answer_items(box: str) -> list[str]:
