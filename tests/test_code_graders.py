@@ -422,6 +422,23 @@ def test_an_excerpt_quoted_after_the_solution_is_not_graded_instead_of_it():
     assert reward.program_for(response, stdin).startswith("print(sum(map")
 
 
+def test_a_fragment_suggested_after_the_solution_is_no_answer():
+    # a guard that falls off the end of the function completes no body: the solution is graded
+    response = f"```python\n{TOTAL_DEF}```\nYou could add a guard:\n```python\n    if not xs:\n" \
+               "        return 0\n```"
+    assert reward.program_for(response, TOTAL) == TOTAL_DEF
+    assert reward.score("code", response, TOTAL) == 1.0
+    # a search that returns from inside its loop is a finished body (HumanEval/12's own)
+    search = "    for x in xs:\n        if x > 0:\n            return sum(xs)\n    return 0\n"
+    assert reward.program_for(f"```\n{search}```", TOTAL) == search
+    # a call-based name assigned data in an excerpt is a variable, not the answer
+    solution = "class Solution:\n    def total(self, nums):\n        return sum(nums)\n"
+    response = f"```python\n{solution}```\nThe sum:\n```python\ntotal = 0\nfor x in nums:\n" \
+               "    total += x\n```"
+    spec = {"inputs": [[[1, 2, 3]]], "outputs": [6], "fn_name": "total"}
+    assert reward.program_for(response, spec) == solution
+
+
 def test_a_fence_holds_shorter_fences_as_commonmark_reads_them():
     program = ('def total(xs):\n    """Use like:\n    ```\n    total([1])\n    ```\n    """\n'
                "    return sum(xs)\n")
