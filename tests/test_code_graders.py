@@ -404,34 +404,39 @@ def test_a_humaneval_body_is_a_block_that_completes_the_prompts_function(respons
     assert reward.program_for(response, TOTAL) == program
 
 
-def test_an_excerpt_quoted_after_the_solution_is_not_graded_instead_of_it():
-    # every line of the excerpt is written above: it explains the solution, it does not replace it
-    solution = "def total(xs):\n    if not xs:\n        return 0\n    return sum(xs)\n"
-    guard = "    if not xs:\n        return 0\n"
-    response = f"```python\n{solution}```\nThe guard:\n```python\n{guard}```"
-    assert reward.program_for(response, TOTAL) == solution
-    assert reward.score("code", response, TOTAL) == 1.0
+def test_the_input_reading_lines_quoted_after_a_program_are_no_stdin_answer():
     stdin = {"inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]}
     program = "n = int(input())\na = list(map(int, input().split()))\nprint(sum(a))\n"
-    reading = program.rsplit("print", 1)[0]
+    reading = program.rsplit("print", 1)[0]  # reads, writes nothing
     response = f"```python\n{program}```\nFirst we read:\n```python\n{reading}```"
     assert reward.program_for(response, stdin) == program
-    # a block with a line of its own is an answer: the final one is graded
-    response = f"```python\n{program}```\nShorter:\n```python\nprint(sum(map(int, " \
-               f"input().split())))\n```"
-    assert reward.program_for(response, stdin).startswith("print(sum(map")
+    assert reward.score("code", response, stdin) == 1.0
 
 
-def test_a_fragment_suggested_after_the_solution_is_no_answer():
-    # a guard that falls off the end of the function completes no body: the solution is graded
-    response = f"```python\n{TOTAL_DEF}```\nYou could add a guard:\n```python\n    if not xs:\n" \
-               "        return 0\n```"
-    assert reward.program_for(response, TOTAL) == TOTAL_DEF
-    assert reward.score("code", response, TOTAL) == 1.0
-    # a search that returns from inside its loop is a finished body (HumanEval/12's own)
-    search = "    for x in xs:\n        if x > 0:\n            return sum(xs)\n    return 0\n"
-    assert reward.program_for(f"```\n{search}```", TOTAL) == search
-    # a call-based name assigned data in an excerpt is a variable, not the answer
+@pytest.mark.parametrize("response, program", [
+    # a final that fixes a draft by deleting a line is the answer
+    ("```python\ndef add(a, b):\n    a += 1\n    return a + b\n```\nRemove the bug:\n"
+     "```python\ndef add(a, b):\n    return a + b\n```", "def add(a, b):\n    return a + b\n"),
+    # draft, the corrected line alone, then the whole program: the whole program
+    ("```python\nn = int(input())\nprint(min(map(int, input().split())))\n```\nShould be max:\n"
+     "```python\nprint(max(a))\n```\nFull:\n```python\nn = int(input())\n"
+     "print(max(map(int, input().split())))\n```",
+     "n = int(input())\nprint(max(map(int, input().split())))\n"),
+])
+def test_a_corrected_final_program_built_from_a_drafts_lines_is_graded(response, program):
+    spec = ({"inputs": ["2\n1 5\n"], "outputs": ["5\n"]} if "input" in program
+            else {"inputs": [[1, 2]], "outputs": [3], "fn_name": "add"})
+    assert reward.program_for(response, spec) == program
+    assert reward.score("code", response, spec) == 1.0
+
+
+def test_a_humaneval_body_of_an_if_elif_chain_is_graded():
+    body = "    if not xs:\n        return 0\n    elif len(xs) > 0:\n        return sum(xs)\n"
+    for tag in ("", "text"):
+        assert reward.score("code", fenced(body, tag), TOTAL) == 1.0
+
+
+def test_a_call_based_name_assigned_data_in_an_excerpt_is_no_answer():
     solution = "class Solution:\n    def total(self, nums):\n        return sum(nums)\n"
     response = f"```python\n{solution}```\nThe sum:\n```python\ntotal = 0\nfor x in nums:\n" \
                "    total += x\n```"

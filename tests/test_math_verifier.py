@@ -549,8 +549,6 @@ def test_correct_answers_math_verify_reads_score_1(response, gold):
     ("$\\boxed{\\frac{1}{3} \\tag{\\frac{1}{2}}}$", "\\frac{1}{2}"),
     ("$\\boxed{\\frac{1}{2} \\iff \\frac{1}{3}}$", "\\frac{1}{3}"),
     ("$\\boxed{\\frac{1}{3} \\Rightarrow \\frac{1}{2}}$", "\\frac{1}{2}"),
-    ("$\\boxed{\\frac{1}{3} \\to \\frac{1}{2}}$", "\\frac{1}{2}"),
-    ("$\\boxed{\\frac{1}{3} \\mapsto \\frac{1}{2}}$", "\\frac{1}{2}"),
     ("$\\boxed{\\frac{1}{3} \\therefore \\frac{1}{2}}$", "\\frac{1}{2}"),
     ("$\\boxed{\\frac{1}{2} \\\\ \\frac{1}{3}}$", "\\frac{1}{3}"),
     # a list read as fewer or other items than it has
