@@ -419,15 +419,11 @@ def test_a_prompt_whose_responses_all_loop_leaves_another_prompts_correct_answer
     assert rewards == [0.0] * 16 + [1.0, 1.0] and stats.over_budget > 0
 
 
-@pytest.mark.parametrize("slow_prompt_first", [True, False])
-def test_a_prompts_verdicts_are_the_same_whether_another_prompts_responses_are_slow_or_fast(
-        slow_prompt_first):
-    def correct_prompts_rewards(other_prompt):
-        items = other_prompt + SLOW_CORRECT if slow_prompt_first else SLOW_CORRECT + other_prompt
-        rewards = reward.score_batch(items, workers=1, config=SHARED_BUDGET)
-        return rewards[16:] if slow_prompt_first else rewards[:2]
-
-    assert correct_prompts_rewards(LOOPS) == correct_prompts_rewards(FAST_ANSWERS) == [1.0, 1.0]
+def test_a_prompts_verdicts_are_the_same_whether_another_prompts_responses_are_slow_or_fast():
+    # the correct prompt queued first here (after the loops: the test above)
+    rewards = [reward.score_batch(SLOW_CORRECT + other, workers=1, config=SHARED_BUDGET)[:2]
+               for other in (LOOPS, FAST_ANSWERS)]
+    assert rewards == [[1.0, 1.0], [1.0, 1.0]]
 
 
 # ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -----------------
