@@ -63,6 +63,7 @@ def test_the_vllm_pin_and_requirements_txt_agree_on_torch_and_every_package_both
                     name, str(requirement), other["version"])
 
 
+@pytest.mark.slow  # ~35 s of pip resolving; the pins' agreement above runs in every suite
 def test_the_gpu_requirements_resolve_together_with_the_pinned_torch(tmp_path):
     """pip's resolver, dry run, on everything a GPU machine installs, dependencies of dependencies
     included."""
