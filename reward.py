@@ -579,15 +579,12 @@ def _environment_boxes(text: str, start: int, content: str, environments: list[t
     opening = _environment_opening(start, environments)
     group, end = [(start, content)], start
     while opening is not None and (box := _box_before(text, end, opening)) >= 0:
-        brace = box + (len("\\fbox") if text.startswith("\\fbox", box) else len("\\boxed"))
-        while brace < end and text[brace] in " \t\n":
-            brace += 1
-        closing = matching_brace(text, brace, end) if text.startswith("{", brace) else -1
-        if closing < 0:
+        closed = _box_closed_before(text, box, end)
+        if closed is None:
             break
         if len(group) == room:
             return None
-        group.insert(0, (box, text[brace + 1:closing]))
+        group.insert(0, (box, closed[1]))
         end = box
     return end, [box for (_, box), after in zip(group, group[1:] + [None])
                  if after is None or not _one_value(box, after[1])]
@@ -629,15 +626,20 @@ def _box_close_before(text: str, start: int, lo: int) -> tuple[int, str] | None:
     if text.rfind("}", max(start - BOX_DISTANCE, 0), start) < 0:
         return None  # no brace closes near enough: no box is read
     box = _box_before(text, start, lo)
-    if box < 0:
+    closed = _box_closed_before(text, box, start) if box >= 0 else None
+    if closed is None or start - closed[0] - 1 >= BOX_DISTANCE:
         return None
+    return box, closed[1]
+
+
+def _box_closed_before(text: str, box: int, end: int) -> tuple[int, str] | None:
+    """(its closing brace, its content) of the box macro at `box` if its brace (after any spaces)
+    closes before `end`, else None."""
     brace = box + (len("\\fbox") if text.startswith("\\fbox", box) else len("\\boxed"))
-    while brace < start and text[brace] in " \t\n":
+    while brace < end and text[brace] in " \t\n":
         brace += 1
-    closing = matching_brace(text, brace, start) if text.startswith("{", brace) else -1
-    if closing < 0 or start - closing - 1 >= BOX_DISTANCE:
-        return None
-    return box, text[brace + 1:closing]
+    closing = matching_brace(text, brace, end) if text.startswith("{", brace) else -1
+    return (closing, text[brace + 1:closing]) if closing >= 0 else None
 
 
 BOX_GAP_CHARS = 128  # characters of the gap read between two boxes, spacing not counted
@@ -2091,15 +2093,15 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     # programs the same way, fewest tests first inside a prompt
     code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
                        key=lambda k: len(golds[k[2]].get("inputs", ())))
+    math_groups = [(task, gold_key) for task, _, gold_key in keys]  # a prompt's: its gold's
+    code_groups = [(task, gold_key) for task, _, gold_key in code_keys]
     # one budget for both: the checks run first cannot take the programs' prompts' shares
-    budget = sandbox.StepBudget(deadline, workers, [(task, gold_key) for task, _, gold_key
-                                                    in keys + code_keys])
+    budget = sandbox.StepBudget(deadline, workers, math_groups + code_groups)
     jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
     outcomes = []
     if jobs:
         pool = verifier_pool(workers, config.worker_memory_mb)
-        outcomes = pool.run(jobs, config.timeout, deadline, [(task, key) for task, _, key in keys],
-                            budget)
+        outcomes = pool.run(jobs, config.timeout, deadline, math_groups, budget)
 
     for key, (value, status) in zip(keys, outcomes):
         stats.timeouts += status == "timeout"
@@ -2113,8 +2115,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     if code_keys:
         # the machine's fault: raised, never scored
         require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
-        groups = [(task, gold_key) for task, _, gold_key in code_keys]
-        turns = sandbox.take_turns(groups)
+        turns = sandbox.take_turns(code_groups)
 
         def check(key, share):
             if time.monotonic() >= share:
@@ -2126,10 +2127,10 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                     return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
 
         def run(index):
-            share, held = budget.start(groups[index])
+            share, held = budget.start(code_groups[index])
             began = time.monotonic()
             result = check(code_keys[index], share)
-            budget.finish(groups[index], held, time.monotonic() - began)
+            budget.finish(code_groups[index], held, time.monotonic() - began)
             return result
 
         with ThreadPoolExecutor(workers) as pool:

@@ -175,11 +175,11 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
         # finished samples leave; the live ones' new prefixes are the distinct (prefix, token)
         keep = (~finished).nonzero().squeeze(-1)
         active = active[keep]
-        branches, prefix = torch.unique(prefix[keep] * logits.shape[-1] + next_tokens[keep],
+        vocab = logits.shape[-1]
+        branches, prefix = torch.unique(prefix[keep] * vocab + next_tokens[keep],
                                         return_inverse=True)
-        parent, branch_tokens = branches // logits.shape[-1], branches % logits.shape[-1]
-        if len(parent) != len(logits) or bool((parent != torch.arange(len(parent),
-                                                                      device=device)).any()):
+        parent, branch_tokens = branches // vocab, branches % vocab
+        if not torch.equal(parent, torch.arange(len(logits), device=device)):
             cache.batch_select_indices(parent)  # each new prefix continues its parent's cache
             mask, next_pos = mask[parent], next_pos[parent]
         mask = torch.cat([mask, mask.new_ones(len(parent), 1)], dim=-1)
