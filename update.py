@@ -324,40 +324,33 @@ def length_buckets(lengths: list[int], call_cost: int = 128**2) -> list[list[int
 
 def _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling):
     """Exact causal attention inside each packed sequence, by SDPA without a mask: the sequences of
-    each `length_buckets` group are laid out as rows right-padded to the group's longest, so
-    causality alone keeps every real position from the padding after it. [1, T, heads, head_dim]"""
+    each `length_buckets` group are laid out as rows of the group's longest length, each filled out
+    with the tokens after it in the pack. Causality keeps every real position from the filler after
+    it, and nothing reads the filler's outputs, so the filler gets zero gradient. One gather lays
+    out every group and one gathers the outputs back (in backward, a scatter each). [1, T, heads,
+    head_dim]"""
     bounds = cu_seqlens.tolist()
     starts, lengths = bounds[:-1], [end - start for start, end in zip(bounds[:-1], bounds[1:])]
-    # [T, heads, head_dim]
-    query, key, value = (x[0].transpose(0, 1) for x in (query, key, value))
-    places, pieces = [], []  # where each group's tokens sit in the pack, and their outputs
-    for bucket in length_buckets(lengths):
-        if len(bucket) == 1:  # a view, no copy
-            start, end = starts[bucket[0]], starts[bucket[0]] + lengths[bucket[0]]
-            places.append(torch.arange(start, end))
-            # [1, heads, L, head_dim]: without a batch dimension SDPA takes its math path on CPU
-            pieces.append(scaled_dot_product_attention(
-                *(x[None, start:end].transpose(1, 2) for x in (query, key, value)), is_causal=True,
-                scale=scaling, enable_gqa=True)[0].transpose(0, 1))
-            continue
-        width = lengths[bucket[0]]
-        sizes = torch.tensor([lengths[i] for i in bucket])
-        row = torch.repeat_interleave(torch.arange(len(bucket)), sizes)
-        column = torch.arange(int(sizes.sum())) - torch.repeat_interleave(sizes.cumsum(0) - sizes,
-                                                                          sizes)
-        place = column + torch.repeat_interleave(torch.tensor([starts[i] for i in bucket]), sizes)
-
-        def padded(x):  # [rows, heads, width, head_dim]
-            rows = x.new_zeros(len(bucket), width, *x.shape[1:])
-            rows[row, column] = x[place]
-            return rows.transpose(1, 2)
-
-        attended = scaled_dot_product_attention(padded(query), padded(key), padded(value),
-                                                is_causal=True, scale=scaling, enable_gqa=True)
-        places.append(place)
-        pieces.append(attended.transpose(1, 2)[row, column])
+    buckets = length_buckets(lengths)
+    shapes = [(len(bucket), lengths[bucket[0]]) for bucket in buckets]  # rows, width
+    sources, outputs, laid_out = [], {}, 0  # where each laid-out token / each output comes from
+    for bucket, (rows, width) in zip(buckets, shapes):
+        columns = torch.arange(width)
+        sources.append((torch.tensor([starts[i] for i in bucket])[:, None] + columns).flatten())
+        for row, i in enumerate(bucket):
+            outputs[i] = laid_out + row * width + columns[: lengths[i]]
+        laid_out += rows * width
+    sources = torch.cat(sources).clamp(max=bounds[-1] - 1).to(query.device)
+    outputs = torch.cat([outputs[i] for i in range(len(lengths))]).to(query.device)
+    # [rows x width, heads, head_dim] for each group
+    laid_out = (x[0].transpose(0, 1)[sources].split([r * w for r, w in shapes])
+                for x in (query, key, value))
+    pieces = [scaled_dot_product_attention(  # [rows, heads, width, head_dim]: the batch dimension
+        *(x.unflatten(0, shape).transpose(1, 2) for x in group),  # keeps CPU off the math path
+        is_causal=True, scale=scaling, enable_gqa=True).transpose(1, 2).flatten(0, 1)
+        for shape, *group in zip(shapes, *laid_out)]
     # in the dtype attention gave (bf16 under CPU autocast, whatever the inputs')
-    return torch.cat(pieces)[torch.cat(places).argsort().to(query.device)][None]
+    return torch.cat(pieces)[outputs][None]
 
 
 @functools.cache
