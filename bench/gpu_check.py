@@ -9,12 +9,15 @@ all speed and memory need. Each row of the table is one measurement:
   a one-GPU `accelerate launch --mixed_precision bf16` run takes) and activation checkpointing:
   tokens/s, MFU (6·params + causal attention FLOPs per real token, against the GPU's dense bf16
   peak), peak memory; on full-length rows and on a skewed batch (log-normal lengths up to 16K, as
-  the paper's responses);
+  the paper's responses); and how far the first mini-batch's ratio π_θ/π_old is from 1 before any
+  step (π_old is computed in the update's own micro-batches: 0 when gradients on and off run the
+  same kernels);
 - packing: forward + backward and forward only over the skewed batch, padded micro-batches
   (transformers' sdpa with a padding mask) against packed ones (torch's varlen FlashAttention-2),
   side by side (bench/update_packing.py's comparison on the GPU);
 - fsdp2: the same step with the policy sharded by run.fully_shard_policy (the trainer's FSDP2 path)
-  on a one-process NCCL group, and whether its log-probs stay fp32;
+  on a one-process NCCL group, and whether its log-probs stay fp32; then with its decoder layers
+  compiled before sharding (the trainer's `--compile-layers` under FSDP2);
 - generate: the hf engine (rollout.generate) at N=16 and N=512 with equal samples, fp32 weights
   (what the trainer samples with when vLLM is absent) and a bf16 copy;
 - checkpoint: run.save_checkpoint of the policy and AdamW state, and accelerate's load_state back;
@@ -118,6 +121,24 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - start
 
 
+def first_pass_log_ratio(policy, optimizer, batch: update.TrainBatch, old: torch.Tensor,
+                         cfg: update.UpdateConfig) -> float:
+    """max |log π_θ − log π_old| over the update's first micro-batch before any step: π_old as
+    update.batch_logprobs computes it (no gradients), π_θ as update.ppo_update does (training mode,
+    gradients on), the same rows in the same pack. 0: the first mini-batch's ratio is exactly 1."""
+    minibatch = torch.zeros(len(batch.advantages), dtype=torch.long)
+    rows = update.minibatch_micro_batches(batch, minibatch, 1, cfg.micro_batch_tokens)[0][0]
+    pack = update.pack_rows(batch, rows)
+    policy.train()
+    logprobs, _ = policy(pack.to(next(policy.parameters()).device), cfg.temperature,
+                         cfg.logprob_chunk_tokens)
+    (logprobs.sum() * 0.0).backward()  # the backward FSDP2's forward prepared for
+    optimizer.zero_grad(set_to_none=True)
+    policy.eval()
+    drift = logprobs.detach().float().cpu() - old[rows, : pack.live.shape[1]]
+    return float(drift[pack.live].abs().max())
+
+
 def update_rows(args, policy, optimizer, model, label: str) -> list[dict]:
     cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=args.micro_batch_tokens,
                               logprob_chunk_tokens=4096)
@@ -128,8 +149,9 @@ def update_rows(args, policy, optimizer, model, label: str) -> list[dict]:
         sequences = update.row_lengths(batch).tolist()
         tokens = sum(sequences)
         update.ppo_update(policy, optimizer, batch, update.batch_logprobs(policy, batch, cfg), cfg)
-        torch.cuda.reset_peak_memory_stats()
         old, logprob_s = timed(update.batch_logprobs, policy, batch, cfg)
+        first_pass = first_pass_log_ratio(policy, optimizer, batch, old, cfg)
+        torch.cuda.reset_peak_memory_stats()
         stats, update_s = timed(update.ppo_update, policy, optimizer, batch, old, cfg)
         peak = peak_tflops()
         achieved = sum(n * flops_per_token(model, n) for n in sequences) / update_s
@@ -142,6 +164,7 @@ def update_rows(args, policy, optimizer, model, label: str) -> list[dict]:
                      "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1),
                      "log-probs": f"{old.dtype}, {'all' if bf16_representable else 'not all'} "
                                   "bf16-representable",
+                     "first pass max |log ratio|": float(f"{first_pass:.3g}"),
                      "finite loss": math.isfinite(stats["loss"])})
     return rows
 
@@ -183,18 +206,25 @@ def check_update(args) -> list[dict]:
 def check_fsdp2(args) -> list[dict]:
     import torch.distributed as dist
 
-    from run import fully_shard_policy
+    from run import compile_layers, fully_shard_policy
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
     dist.init_process_group("nccl", rank=0, world_size=1)
+    rows = []
     try:
-        model = build_model(args.layers)
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        policy = fully_shard_policy(update.Policy(model))
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
-        rows = update_rows(args, policy, optimizer, model, "fsdp2, 1 process (bf16 params)")
-        del policy, optimizer, model
+        for compiled in (False, True):
+            model = build_model(args.layers)
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False})
+            policy = update.Policy(model)
+            if compiled:
+                compile_layers(policy)  # before sharding, as run.fsdp2_models
+            policy = fully_shard_policy(policy)
+            optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6)
+            rows += update_rows(args, policy, optimizer, model, "fsdp2, 1 process (bf16 params"
+                                + (", compiled layers)" if compiled else ")"))
+            del policy, optimizer, model
     finally:
         dist.destroy_process_group()
     torch.cuda.empty_cache()

@@ -1,5 +1,6 @@
 """The update's levers on one GPU, side by side in one run: what activation checkpointing, the
-entropy in the output layer's recompute, and compiled decoder layers cost or save.
+entropy in the output layer's recompute, and compiling the decoder layers or the output layer's
+chunk cost or save.
 
 Each variant runs the trainer's step (update.batch_logprobs for π_old, then update.ppo_update with
 AdamW) on gpu_check's 1.5B-shaped model, fp32 master weights under bf16 autocast, over the same two
@@ -12,9 +13,15 @@ batches (full-length rows and skewed lengths up to 16K); tokens/s and MFU count 
   is still one pass);
 - no entropy: the output layer's chunk without the entropy (the bound on what computing it
   outside the checkpointed chunk could save);
-- compiled layers: torch.compile on each decoder layer (dynamic shapes; compile time reported).
+- compiled layers: torch.compile on each decoder layer (dynamic shapes; compile time reported);
+- and output chunk: also torch.compile on the output layer's chunk (`update._chunk_logprobs`:
+  the logits, log-softmax, gather and entropy fused, instead of several passes over a [chunk,
+  vocabulary] fp32 tensor each).
+With `--profile`, each variant's update runs once more under torch's profiler and the kernels
+that took the most time are printed after its rows.
 
     python bench/update_levers.py                  # about 4 minutes on one H100
+    python bench/update_levers.py --only "checkpoint all" "no entropy" --profile
     python bench/update_levers.py --tiny --device cpu   # the code path on a small model
 """
 
@@ -34,16 +41,20 @@ from bench.gpu_check import (QWEN2_1P5B, flops_per_token, peak_tflops,  # noqa: 
                              random_batch, skewed_rows)
 
 # name: (checkpoint every k-th layer (None: none), tokens per pass (None: --micro-batch-tokens),
-# entropy computed, layers compiled)
+# entropy computed, what is compiled: the decoder layers (the trainer's --compile-layers), the
+# output layer's chunk). Compiled layers stay compiled for the variants after them.
 VARIANTS = {
-    "checkpoint all": (1, None, True, False),
-    "checkpoint every 2nd": (2, None, True, False),
-    "checkpoint every 2nd, micro-batch 16K": (2, 16384, True, False),
-    "checkpoint every 4th, micro-batch 8K": (4, 8192, True, False),
-    "no checkpoint, micro-batch 8K": (None, 8192, True, False),
-    "no entropy": (1, None, False, False),
-    "compiled layers": (1, None, True, True),
-    "compiled layers, checkpoint every 2nd, micro-batch 16K": (2, 16384, True, True),
+    "checkpoint all": (1, None, True, ()),
+    "checkpoint every 2nd": (2, None, True, ()),
+    "checkpoint every 2nd, micro-batch 16K": (2, 16384, True, ()),
+    "checkpoint every 4th, micro-batch 8K": (4, 8192, True, ()),
+    "no checkpoint, micro-batch 8K": (None, 8192, True, ()),
+    "no entropy": (1, None, False, ()),
+    "compiled output chunk": (1, None, True, ("chunk",)),
+    "compiled layers": (1, None, True, ("layers",)),
+    "compiled layers, checkpoint every 2nd, micro-batch 16K": (2, 16384, True, ("layers",)),
+    "compiled layers and output chunk, checkpoint every 2nd, micro-batch 16K":
+        (2, 16384, True, ("layers", "chunk")),
 }
 
 
@@ -65,7 +76,23 @@ def _chunk_logprobs_without_entropy(hidden, lm_head_weight, targets, temperature
     return logprobs, torch.zeros_like(logprobs)
 
 
-def measure(args, policy, optimizer, model, batches, micro_batch_tokens: int) -> list[dict]:
+def profiled(step, cuda: bool, label: str, kernels: int = 15) -> None:
+    """Run `step` under torch's profiler and print the kernels that took the most time."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profile:
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+    print(f"# profile, {label}", flush=True)
+    print(profile.key_averages().table(sort_by="self_cuda_time_total" if cuda
+                                       else "self_cpu_time_total", row_limit=kernels,
+                                       max_name_column_width=60), flush=True)
+
+
+def measure(args, variant: str, policy, optimizer, model, batches, micro_batch_tokens: int
+            ) -> list[dict]:
     cfg = update.UpdateConfig(minibatches=1, micro_batch_tokens=micro_batch_tokens,
                               logprob_chunk_tokens=4096)
     cuda = args.device == "cuda"
@@ -87,6 +114,9 @@ def measure(args, policy, optimizer, model, batches, micro_batch_tokens: int) ->
         update.ppo_update(policy, optimizer, batch, old, cfg)
         sync()
         update_s = time.perf_counter() - start
+        if args.profile:
+            profiled(lambda: update.ppo_update(policy, optimizer, batch, old, cfg), cuda,
+                     f"{variant}, {name}")
         achieved = sum(n * flops_per_token(model, n) for n in sequences) / update_s
         peak = peak_tflops() if cuda else None
         rows.append({"batch": name, "tokens": sum(sequences), "first call s": round(warm_s, 1),
@@ -111,6 +141,8 @@ def main() -> None:
                         help="tokens per pass where the variant does not say (the paper preset's)")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a dry run")
     parser.add_argument("--tiny", action="store_true", help="a small model: the code path only")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile each variant's update and print its top kernels")
     parser.add_argument("--json", default=None, help="also write the rows here")
     args = parser.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -136,10 +168,12 @@ def main() -> None:
             run.checkpoint_layers(model, every)  # the trainer's --checkpoint-every
         update._chunk_logprobs = chunk if entropy else _chunk_logprobs_without_entropy
         compile_start = time.perf_counter()
-        if compiled:
+        if "chunk" in compiled:
+            update._chunk_logprobs = torch.compile(update._chunk_logprobs, dynamic=True)
+        if "layers" in compiled:
             run.compile_layers(plain_policy)  # the trainer's --compile-layers
         try:
-            rows = measure(args, policy, optimizer, model, batches,
+            rows = measure(args, variant, policy, optimizer, model, batches,
                            tokens or args.micro_batch_tokens)
         except torch.OutOfMemoryError:
             optimizer.zero_grad(set_to_none=True)  # what the failed step left for the next
