@@ -360,6 +360,34 @@ def test_a_packed_row_never_sees_another_row_of_its_pack(untrained_policy):
     assert torch.allclose(seen[2, : alone.shape[1]], alone[0], atol=FP32_SHAPE_ATOL)
 
 
+@pytest.mark.parametrize("lengths", [[1], [5, 5, 5], [1, 9, 2, 9, 1], [300, 7, 150, 150, 1, 40],
+                                     [3, 200, 4, 5, 6, 190, 2]])
+def test_packed_attention_equals_causal_attention_of_each_sequence_alone(lengths):
+    """Sequences of any lengths in any order, alone or grouped (a group's shorter rows filled out
+    with the tokens after them): each sequence's outputs and gradients are those of causal
+    attention over it alone."""
+    g = torch.Generator().manual_seed(len(lengths))
+    total, heads, kv_heads, dim = sum(lengths), 4, 2, 8
+    q, k, v = (torch.randn(1, h, total, dim, generator=g).requires_grad_()
+               for h in (heads, kv_heads, kv_heads))
+    cu_seqlens = torch.tensor([0, *lengths]).cumsum(0)
+    packed = update._causal_attention_per_sequence(q, k, v, cu_seqlens, 0.3)  # [1, T, heads, dim]
+    upstream = torch.randn(packed.shape, generator=g)
+    packed_grads = torch.autograd.grad((packed * upstream).sum(), (q, k, v))
+    alone, start = [], 0
+    for n in lengths:
+        alone.append(torch.nn.functional.scaled_dot_product_attention(
+            *(x[:, :, start : start + n] for x in (q, k, v)), is_causal=True, scale=0.3,
+            enable_gqa=True).transpose(1, 2))
+        start += n
+    alone = torch.cat(alone, dim=1)
+    alone_grads = torch.autograd.grad((alone * upstream).sum(), (q, k, v))
+    # another blocking of the same fp32 sums over <= 300 keys of size <= 1: 300 x 2^-24 = 2e-5
+    assert torch.allclose(packed, alone, atol=2e-5)
+    for a, b in zip(packed_grads, alone_grads):
+        assert torch.allclose(a, b, atol=2e-5)
+
+
 def test_packed_attention_on_cpu_takes_sdpas_fused_kernel_never_its_math_path(untrained_policy):
     model, tokenizer = untrained_policy
     policy = update.Policy(copy.deepcopy(model))
