@@ -94,6 +94,21 @@ def final_weights(out_dir) -> dict:
     return load_file(str(run.latest_checkpoint(out_dir) / "model" / "model.safetensors"))
 
 
+def assert_same_training(ddp_dir: Path, fsdp_dir: Path) -> dict:
+    """The two runs logged the same numbers (FP32_SUMS) and ended with the same weights
+    (WEIGHTS_ATOL); returns the FSDP2 run's."""
+    for ddp, fsdp in zip(rows(ddp_dir), rows(fsdp_dir), strict=True):
+        for key in LOGGED:
+            if key in ddp:
+                assert fsdp[key] == pytest.approx(ddp[key], rel=FP32_SUMS, abs=FP32_SUMS), (
+                    ddp["step"], key)
+    ddp, fsdp = final_weights(ddp_dir), final_weights(fsdp_dir)
+    assert ddp.keys() == fsdp.keys()
+    for name in ddp:
+        assert torch.allclose(ddp[name], fsdp[name], atol=WEIGHTS_ATOL), name
+    return fsdp
+
+
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
 def test_fsdp2_on_two_cpu_processes_trains_exactly_what_ddp_trains(tied, tied_model_dir, ddp_run,
                                                                    tmp_path):
@@ -101,18 +116,9 @@ def test_fsdp2_on_two_cpu_processes_trains_exactly_what_ddp_trains(tied, tied_mo
     rollouts, the same logged numbers (FP32_SUMS) and, after 4 steps, the same weights
     (WEIGHTS_ATOL)."""
     model = ["--model", str(tied_model_dir)] if tied else []
-    ddp_dir = ddp_run(tied_model_dir if tied else None)
     accelerate_launch("--mixed_precision", "no", *RUN, *model,
                       "--output-dir", str(tmp_path / "fsdp"), config=FSDP_CPU)
-    for ddp, fsdp in zip(rows(ddp_dir), rows(tmp_path / "fsdp"), strict=True):
-        for key in LOGGED:
-            if key in ddp:
-                assert fsdp[key] == pytest.approx(ddp[key], rel=FP32_SUMS, abs=FP32_SUMS), (
-                    ddp["step"], key)
-    ddp, fsdp = final_weights(ddp_dir), final_weights(tmp_path / "fsdp")
-    assert ddp.keys() == fsdp.keys()
-    for name in ddp:
-        assert torch.allclose(ddp[name], fsdp[name], atol=WEIGHTS_ATOL), name
+    fsdp = assert_same_training(ddp_run(tied_model_dir if tied else None), tmp_path / "fsdp")
     start = rollout.load_policy(str(tied_model_dir) if tied else str(ensure_tiny_model()))[0]
     output_layer = start.lm_head.weight
     # the output layer trained (under FSDP2 as under DDP), and stayed the embedding when tied
@@ -120,6 +126,15 @@ def test_fsdp2_on_two_cpu_processes_trains_exactly_what_ddp_trains(tied, tied_mo
                               output_layer)
     trained = rollout.load_policy(str(run.latest_checkpoint(tmp_path / "fsdp") / "model"))[0]
     assert (trained.lm_head.weight is trained.model.embed_tokens.weight) == tied
+
+
+@pytest.mark.slow  # compiling every layer in both processes: ~2 min on 2 cores
+def test_fsdp2_with_compiled_layers_trains_what_eager_ddp_trains(ddp_run, tmp_path):
+    """`--compile-layers` under FSDP2 (each layer compiled, then sharded: run.fsdp2_models), in
+    fp32: compiled kernels and sharding change only the order of float sums."""
+    accelerate_launch("--mixed_precision", "no", *RUN, "--compile-layers",
+                      "--output-dir", str(tmp_path / "fsdp"), config=FSDP_CPU)
+    assert_same_training(ddp_run(), tmp_path / "fsdp")
 
 
 def test_fsdp2_in_bf16_gives_every_process_fp32_log_probs_and_a_whole_reference(tmp_path):
