@@ -651,10 +651,13 @@ def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[l
     """Split `rows` into micro-batches of at most `max_tokens` real tokens (prompt + response: a
     micro-batch is one `Pack`, so nothing is padded), first-fit decreasing: rows longest first, each
     into the first micro-batch with room; a row longer than the budget goes alone. Micro-batches
-    come in the order they were opened, the longest rows' first."""
+    come in the order they were opened, the longest rows' first. A row without a response token is
+    left out: it has no log-prob and no loss (and a pack of such rows, nothing to backpropagate)."""
     lengths = row_lengths(batch).tolist()
+    answered = batch.response_mask.any(-1).tolist()
     batches, loads = [], []
-    for i in sorted(rows, key=lambda i: -lengths[i]):  # stable: equal lengths keep their order
+    # stable: equal lengths keep their order
+    for i in sorted((i for i in rows if answered[i]), key=lambda i: -lengths[i]):
         fits = next((b for b, load in enumerate(loads) if load + lengths[i] <= max_tokens), None)
         if fits is None:
             batches.append([i])

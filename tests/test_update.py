@@ -451,7 +451,7 @@ def batch_of_lengths(prompt_lengths: list[int], response_lengths: list[int]) -> 
                              torch.zeros(len(prompt_lengths)))
 
 
-def test_micro_batches_hold_at_most_the_budget_in_real_tokens_and_cover_every_row_once():
+def test_micro_batches_hold_at_most_the_budget_in_real_tokens_and_cover_every_answered_row_once():
     g = torch.Generator().manual_seed(0)
     prompts, responses = torch.randint(1, 9, (40,), generator=g), torch.randint(0, 30, (40,),
                                                                                  generator=g)
@@ -459,7 +459,9 @@ def test_micro_batches_hold_at_most_the_budget_in_real_tokens_and_cover_every_ro
     lengths = prompts + responses
     rows = list(range(3, 40))
     batches = update.micro_batches(batch, rows, max_tokens=50)
-    assert sorted(i for b in batches for i in b) == rows
+    # a row without a response token has nothing to score: left out
+    assert (responses[rows] == 0).any()
+    assert sorted(i for b in batches for i in b) == [i for i in rows if responses[i] > 0]
     assert all(int(lengths[b].sum()) <= 50 for b in batches)
     # first fit: a row did not fit in any micro-batch opened before its own (loads only grow)
     for k, b in enumerate(batches):
@@ -496,6 +498,30 @@ def test_gradient_accumulation_over_micro_batches_matches_one_big_batch(untraine
     small, _ = run_update(model, batch, micro_batch_tokens=12)
     for a, b in zip(big.parameters(), small.parameters()):
         assert torch.allclose(a, b, atol=SGD_STEP_ATOL)
+
+
+def test_rows_without_a_response_token_change_nothing_in_the_update(untrained_policy):
+    """An engine that returned no token for some prompts: those rows are left out of every pass
+    (a pack of them alone would have nothing to backpropagate), and the step is the one without
+    them."""
+    model, tokenizer = untrained_policy
+    g = torch.Generator().manual_seed(0)
+    # row 0 fills a 12-token micro-batch alone; rows 1 and 2 would make the next one
+    prompts = [torch.randint(3, 90, (4,), generator=g).tolist() for _ in range(3)]
+    responses = [torch.randint(3, 90, (8,), generator=g).tolist(), [], []]
+    prompt_ids, prompt_mask = rollout.left_pad(prompts, tokenizer.pad_token_id)
+    with_empty = update.TrainBatch(prompt_ids, prompt_mask,
+                                   rollout.right_pad(responses, tokenizer.pad_token_id),
+                                   rollout.right_pad([[1] * len(r) for r in responses], 0),
+                                   torch.tensor([1.0, -1.0, 0.5]))
+    without = update.TrainBatch(*(x[:1] for x in (
+        with_empty.prompt_ids, with_empty.prompt_mask, with_empty.response_ids,
+        with_empty.response_mask, with_empty.advantages)))
+    trained, stats = run_update(model, with_empty, minibatches=1, micro_batch_tokens=12)
+    reference, reference_stats = run_update(model, without, minibatches=1, micro_batch_tokens=12)
+    assert stats == reference_stats
+    for a, b in zip(trained.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
 
 
 def test_ppo_update_statistics_and_step_equal_those_of_the_padded_forward(untrained_policy):
