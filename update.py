@@ -272,7 +272,7 @@ def token_logprobs(model, pack: Pack, temperature: float = 1.0, chunk_tokens: in
     # no K/V cache: nothing here generates, and a cache would only hold memory
     hidden = model.base_model(
         input_ids=pack.input_ids, position_ids=pack.position_ids, use_cache=False,
-        attention_mask=dict.fromkeys(model.config.layer_types),  # no mask: rows come from pack
+        attention_mask=PACKED_MASK,
         cu_seq_lens_q=pack.cu_seqlens, cu_seq_lens_k=pack.cu_seqlens,
         max_length_q=pack.max_length, max_length_k=pack.max_length).last_hidden_state[0]
     return chunked_logprobs(model, hidden[pack.predictors], pack.input_ids[0, pack.predictors + 1],
@@ -370,6 +370,9 @@ def _varlen_attention(query, key, value, cu_seqlens, max_length, scaling):
     query, key, value = (x[0].transpose(0, 1) for x in (query, key, value))
     # the signature moved between torch releases: causal as a window (>= 2.10) or a flag
     options = {"scale": scaling} if "scale" in parameters else {}
+    if not options and scaling is not None and abs(scaling * query.shape[-1] ** 0.5 - 1) > 1e-6:
+        raise ValueError(f"packed_attention: this torch's varlen_attn takes no scale, and the "
+                         f"model's attention scale {scaling} is not 1/sqrt(head_dim)")
     options.update({"window_size": (-1, 0)} if "window_size" in parameters
                    else {"is_causal": True})
     if "enable_gqa" in parameters:
@@ -419,6 +422,11 @@ def packed_attention(module, query, key, value, attention_mask, dropout: float =
     return _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling), None
 
 
+# What a pack passes transformers as its attention mask: a "prepared" 4-D mask, which transformers
+# hands to every layer as it is (building none: rows come from the pack's cu_seqlens) and which
+# `packed_attention` never reads
+PACKED_MASK = torch.ones(1, 1, 1, 1, dtype=torch.bool)
+
 # `packed_attention`'s name in transformers' attention interface (`Policy` sets it on the model it
 # wraps): the model stays transformers' own class, and the name is not saved with its config.
 PACKED_ATTENTION = "brorl_packed"
@@ -447,8 +455,14 @@ class Policy(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
         config = model.config
-        if "sliding_attention" in config.layer_types:
+        if "sliding_attention" in getattr(config, "layer_types", ()):
             raise ValueError("update.Policy: sliding-window attention is not supported in packs")
+        # `chunked_logprobs` computes the logits as hidden @ W.T, as most causal LMs do
+        if (getattr(model.get_output_embeddings(), "bias", None) is not None
+                or getattr(config, "final_logit_softcapping", None)
+                or getattr(config, "logit_scale", None) not in (None, 1.0)):
+            raise ValueError("update.Policy: the model's output layer has a bias, a logit scale or "
+                             "soft-capping, which the chunked log-probs do not apply")
         register_packed_attention()
         model.set_attn_implementation(PACKED_ATTENTION)
         self.model = model

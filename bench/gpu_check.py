@@ -7,11 +7,11 @@ all speed and memory need. Each row of the table is one measurement:
 - update: the trainer's policy-gradient step (update.batch_logprobs for π_old, then
   update.ppo_update) on fp32 master weights with bf16 autocast (accelerate's mixed precision, what
   a one-GPU `accelerate launch --mixed_precision bf16` run takes) and activation checkpointing:
-  tokens/s, MFU (6·params + causal attention FLOPs per real token, against the GPU's dense bf16
-  peak), peak memory; on full-length rows and on a skewed batch (log-normal lengths up to 16K, as
-  the paper's responses); and how far the first mini-batch's ratio π_θ/π_old is from 1 before any
-  step (π_old is computed in the update's own micro-batches: 0 when gradients on and off run the
-  same kernels);
+  tokens/s, MFU (6 FLOPs per decoder weight per real token, per output-layer weight per response
+  token, plus causal attention; against the GPU's dense bf16 peak), peak memory; on full-length
+  rows and on a skewed batch (log-normal lengths up to 16K, as the paper's responses); and how
+  far the first mini-batch's ratio π_θ/π_old is from 1 before any step (π_old is computed in the
+  update's own micro-batches: 0 when gradients on and off run the same kernels);
 - packing: forward + backward and forward only over the skewed batch, padded micro-batches
   (transformers' sdpa with a padding mask) against packed ones (torch's varlen FlashAttention-2),
   side by side (bench/update_packing.py's comparison on the GPU);
@@ -94,13 +94,17 @@ def random_batch(rows: int, prompt_len: int, response_len: int, vocab: int) -> u
         advantages=torch.randn(rows, generator=g))
 
 
-def flops_per_token(model, seq_len: int) -> float:
-    """Forward + backward: 6 per weight that multiplies (all but the input embedding) plus causal
-    attention (QKᵀ and AV over half the context on average, times 3)."""
+def update_flops(model, batch: update.TrainBatch) -> float:
+    """Forward + backward FLOPs of the update over `batch`'s real tokens: 6 per entry of a decoder
+    layer's weight matrices for every token, 6 per output-layer weight for every response token
+    (the only positions the update scores), and causal attention (QKᵀ and AV over half the context
+    on average, times 3). Norms, biases and activations are not counted."""
     config = model.config
-    weights = (sum(p.numel() for p in model.parameters())
-               - model.get_input_embeddings().weight.numel())
-    return 6 * weights + 6 * config.num_hidden_layers * seq_len * config.hidden_size
+    layer_weights = sum(p.numel() for p in model.base_model.layers.parameters() if p.dim() == 2)
+    lengths = update.row_lengths(batch).double()
+    attention = 6 * config.num_hidden_layers * config.hidden_size * lengths
+    return float((lengths * (6 * layer_weights + attention)).sum()
+                 + 6 * model.get_output_embeddings().weight.numel() * batch.response_mask.sum())
 
 
 def skewed_rows(args, vocab: int) -> update.TrainBatch:
@@ -154,16 +158,17 @@ def update_rows(args, policy, optimizer, model, label: str) -> list[dict]:
         torch.cuda.reset_peak_memory_stats()
         stats, update_s = timed(update.ppo_update, policy, optimizer, batch, old, cfg)
         peak = peak_tflops()
-        achieved = sum(n * flops_per_token(model, n) for n in sequences) / update_s
-        bf16_representable = bool((old == old.bfloat16().float()).all())
+        achieved = update_flops(model, batch) / update_s
+        # batch_logprobs returns fp32 whatever the compute: an output rounded to bf16 shows as
+        # every value bf16-representable
+        bf16_rounded = bool((old == old.bfloat16().float()).all())
         rows.append({"check": f"{label}, {lengths}", "rows": len(sequences), "tokens": tokens,
                      "longest": max(sequences),
                      "tokens/s (fwd+bwd+AdamW)": round(tokens / update_s),
                      "MFU": f"{100 * achieved / peak / 1e12:.1f}%" if peak else "n/a",
                      "log-prob pass tokens/s": round(tokens / logprob_s),
                      "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1),
-                     "log-probs": f"{old.dtype}, {'all' if bf16_representable else 'not all'} "
-                                  "bf16-representable",
+                     "log-probs rounded to bf16": bf16_rounded,
                      "first pass max |log ratio|": float(f"{first_pass:.3g}"),
                      "finite loss": math.isfinite(stats["loss"])})
     return rows

@@ -37,12 +37,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import run  # noqa: E402
 import update  # noqa: E402
-from bench.gpu_check import (QWEN2_1P5B, flops_per_token, peak_tflops,  # noqa: E402
-                             random_batch, skewed_rows)
+from bench.gpu_check import (QWEN2_1P5B, peak_tflops, random_batch,  # noqa: E402
+                             skewed_rows, update_flops)
 
 # name: (checkpoint every k-th layer (None: none), tokens per pass (None: --micro-batch-tokens),
 # entropy computed, what is compiled: the decoder layers (the trainer's --compile-layers), the
-# output layer's chunk). Compiled layers stay compiled for the variants after them.
+# output layer's chunk). They run in this order whatever --only's: compiled layers stay compiled
+# for the variants after them, and a variant reuses what an earlier one compiled (its "first call
+# s" then leaves that compile out).
 VARIANTS = {
     "checkpoint all": (1, None, True, ()),
     "checkpoint every 2nd": (2, None, True, ()),
@@ -77,14 +79,20 @@ def _chunk_logprobs_without_entropy(hidden, lm_head_weight, targets, temperature
 
 
 def profiled(step, cuda: bool, label: str, kernels: int = 15) -> None:
-    """Run `step` under torch's profiler and print the kernels that took the most time."""
+    """Run `step` under torch's profiler and print the kernels that took the most time (or why
+    not: a failed profile must not lose the variant's timings)."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if cuda:
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as profile:
-        step()
-        if cuda:
-            torch.cuda.synchronize()
+    try:
+        with torch.profiler.profile(activities=activities) as profile:
+            step()
+            if cuda:
+                torch.cuda.synchronize()
+    except Exception as e:
+        print(f"# profile, {label}: failed, {type(e).__name__}: {str(e).splitlines()[0][:300]}",
+              flush=True)
+        return
     print(f"# profile, {label}", flush=True)
     print(profile.key_averages().table(sort_by="self_cuda_time_total" if cuda
                                        else "self_cpu_time_total", row_limit=kernels,
@@ -114,10 +122,7 @@ def measure(args, variant: str, policy, optimizer, model, batches, micro_batch_t
         update.ppo_update(policy, optimizer, batch, old, cfg)
         sync()
         update_s = time.perf_counter() - start
-        if args.profile:
-            profiled(lambda: update.ppo_update(policy, optimizer, batch, old, cfg), cuda,
-                     f"{variant}, {name}")
-        achieved = sum(n * flops_per_token(model, n) for n in sequences) / update_s
+        achieved = update_flops(model, batch) / update_s
         peak = peak_tflops() if cuda else None
         rows.append({"batch": name, "tokens": sum(sequences), "first call s": round(warm_s, 1),
                      "tokens/s (fwd+bwd+AdamW)": round(sum(sequences) / update_s),
@@ -125,6 +130,9 @@ def measure(args, variant: str, policy, optimizer, model, batches, micro_batch_t
                      "log-prob pass tokens/s": round(sum(sequences) / logprob_s),
                      "peak GiB": round(torch.cuda.max_memory_allocated() / 2**30, 1)
                      if cuda else "n/a"})
+        if args.profile:
+            profiled(lambda: update.ppo_update(policy, optimizer, batch, old, cfg), cuda,
+                     f"{variant}, {name}")
     return rows
 
 
@@ -160,7 +168,7 @@ def main() -> None:
     policy, optimizer = accelerator.prepare(plain_policy, optimizer)
     chunk = update._chunk_logprobs
     results = []
-    for variant in args.only:
+    for variant in [v for v in VARIANTS if v in args.only]:
         every, tokens, entropy, compiled = VARIANTS[variant]
         if every is None:
             model.gradient_checkpointing_disable()

@@ -72,3 +72,25 @@ def test_gpu_checks_first_pass_ratio_reads_exactly_one_where_the_update_computes
         # and it sees a ratio off 1: π_old from other weights
         update.ppo_update(policy, optimizer, batch, old, cfg)
         assert gpu_check.first_pass_log_ratio(policy, optimizer, batch, old, cfg) > 1e-4
+
+
+def test_the_mfu_numerator_counts_the_matrix_products_the_update_runs_plus_causal_attention():
+    import transformers
+    from torch.utils.flop_counter import FlopCounterMode
+
+    config = transformers.Qwen2Config(vocab_size=512, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, tie_word_embeddings=False)
+    model = transformers.Qwen2ForCausalLM(config)
+    policy = update.Policy(model)
+    # prompts ~10 and responses ~20 tokens: the output layer runs on the responses only
+    batch = skewed_batch(6, 64, 512, seed=0, prompt_median=10, response_median=20)
+    with FlopCounterMode(display=False) as counter:  # matrix products (not CPU attention)
+        policy(update.pack_rows(batch, list(range(6))))[0].sum().backward()
+    lengths = update.row_lengths(batch).double()
+    causal_attention = float(6 * 2 * 64 * (lengths**2).sum())
+    # the output layer's chunk is checkpointed: its forward runs again in backward, which MFU
+    # does not count
+    recompute = 2 * 512 * 64 * int(batch.response_mask.sum())
+    counted = counter.get_total_flops() - recompute
+    assert gpu_check.update_flops(model, batch) == counted + causal_attention

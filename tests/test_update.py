@@ -388,6 +388,40 @@ def test_packed_attention_equals_causal_attention_of_each_sequence_alone(lengths
         assert torch.allclose(a, b, atol=2e-5)
 
 
+def test_a_llama_model_packs_as_each_row_alone():
+    """A config without `layer_types` (Llama's): the pack's mask is not built per layer type."""
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2)
+    torch.manual_seed(0)
+    policy = update.Policy(transformers.LlamaForCausalLM(config))
+
+    class Tokenizer:
+        pad_token_id = 0
+
+    batch = make_batch(Tokenizer(), n_rows=4)
+    with torch.no_grad():
+        packed, _ = policy(update.pack_rows(batch, [0, 1, 2, 3]))
+        for row in range(4):
+            alone, _ = policy(update.pack_rows(batch, [row]))
+            width = alone.shape[1]
+            assert torch.allclose(packed[row, :width], alone[0], atol=FP32_SHAPE_ATOL)
+
+
+@pytest.mark.parametrize("head", ["bias", "final_logit_softcapping", "logit_scale"])
+def test_an_output_layer_the_chunked_log_probs_would_misread_is_refused_in_one_line(
+        untrained_policy, head):
+    model = copy.deepcopy(untrained_policy[0])
+    if head == "bias":
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.config.vocab_size))
+    else:  # Gemma 2's soft-capping, Cohere's logit scale
+        setattr(model.config, head, 30.0 if head == "final_logit_softcapping" else 0.0625)
+    with pytest.raises(ValueError, match="bias, a logit scale or soft-capping"):
+        update.Policy(model)
+
+
 def test_packed_attention_on_cpu_takes_sdpas_fused_kernel_never_its_math_path(untrained_policy):
     model, tokenizer = untrained_policy
     policy = update.Policy(copy.deepcopy(model))
@@ -712,6 +746,17 @@ def test_the_cuda_varlen_call_gets_the_layout_causality_and_heads_it_documents(m
         query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True, scale=0.3,
         enable_gqa=True) for a, b in zip(bounds[:-1], bounds[1:])], dim=2).transpose(1, 2)
     assert out.shape == (1, 11, 4, 8) and torch.allclose(out, exact, atol=1e-6)
+
+
+def test_a_varlen_kernel_without_a_scale_is_refused_for_a_model_with_its_own_scale(monkeypatch):
+    parameters = dict(inspect.signature(reference_varlen_attn).parameters)
+    del parameters["scale"]  # a torch whose varlen_attn always scales by 1/sqrt(head_dim)
+    monkeypatch.setattr(update, "varlen_kernel", lambda: (reference_varlen_attn, parameters))
+    query, key, value = (torch.randn(1, heads, 5, 16) for heads in (4, 2, 2))
+    cu_seqlens = torch.tensor([0, 2, 5], dtype=torch.int32)
+    assert update._varlen_attention(query, key, value, cu_seqlens, 3, 0.25).shape == (1, 5, 4, 16)
+    with pytest.raises(ValueError, match="takes no scale"):
+        update._varlen_attention(query, key, value, cu_seqlens, 3, 0.3)
 
 
 def test_the_examples_in_update_docstrings_hold():
