@@ -140,11 +140,11 @@ def plan_batches(counts: list[int], max_batch_seqs: int) -> list[list[tuple[int,
 
 @torch.inference_mode()
 def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, pad_id, generator):
-    """Prefill unique prompts once, then decode a prefix tree: samples that have drawn the same
-    tokens so far have the same next-token distribution, so each distinct prefix is one row of the
-    forward (its KV cache fanned out as prefixes branch) and every sample draws its own token from
-    its prefix's distribution. At N=512 the first tokens, and all of them once a policy is sure of
-    its answer, are shared by many samples."""
+    """Prefill each prompt row once (not once per sample), then decode a prefix tree: samples that
+    have drawn the same tokens so far have the same next-token distribution, so each distinct
+    prefix is one row of the forward (its KV cache fanned out as prefixes branch) and every sample
+    draws its own token from its prefix's distribution. At N=512 the first tokens, and all of them
+    once a policy is sure of its answer, are shared by many samples."""
     device = model.device
     ids, mask = left_pad(prompt_rows, pad_id)
     ids, mask = ids.to(device), mask.to(device)

@@ -327,30 +327,37 @@ def _causal_attention_per_sequence(query, key, value, cu_seqlens, scaling):
     each `length_buckets` group are laid out as rows of the group's longest length, each filled out
     with the tokens after it in the pack. Causality keeps every real position from the filler after
     it, and nothing reads the filler's outputs, so the filler gets zero gradient. One gather lays
-    out every group and one gathers the outputs back (in backward, a scatter each). [1, T, heads,
-    head_dim]"""
+    out every group and one gathers the outputs back (in backward, a scatter each).
+
+    query: [1, heads, T, head_dim]; key, value: [1, kv_heads, T, head_dim]; returns [1, T, heads,
+    head_dim]."""
     bounds = cu_seqlens.tolist()
     starts, lengths = bounds[:-1], [end - start for start, end in zip(bounds[:-1], bounds[1:])]
     buckets = length_buckets(lengths)
     shapes = [(len(bucket), lengths[bucket[0]]) for bucket in buckets]  # rows, width
-    sources, outputs, laid_out = [], {}, 0  # where each laid-out token / each output comes from
+    # where each laid-out token comes from in the pack; where each sequence's outputs land
+    sources, places, offset = [], {}, 0
     for bucket, (rows, width) in zip(buckets, shapes):
         columns = torch.arange(width)
         sources.append((torch.tensor([starts[i] for i in bucket])[:, None] + columns).flatten())
         for row, i in enumerate(bucket):
-            outputs[i] = laid_out + row * width + columns[: lengths[i]]
-        laid_out += rows * width
-    sources = torch.cat(sources).clamp(max=bounds[-1] - 1).to(query.device)
-    outputs = torch.cat([outputs[i] for i in range(len(lengths))]).to(query.device)
-    # [rows x width, heads, head_dim] for each group
-    laid_out = (x[0].transpose(0, 1)[sources].split([r * w for r, w in shapes])
-                for x in (query, key, value))
-    pieces = [scaled_dot_product_attention(  # [rows, heads, width, head_dim]: the batch dimension
-        *(x.unflatten(0, shape).transpose(1, 2) for x in group),  # keeps CPU off the math path
-        is_causal=True, scale=scaling, enable_gqa=True).transpose(1, 2).flatten(0, 1)
-        for shape, *group in zip(shapes, *laid_out)]
+            places[i] = offset + row * width + columns[: lengths[i]]
+        offset += rows * width
+    laid_out = torch.cat(sources).clamp(max=bounds[-1] - 1).to(query.device)
+    in_pack_order = torch.cat([places[i] for i in range(len(lengths))]).to(query.device)
+    # [T, heads, head_dim] -> the groups' [rows x width, heads, head_dim] pieces
+    groups = (x[0].transpose(0, 1)[laid_out].split([rows * width for rows, width in shapes])
+              for x in (query, key, value))
+    pieces = []
+    for shape, q, k, v in zip(shapes, *groups):
+        # [rows, heads, width, head_dim]: with the batch dimension, CPU SDPA takes its fused
+        # kernel (without one, its math path)
+        q, k, v = (x.unflatten(0, shape).transpose(1, 2) for x in (q, k, v))
+        attended = scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling,
+                                                enable_gqa=True)
+        pieces.append(attended.transpose(1, 2).flatten(0, 1))
     # in the dtype attention gave (bf16 under CPU autocast, whatever the inputs')
-    return torch.cat(pieces)[outputs][None]
+    return torch.cat(pieces)[in_pack_order][None]
 
 
 @functools.cache
@@ -617,6 +624,9 @@ def row_weights_and_minibatches(batch: TrainBatch, minibatches: int,
     since merging is exact only when it splits as the update does."""
     weights = torch.ones(len(batch.advantages)) if batch.weights is None else batch.weights.float()
     if batch.minibatch is not None:
+        if len(batch.minibatch) and int(batch.minibatch.max()) >= minibatches:
+            raise ValueError(f"the batch records {int(batch.minibatch.max()) + 1} mini-batches, "
+                             f"the update was asked for {minibatches}")
         return weights, batch.minibatch
     return weights, split_minibatches(weights, minibatches, generator)
 
@@ -833,7 +843,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     weights, minibatch_of = row_weights_and_minibatches(batch, cfg.minibatches, generator)
     processes = float(all_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
     stats = dict.fromkeys(UPDATE_STATS, 0.0)
-    tokens_seen = 0.0
+    tokens_seen, steps = 0.0, 0
     per_minibatch = minibatch_micro_batches(batch, minibatch_of, cfg.minibatches,
                                             cfg.micro_batch_tokens)
     policy.train()
@@ -877,12 +887,13 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
-        stats["grad_norm"] += float(grad_norm) / cfg.minibatches
+        stats["grad_norm"] += float(grad_norm)
         optimizer.step()
-        tokens_seen += float(local_tokens)
+        tokens_seen, steps = tokens_seen + float(local_tokens), steps + 1
     optimizer.zero_grad(set_to_none=True)  # the gradients' memory goes to the sampler, not idle
     policy.eval()
     for key in ("loss", "clip_frac", "kl", "entropy"):
         stats[key] /= max(tokens_seen, 1)
+    stats["grad_norm"] /= max(steps, 1)  # the mean over the optimizer steps taken
     return stats
 

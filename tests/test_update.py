@@ -599,6 +599,23 @@ def test_the_first_mini_batch_ratio_is_exactly_one(untrained_policy):
     assert stats["clip_frac"] == 0.0 and stats["grad_norm"] > 0
 
 
+def test_a_mini_batch_without_rows_takes_no_step_and_no_share_of_the_grad_norm(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer)
+    # a recorded split that left mini-batch 1 empty: one optimizer step, as with one mini-batch
+    split = dataclasses.replace(batch, minibatch=torch.zeros(len(batch.advantages),
+                                                             dtype=torch.long))
+    stepped_once, stats = run_update(model, split, minibatches=2)
+    reference, reference_stats = run_update(model, batch, minibatches=1)
+    assert stats == reference_stats
+    for a, b in zip(stepped_once.parameters(), reference.parameters()):
+        assert torch.equal(a, b)
+    # a split into more mini-batches than the update runs would drop rows: refused
+    three = dataclasses.replace(batch, minibatch=torch.arange(len(batch.advantages)) % 3)
+    with pytest.raises(ValueError, match="records 3 mini-batches, the update was asked for 2"):
+        run_update(model, three, minibatches=2)
+
+
 def test_mini_batches_split_rows_into_equal_shares():
     for seed in range(5):
         g = torch.Generator().manual_seed(seed)
