@@ -224,6 +224,10 @@ def setup(cfg) -> Run:
     revision = None if checkpoint or cfg.init_from else cfg.model_revision
     # fp32 master weights; bf16 compute, when asked for, is accelerate's autocast or FSDP2's policy
     model, tokenizer = rollout.load_policy(model_path, "float32", "cpu", revision)
+    try:
+        update.check_packable(model)
+    except ValueError as e:
+        raise InputError(f"{model_path}: {e}") from None
     context = min(getattr(model.config, "max_position_embeddings", math.inf),
                   cfg.vllm_max_model_len or math.inf)
     prompt_limit = context - cfg.max_new_tokens

@@ -452,6 +452,19 @@ def register_packed_attention() -> None:
     AttentionMaskInterface.register(PACKED_ATTENTION, sdpa_mask)
 
 
+def check_packable(model) -> None:
+    """A ValueError naming what the packed log-probs would get wrong for this model, if anything."""
+    config = model.config
+    if "sliding_attention" in getattr(config, "layer_types", ()):
+        raise ValueError("sliding-window attention is not supported in packs")
+    # `chunked_logprobs` computes the logits as hidden @ W.T, as most causal LMs do
+    if (getattr(model.get_output_embeddings(), "bias", None) is not None
+            or getattr(config, "final_logit_softcapping", None)
+            or getattr(config, "logit_scale", None) not in (None, 1.0)):
+        raise ValueError("the output layer has a bias, a logit scale or soft-capping, which the "
+                         "chunked log-probs do not apply")
+
+
 class Policy(torch.nn.Module):
     """The causal LM with `token_logprobs` as its forward, its attention `packed_attention`.
 
@@ -461,15 +474,8 @@ class Policy(torch.nn.Module):
 
     def __init__(self, model):
         super().__init__()
+        check_packable(model)
         config = model.config
-        if "sliding_attention" in getattr(config, "layer_types", ()):
-            raise ValueError("update.Policy: sliding-window attention is not supported in packs")
-        # `chunked_logprobs` computes the logits as hidden @ W.T, as most causal LMs do
-        if (getattr(model.get_output_embeddings(), "bias", None) is not None
-                or getattr(config, "final_logit_softcapping", None)
-                or getattr(config, "logit_scale", None) not in (None, 1.0)):
-            raise ValueError("update.Policy: the model's output layer has a bias, a logit scale or "
-                             "soft-capping, which the chunked log-probs do not apply")
         register_packed_attention()
         model.set_attn_implementation(PACKED_ATTENTION)
         self.model = model

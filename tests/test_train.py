@@ -138,6 +138,21 @@ def test_a_half_precision_master_dtype_is_refused_in_one_line():
         train_brorl.parse_config(["--dtype", "bfloat16"])
 
 
+def test_a_model_whose_logits_the_packed_log_probs_would_misread_is_refused_in_one_line(
+        untrained_model_dir, tmp_path):
+    softcapped = tmp_path / "softcapped"  # as Gemma 2's final logits are
+    shutil.copytree(untrained_model_dir, softcapped)
+    config = json.loads((softcapped / "config.json").read_text())
+    (softcapped / "config.json").write_text(json.dumps({**config, "final_logit_softcapping": 30.0}))
+    result = run_script("train_brorl.py", "--preset", "smoke", "--model", str(softcapped),
+                        "--output-dir", str(tmp_path / "run"), check=False)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {softcapped}: the output layer has a bias, a logit scale or soft-capping, which "
+        "the chunked log-probs do not apply")
+    assert "Traceback" not in result.stderr
+
+
 def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answer(tmp_path):
     # 4 tokens hold the tiny model's "\boxed{85}" but not its EOS: with sums of two or more digits,
     # every correct response is cut (one that ends in 4 tokens holds a single digit)
