@@ -129,9 +129,10 @@ def first_pass_log_ratio(policy, optimizer, batch: update.TrainBatch, old: torch
                          cfg: update.UpdateConfig) -> float:
     """max |log π_θ − log π_old| over the update's first micro-batch before any step: π_old as
     update.batch_logprobs computes it (no gradients), π_θ as update.ppo_update does (training mode,
-    gradients on), the same rows in the same pack. 0: the first mini-batch's ratio is exactly 1."""
-    minibatch = torch.zeros(len(batch.advantages), dtype=torch.long)
-    rows = update.minibatch_micro_batches(batch, minibatch, 1, cfg.micro_batch_tokens)[0][0]
+    gradients on), the same rows in the same pack (one mini-batch, as `update_rows` runs). 0: the
+    first mini-batch's ratio is exactly 1."""
+    rows = update.micro_batches(batch, list(range(len(batch.advantages))),
+                                cfg.micro_batch_tokens)[0]
     pack = update.pack_rows(batch, rows)
     policy.train()
     logprobs, _ = policy(pack.to(next(policy.parameters()).device), cfg.temperature,
