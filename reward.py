@@ -36,8 +36,8 @@ How a batch is scored (BroRL samples N=512 responses per prompt; most share a ha
 4. Programs run in a fresh sandbox each (sandbox.py), `workers` at a time; without bubblewrap, code
    tasks are refused (require_sandbox) unless `VerifyConfig.unsafe_no_sandbox`.
 5. A whole call stops after `step_timeout`, shared equally by prompts (the checks of one ground
-   truth) and each prompt's share by its checks: one past its share, or left at the end, scores 0
-   (counted, over_budget).
+   truth) and each prompt's share by its checks; checks past their share run again in what the
+   step has left, and one left at the end scores 0 (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
@@ -2044,6 +2044,60 @@ def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConf
     return verdict
 
 
+def _check_all(keys: list[tuple], golds: dict, config: VerifyConfig, workers: int,
+               deadline: float) -> dict[tuple, tuple[float, str, CodeResult | None]]:
+    """(value, status, a program's CodeResult or None) of each check key (task, answer, gold key):
+    math and Reasoning Gym ones in the verifier pool, programs in sandboxes, `workers` at a time,
+    until `deadline` (time.monotonic()). Each prompt (its checks: those of one gold) gets an equal
+    share of the budget, each of its checks an equal share of what the prompt has left, the
+    prompts taking turns (sandbox.StepBudget): however slow one prompt's answers, another's are
+    checked in their own share. A check past its share is "over budget"."""
+    # Cheap first inside a prompt, roughly (symbolic answers cost sympy the most): cheap checks
+    # leave their share mostly unused to the slow.
+    math_keys = sorted((k for k in keys if not TASK_KINDS[k[0]].runs_code),
+                       key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])))
+    # programs the same way, fewest tests first inside a prompt
+    code_keys = sorted((k for k in keys if TASK_KINDS[k[0]].runs_code),
+                       key=lambda k: len(golds[k[2]].get("inputs", ())))
+    math_groups = [(task, gold_key) for task, _, gold_key in math_keys]  # a prompt's: its gold's
+    code_groups = [(task, gold_key) for task, _, gold_key in code_keys]
+    # one budget for both: the checks run first cannot take the programs' prompts' shares
+    budget = sandbox.StepBudget(deadline, workers, math_groups + code_groups)
+    outcomes = {}
+    if math_keys:
+        jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in math_keys]
+        pool = verifier_pool(workers, config.worker_memory_mb)
+        results = pool.run(jobs, config.timeout, deadline, math_groups, budget)
+        outcomes = {key: (value, status, None) for key, (value, status) in zip(math_keys, results)}
+    if not code_keys:
+        return outcomes
+    # the machine's fault: raised, never scored
+    require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
+
+    def check(key, share):  # a program's sandbox starts within its share; teardown takes ms
+        if time.monotonic() >= share:
+            return CodeResult(0, 1, "over budget")
+        with sandbox.free_slot() as slot:
+            try:
+                return TASK_KINDS[key[0]].check(key[1], golds[key[2]], config, slot, share)
+            except Exception as e:  # whatever a response makes go wrong scores 0, counted
+                return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
+
+    def run(index):
+        share, held = budget.start(code_groups[index])
+        began = time.monotonic()
+        result = check(code_keys[index], share)
+        budget.finish(code_groups[index], held, time.monotonic() - began)
+        return result
+
+    turns = sandbox.take_turns(code_groups)
+    with ThreadPoolExecutor(workers) as threads:
+        for index, result in zip(turns, threads.map(run, turns)):
+            outcomes[code_keys[index]] = (float(result.passed == result.total), result.status,
+                                          result)
+    return outcomes
+
+
 def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
                 stats: VerifyStats | None = None) -> list[float]:
     """Rewards of [(task, response, answer), ...] in order. Distinct checks run once each, math and
@@ -2083,66 +2137,23 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     stats.items += len(items)
     stats.checks += len(checks)
 
-    # Each prompt (its checks: those of one ground truth) gets an equal share of the budget, each of
-    # its checks an equal share of what the prompt has left, the prompts taking turns
-    # (sandbox.StepBudget): however slow one prompt's answers, another's are checked in their own
-    # share. Cheap first inside a prompt, roughly (symbolic answers cost sympy the most): cheap
-    # checks leave their share mostly unused to the slow.
-    keys = sorted((k for k in checks if not TASK_KINDS[k[0]].runs_code),
-                  key=lambda k: (bool(re.search("[a-zA-Z]", k[1])), len(k[1])))
-    # programs the same way, fewest tests first inside a prompt
-    code_keys = sorted((k for k in checks if TASK_KINDS[k[0]].runs_code),
-                       key=lambda k: len(golds[k[2]].get("inputs", ())))
-    math_groups = [(task, gold_key) for task, _, gold_key in keys]  # a prompt's: its gold's
-    code_groups = [(task, gold_key) for task, _, gold_key in code_keys]
-    # one budget for both: the checks run first cannot take the programs' prompts' shares
-    budget = sandbox.StepBudget(deadline, workers, math_groups + code_groups)
-    jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in keys]
-    outcomes = []
-    if jobs:
-        pool = verifier_pool(workers, config.worker_memory_mb)
-        outcomes = pool.run(jobs, config.timeout, deadline, math_groups, budget)
-
-    for key, (value, status) in zip(keys, outcomes):
+    # First each prompt's checks in its equal share of the step (_check_all); then, in what the
+    # step has left, the checks that overran their prompt's share, run again from the start:
+    # nothing a prompt does in the second round changes another prompt's verdicts of the first.
+    outcomes = _check_all(list(checks), golds, config, workers, deadline)
+    cut = [key for key, (_, status, _) in outcomes.items() if status == "over budget"]
+    if cut and time.monotonic() < deadline:
+        outcomes.update(_check_all(cut, golds, config, workers, deadline))
+    for key, (value, status, program) in outcomes.items():
         stats.timeouts += status == "timeout"
-        stats.errors += status == "error"
+        stats.errors += status == "error" or status.startswith("crashed")
         stats.over_budget += (status == "over budget") * len(checks[key])
         stats.partial_credit += (0 < value < 1) * len(checks[key])
+        if program is not None:
+            stats.code_tests_passed += program.passed * len(checks[key])
+            stats.code_tests_total += program.total * len(checks[key])
         for i in checks[key]:
             rewards[i] = float(value == 1.0)  # full score only: a sum of partial credits is not 1.0
-
-    # a program's sandbox starts within its share, and its teardown takes milliseconds
-    if code_keys:
-        # the machine's fault: raised, never scored
-        require_sandbox(unsafe_no_sandbox=config.unsafe_no_sandbox)
-        turns = sandbox.take_turns(code_groups)
-
-        def check(key, share):
-            if time.monotonic() >= share:
-                return CodeResult(0, 1, "over budget")
-            with sandbox.free_slot() as slot:
-                try:
-                    return TASK_KINDS[key[0]].check(key[1], golds[key[2]], config, slot, share)
-                except Exception as e:  # whatever a response makes go wrong scores 0, counted
-                    return CodeResult(0, 1, f"crashed: {type(e).__name__} in the verifier")
-
-        def run(index):
-            share, held = budget.start(code_groups[index])
-            began = time.monotonic()
-            result = check(code_keys[index], share)
-            budget.finish(code_groups[index], held, time.monotonic() - began)
-            return result
-
-        with ThreadPoolExecutor(workers) as pool:
-            for index, result in zip(turns, pool.map(run, turns)):
-                key = code_keys[index]
-                stats.timeouts += result.status == "timeout"
-                stats.errors += result.status.startswith("crashed")
-                stats.over_budget += (result.status == "over budget") * len(checks[key])
-                stats.code_tests_passed += result.passed * len(checks[key])
-                stats.code_tests_total += result.total * len(checks[key])
-                for i in checks[key]:
-                    rewards[i] = float(result.passed == result.total)
     stats.seconds += time.perf_counter() - start
     return rewards
 

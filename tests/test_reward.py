@@ -1,10 +1,12 @@
 """reward.py: answer extraction and checking, as the training loop calls it."""
 
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import sympy
 
 import benchmarks
 import reward
@@ -246,6 +248,25 @@ def test_answers_of_one_prompt_slow_to_verify_leave_another_prompts_correct_answ
     rewards = reward.score_batch(towers + correct, workers=1, config=config, stats=stats)
     assert rewards == [0.0] * 6 + [1.0, 1.0] and stats.over_budget + stats.timeouts == 6
     assert reward.score_batch(quick + correct, workers=1, config=config)[6:] == [1.0, 1.0]
+
+
+def test_checks_past_their_prompts_share_run_again_in_what_the_step_has_left():
+    """One prompt's 12 correct answers need sympy ~0.06 s each, more than its 1/16 of a 6 s step
+    beside 15 prompts of 12 quick checks each (so that none finishes early and leaves it its
+    share): they used to score 0, on a machine far from the step's cap."""
+    x, y = sympy.symbols("x y")
+    terms = list(sympy.Add.make_args(sympy.expand((x + y + 1) ** 4)))
+    rng = random.Random(0)
+    slow = []
+    for _ in range(12):  # the expansion, its terms in another order each time
+        rng.shuffle(terms)
+        slow.append(("math", "\\boxed{%s}" % " + ".join(map(sympy.latex, terms)), "(x+y+1)^4"))
+    quick = [("math", f"\\boxed{{{j}+x}}", f"x+{k}") for k in range(100, 115) for j in range(12)]
+    stats = reward.VerifyStats()
+    config = reward.VerifyConfig(step_timeout=6.0)
+    rewards = reward.score_batch(slow + quick, workers=1, config=config, stats=stats)
+    assert rewards == [1.0] * 12 + [0.0] * 180 and stats.checks == 192
+    assert stats.over_budget == 0
 
 
 def test_math_checked_first_leaves_a_code_prompt_of_the_same_step_its_share():
