@@ -119,6 +119,8 @@ class VerifyStats:
     too_long: int = 0  # responses over max_response_chars (rewarded 0 unread)
     over_budget: int = 0  # items whose check had not finished when the step's step_timeout ran out
     # (rewarded 0)
+    rechecked: int = 0  # items whose check overran its prompt's share and ran again after the
+    # others' (in what the step had left)
     code_tests_passed: int = 0
     code_tests_total: int = 0
     seconds: float = 0.0
@@ -133,6 +135,7 @@ class VerifyStats:
             "verify/partial_credit": self.partial_credit,
             "verify/too_long": self.too_long,
             "verify/over_budget": self.over_budget,
+            "verify/rechecked": self.rechecked,
             "verify/code_test_pass_frac": self.code_tests_passed / max(self.code_tests_total, 1),
         }
 
@@ -2144,6 +2147,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     cut = [key for key, (_, status, _) in outcomes.items() if status == "over budget"]
     if cut and time.monotonic() < deadline:
         outcomes.update(_check_all(cut, golds, config, workers, deadline))
+        stats.rechecked += sum(len(checks[key]) for key in cut)
     for key, (value, status, program) in outcomes.items():
         stats.timeouts += status == "timeout"
         stats.errors += status == "error" or status.startswith("crashed")
