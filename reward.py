@@ -36,8 +36,9 @@ How a batch is scored (BroRL samples N=512 responses per prompt; most share a ha
 4. Programs run in a fresh sandbox each (sandbox.py), `workers` at a time; without bubblewrap, code
    tasks are refused (require_sandbox) unless `VerifyConfig.unsafe_no_sandbox`.
 5. A whole call stops after `step_timeout`, shared equally by prompts (the checks of one ground
-   truth) and each prompt's share by its checks; checks past their share run again in what the
-   step has left, and one left at the end scores 0 (counted, over_budget).
+   truth) and each prompt's share by its checks, reading the answers included; math and Reasoning
+   Gym checks past their share run again in what the step has left, and one left at the end
+   scores 0 (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
@@ -47,6 +48,7 @@ import argparse
 import ast
 import bisect
 import builtins
+import collections
 import functools
 import itertools
 import json
@@ -119,8 +121,8 @@ class VerifyStats:
     too_long: int = 0  # responses over max_response_chars (rewarded 0 unread)
     over_budget: int = 0  # items whose check had not finished when the step's step_timeout ran out
     # (rewarded 0)
-    rechecked: int = 0  # items whose check overran its prompt's share and ran again after the
-    # others' (in what the step had left)
+    rechecked: int = 0  # items whose math or Reasoning Gym check overran its prompt's share and
+    # ran again after the others' (in what the step had left)
     code_tests_passed: int = 0
     code_tests_total: int = 0
     seconds: float = 0.0
@@ -1601,7 +1603,8 @@ def _run_tests(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     max_output = _output_cap(config, outputs)
     cap = _reply_cap(max_output)
     cpu_seconds = sandbox.START_TIMEOUT + config.test_timeout * len(inputs)
-    program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot)
+    program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, _limits(config, cpu_seconds), slot,
+                                           cutoff=deadline)
     replies, ended = [], "ok"  # (status, reply line) per test; ended: why the run stopped early
     replies_left = _replies_cap(max_output)
     try:
@@ -1652,9 +1655,10 @@ def _run_check(program: str, spec: dict, config: VerifyConfig, box: sandbox.Sand
     limits = _limits(config, sandbox.START_TIMEOUT + config.check_timeout)
     deadline = min(time.monotonic() + sandbox.START_TIMEOUT + config.check_timeout,
                    step_deadline)  # every call together
-    test_box = sandbox.SandboxedProcess(box, sandbox.TESTER, limits, slot)
+    test_box = sandbox.SandboxedProcess(box, sandbox.TESTER, limits, slot, cutoff=step_deadline)
     try:
-        program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, limits, slot)
+        program_box = sandbox.SandboxedProcess(box, sandbox.HARNESS, limits, slot,
+                                               cutoff=step_deadline)
     except BaseException:
         test_box.close()
         raise
@@ -2020,18 +2024,22 @@ def validate_answer(task: str, answer) -> None:
 
 
 def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConfig,
-               stats: VerifyStats, decided: dict) -> tuple | bool | None:
-
+               stats: VerifyStats, extracted: dict, decided: dict) -> tuple | bool | None:
     """What decides one response: None (no answer: 0), a verdict known here, or the key of a check
-    to run, (task, the answer as check reads it, gold_key). `decided` keeps check_here's outcome per
-    distinct answer string: a group of N responses shares a handful of answers."""
+    to run, (task, the answer as check reads it, gold_key). `extracted` keeps the answer of each
+    distinct response (choosing a program among a response's blocks parses them), `decided`
+    check_here's outcome per distinct answer string: a group of N responses shares a handful of
+    answers, and often whole responses."""
     if not isinstance(response, str):
         raise TypeError(f"a response must be text, got {type(response).__name__}")
     if len(response) > config.max_response_chars:
         stats.too_long += 1
         return None
     kind = TASK_KINDS[task]
-    pred = kind.extract(response) if kind.extract_for is None else kind.extract_for(response, gold)
+    if (task, response, gold_key) not in extracted:
+        extracted[task, response, gold_key] = (kind.extract(response) if kind.extract_for is None
+                                               else kind.extract_for(response, gold))
+    pred = extracted[task, response, gold_key]
     in_worker = kind.check is not None and not kind.runs_code
     if pred is None or (in_worker and len(pred) > config.max_answer_chars):
         return None
@@ -2118,19 +2126,33 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     # (task, id(answer)) -> the canonical JSON of its gold: each gold is read once
     gold_keys: dict[tuple[str, int], str] = {}
     golds: dict[str, object] = {}  # canonical JSON -> the gold
+    extracted: dict[tuple, str | None] = {}  # (task, response, gold key) -> its answer
     decided: dict[tuple, tuple | bool] = {}  # (task, answer, gold key) -> check key, or the verdict
     deadline = time.monotonic() + config.step_timeout
-    for i, (task, response, answer) in enumerate(items):
+    for task, _, answer in items:
         if (task, id(answer)) not in gold_keys:  # the data's fault: raised
             gold = task_kind(task).read_gold(answer)
             gold_keys[task, id(answer)] = sandbox.json_text(gold, sort_keys=True)
             golds[gold_keys[task, id(answer)]] = gold
-        gold_key = gold_keys[task, id(answer)]
+    prompts = [(task, gold_keys[task, id(answer)]) for task, _, answer in items]
+    # Reading the answers (parsing a response's code blocks) counts against the step's budget
+    # too: the prompts take turns, each reading for its equal share of the step at most.
+    reading_share = config.step_timeout / max(len(set(prompts)), 1)
+    reading: collections.Counter = collections.Counter()  # prompt -> seconds spent reading
+    for i in sandbox.take_turns(prompts):
+        (task, response, _), (_, gold_key) = items[i], prompts[i]
+        began = time.monotonic()
+        if began >= deadline or reading[prompts[i]] >= reading_share:
+            stats.over_budget += 1
+            continue
         try:
-            key = _check_key(task, response, golds[gold_key], gold_key, config, stats, decided)
+            key = _check_key(task, response, golds[gold_key], gold_key, config, stats, extracted,
+                             decided)
         except Exception:  # model output that is not even text: a wrong answer, counted, not raised
             stats.errors += 1
             continue
+        finally:
+            reading[prompts[i]] += time.monotonic() - began
         if not isinstance(key, tuple):
             rewards[i] = float(key is True)  # decided here: no answer, or check_here's verdict
             continue
@@ -2143,8 +2165,12 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     # First each prompt's checks in its equal share of the step (_check_all); then, in what the
     # step has left, the checks that overran their prompt's share, run again from the start:
     # nothing a prompt does in the second round changes another prompt's verdicts of the first.
+    # Math and Reasoning Gym checks only: each is a function of its answer and gold alone, so a
+    # second run reaches the verdict the first would have; a program cut while running could
+    # leave its second run a head start (in the host's page cache, say).
     outcomes = _check_all(list(checks), golds, config, workers, deadline)
-    cut = [key for key, (_, status, _) in outcomes.items() if status == "over budget"]
+    cut = [key for key, (_, status, program) in outcomes.items()
+           if status == "over budget" and program is None]
     if cut and time.monotonic() < deadline:
         outcomes.update(_check_all(cut, golds, config, workers, deadline))
         stats.rechecked += sum(len(checks[key]) for key in cut)

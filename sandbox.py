@@ -1153,10 +1153,13 @@ class SandboxedProcess:
     replies are hostile input: each is awaited only until a deadline, read only up to a byte cap,
     and anything but one JSON object per request ends the conversation with a reason instead of
     raising. In the "rlimits" mode (no bubblewrap) it gets rlimits, a non-root uid and a private
-    working directory only."""
+    working directory only. `cutoff` (time.monotonic()): no reply is awaited past it, however slowed
+    the sandbox was (its check's share of a step's budget)."""
 
-    def __init__(self, box: Sandbox, script: str, limits: Limits, slot: int):
+    def __init__(self, box: Sandbox, script: str, limits: Limits, slot: int,
+                 cutoff: float = math.inf):
         uid = sandbox_uid(slot) if os.geteuid() == 0 else None
+        self.cutoff = cutoff
         self.uid, self.workdir, self.pending = uid, None, b""
         self.reply_line = b""  # the last reply as it came: parsed, it may take 20 times the memory
         self.in_bwrap = box.mode == "bwrap"
@@ -1243,11 +1246,14 @@ class SandboxedProcess:
         sandbox's CPU time is counted, a request's time is CPU time: past `deadline`, a sandbox
         still running (it used CPU in the last RUNNING_CHECK seconds) that has used less CPU than
         the request was given has been slowed by other processes (a neighbour's busy loops), and
-        is waited for up to STARVED_WALL_FACTOR times the request's time on the wall clock. One
-        that is idle (asleep, blocked on input) is late at `deadline`, as without a cgroup."""
+        is waited for up to STARVED_WALL_FACTOR times the request's time on the wall clock, never
+        past `cutoff`. One that is idle (asleep, blocked on input) is late at `deadline`, as
+        without a cgroup."""
         now = time.monotonic()
         if now < deadline:
             return deadline - now
+        if now >= self.cutoff:
+            return 0.0
         used = _cpu_seconds(self.cgroups)
         if self.request is None or self.request[1] is None or used is None:
             return 0.0
@@ -1258,7 +1264,7 @@ class SandboxedProcess:
             previous, self.cpu_sample = self.cpu_sample, (now, used)
             if previous is not None and used - previous[1] < IDLE_CPU:
                 return 0.0
-        return RUNNING_CHECK
+        return min(RUNNING_CHECK, self.cutoff - now)
 
     def ask(self, message: dict, deadline: float, cap: int) -> tuple[dict | None, str]:
         """Send a request and receive its reply, which must carry a status ("ok", "ready" or
@@ -1619,11 +1625,13 @@ class VerifierPool:
                         budget.finish(groups[job], held, 0.0)  # sent, no worker started for it
                         continue
                     # a worker started now takes none of the job's share; a replacement is
-                    # charged to the group whose job overran the last one
+                    # charged to the group whose job overran the last one, for every worker: no
+                    # job starts on any while it starts
                     starting = time.monotonic()
                     self._ready(slot)
                     if slot in owed:
-                        budget.charge(owed.pop(slot), time.monotonic() - starting)
+                        stalled = time.monotonic() - starting
+                        budget.charge(owed.pop(slot), len(self.procs) * stalled)
                     began = time.monotonic()
                     share = min(share + began - starting, deadline)
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers

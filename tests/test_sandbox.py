@@ -426,6 +426,50 @@ def test_a_prompts_verdicts_are_the_same_whether_another_prompts_responses_are_s
     assert rewards == [[1.0, 1.0], [1.0, 1.0]]
 
 
+
+DOUBLE = {"inputs": ["21\n"], "outputs": ["42\n"]}
+DOUBLING = fenced("print(int(input()) * 2)")
+
+
+def test_a_program_cut_by_its_share_is_not_run_again_in_what_the_step_has_left():
+    """Run again, a program cut while running could resume from what its first run left in the
+    host's page cache (timing reads of a library file), and pass where one run fails."""
+    slow = fenced("import time\ntime.sleep(3)\nprint(int(input()) * 2)")  # right, in 3 s
+    quick_spec = {"inputs": ["1\n", "2\n"], "outputs": ["2\n", "4\n"]}  # 2 tests: after slow
+    config = reward.VerifyConfig(test_timeout=5.0, step_timeout=4.0)
+    stats = reward.VerifyStats()
+    rewards = reward.score_batch([("code", slow, DOUBLE), ("code", DOUBLING, quick_spec)],
+                                 workers=1, config=config, stats=stats)
+    assert rewards == [0.0, 1.0] and stats.over_budget == 1 and stats.rechecked == 0
+
+
+def test_a_program_that_looks_slowed_is_not_waited_for_past_its_share():
+    """Spinning 2 ms in every 20, a looping program looks slowed by a neighbour (used less CPU than
+    given, not idle), for which a test's time is stretched up to 3x; past its share it is not."""
+    throttled = fenced("import time\nwhile True:\n    t = time.perf_counter()\n"
+                       "    while time.perf_counter() - t < 0.002:\n        pass\n"
+                       "    time.sleep(0.018)")
+    config = reward.VerifyConfig(step_timeout=4.0)
+    attacker = {"inputs": ["7\n"], "outputs": ["14\n"]}
+    rewards = reward.score_batch([("code", throttled, attacker), ("code", DOUBLING, DOUBLE)],
+                                 workers=1, config=config)
+    assert rewards == [0.0, 1.0]
+
+
+def test_responses_slow_to_read_leave_another_prompts_answers_their_share():
+    """Choosing a response's program parses its blocks in this process (~0.1 s for this block of
+    f-string fields): the prompts take turns reading too, each for its share of the step, and a
+    response repeated is read once."""
+    block = 'x = f"' + "{a}" * 10_000 + '"'
+    distinct = [("code", fenced(f"{block}\n# {k}"), DOUBLE) for k in range(100)]
+    victims = [("code", DOUBLING, {"inputs": ["5\n"], "outputs": ["10\n"]}),
+               ("math", "\\boxed{x^{2}+2x+1}", "(x+1)^{2}")]
+    config = reward.VerifyConfig(step_timeout=4.0)
+    assert reward.score_batch(distinct + victims, workers=2, config=config)[-2:] == [1.0, 1.0]
+    stats = reward.VerifyStats()
+    reward.score_batch(distinct[:1] * 100 + victims, workers=2, config=config, stats=stats)
+    assert stats.over_budget == 0 and stats.checks == 3
+
 # ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -----------------
 
 def test_the_repository_home_and_temporary_directories_are_not_mounted(tmp_path):
