@@ -36,9 +36,9 @@ How a batch is scored (BroRL samples N=512 responses per prompt; most share a ha
 4. Programs run in a fresh sandbox each (sandbox.py), `workers` at a time; without bubblewrap, code
    tasks are refused (require_sandbox) unless `VerifyConfig.unsafe_no_sandbox`.
 5. A whole call stops after `step_timeout`, shared equally by prompts (the checks of one ground
-   truth) and each prompt's share by its checks, reading the answers included; math and Reasoning
-   Gym checks past their share run again in what the step has left, and one left at the end
-   scores 0 (counted, over_budget).
+   truth) and each prompt's share by its checks; math and Reasoning Gym checks past their share
+   run again in what the step has left, and a response or check left at the end scores 0
+   (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
@@ -48,7 +48,6 @@ import argparse
 import ast
 import bisect
 import builtins
-import collections
 import functools
 import itertools
 import json
@@ -122,7 +121,7 @@ class VerifyStats:
     over_budget: int = 0  # items whose check had not finished when the step's step_timeout ran out
     # (rewarded 0)
     rechecked: int = 0  # items whose math or Reasoning Gym check overran its prompt's share and
-    # ran again after the others' (in what the step had left)
+    # was decided by a second run after the others' (in what the step had left)
     code_tests_passed: int = 0
     code_tests_total: int = 0
     seconds: float = 0.0
@@ -220,7 +219,30 @@ def python_blocks(response: str, plain_text: bool = False) -> list[tuple[str, st
     of its character at least as long as its own (else at least three), on its own line or not,
     or at the end of the response; a block whose fence is indented
     (under a list item) loses that indentation; another language's block is passed over whole.
-    One pass."""
+    One pass, over the fences found once."""
+    runs = {"`": ([], []), "~": ([], [])}  # character -> (starts, ends) of its fences, in order
+    for run in FENCE.finditer(response):
+        starts, ends = runs[run.group()[0]]
+        starts.append(run.start())
+        ends.append(run.end())
+    # per fence, the longest of its character from it on: a closing fence too long to come is
+    # known at once (searched for, each of a response's fences shorter than the last cost a
+    # search to its end: quadratic)
+    longest = {char: list(itertools.accumulate(
+        (end - start for start, end in zip(starts[::-1], ends[::-1])), max))[::-1]
+        for char, (starts, ends) in runs.items()}
+
+    def closing_fence(char: str, length: int, after: int) -> tuple[int, int] | None:
+        """(start, end) of the first fence of `char` from `after` on at least `length` long, else
+        of the first one at all (a mismatched close), else None."""
+        starts, ends = runs[char]
+        first = bisect.bisect_left(starts, after)
+        if first == len(starts):
+            return None
+        if longest[char][first] >= length:
+            first = next(i for i in range(first, len(starts)) if ends[i] - starts[i] >= length)
+        return starts[first], ends[first]
+
     blocks, pos = [], 0
     while (opening := FENCE.search(response, pos)) is not None:
         start, fence = opening.start(), opening.group()
@@ -238,17 +260,14 @@ def python_blocks(response: str, plain_text: bool = False) -> list[tuple[str, st
         tag = "" if plain_text and tag in PLAIN_TEXT_TAGS else tag
         # closed by a run of its character at least as long (````python may hold ```), else
         # by a shorter one (````python ... ```: mismatched, as models sometimes close them)
-        closing = (re.compile(f"{re.escape(fence[0])}{{{len(fence)},}}").search(response,
-                                                                               line_end + 1)
-                   or re.compile(f"{re.escape(fence[0])}{{3,}}").search(response, line_end + 1))
-        close = closing.start() if closing else -1
-        end = close if close >= 0 else len(response)  # unclosed: to the end, as CommonMark reads
+        closing = closing_fence(fence[0], len(fence), line_end + 1)
+        end = closing[0] if closing else len(response)  # unclosed: to the end, as CommonMark reads
         if tag.removeprefix("language-") in PYTHON_TAGS or PYTHON_VERSION_TAG.fullmatch(tag) \
                 or tag.endswith(".py"):  # `language-python`, `sol.py`
             blocks.append((tag, _dedent(response[line_end + 1:end], start - line_start)))
-        if close < 0:
+        if closing is None:
             break
-        pos = closing.end()
+        pos = closing[1]
     return blocks
 
 
@@ -2024,12 +2043,14 @@ def validate_answer(task: str, answer) -> None:
 
 
 def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConfig,
-               stats: VerifyStats, extracted: dict, decided: dict) -> tuple | bool | None:
+               stats: VerifyStats, extracted: dict, decided: dict,
+               deadline: float = math.inf) -> tuple | bool | None:
     """What decides one response: None (no answer: 0), a verdict known here, or the key of a check
     to run, (task, the answer as check reads it, gold_key). `extracted` keeps the answer of each
     distinct response (choosing a program among a response's blocks parses them), `decided`
     check_here's outcome per distinct answer string: a group of N responses shares a handful of
-    answers, and often whole responses."""
+    answers, and often whole responses. A response not read by `deadline` (time.monotonic()) is
+    None, counted over budget."""
     if not isinstance(response, str):
         raise TypeError(f"a response must be text, got {type(response).__name__}")
     if len(response) > config.max_response_chars:
@@ -2037,6 +2058,9 @@ def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConf
         return None
     kind = TASK_KINDS[task]
     if (task, response, gold_key) not in extracted:
+        if time.monotonic() >= deadline:
+            stats.over_budget += 1
+            return None
         extracted[task, response, gold_key] = (kind.extract(response) if kind.extract_for is None
                                                else kind.extract_for(response, gold))
     pred = extracted[task, response, gold_key]
@@ -2129,30 +2153,19 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     extracted: dict[tuple, str | None] = {}  # (task, response, gold key) -> its answer
     decided: dict[tuple, tuple | bool] = {}  # (task, answer, gold key) -> check key, or the verdict
     deadline = time.monotonic() + config.step_timeout
-    for task, _, answer in items:
-        if (task, id(answer)) not in gold_keys:  # the data's fault: raised
+    for task, _, answer in items:  # the golds first: the data's fault, raised before any work
+        if (task, id(answer)) not in gold_keys:
             gold = task_kind(task).read_gold(answer)
             gold_keys[task, id(answer)] = sandbox.json_text(gold, sort_keys=True)
             golds[gold_keys[task, id(answer)]] = gold
-    prompts = [(task, gold_keys[task, id(answer)]) for task, _, answer in items]
-    # Reading the answers (parsing a response's code blocks) counts against the step's budget
-    # too: the prompts take turns, each reading for its equal share of the step at most.
-    reading_share = config.step_timeout / max(len(set(prompts)), 1)
-    reading: collections.Counter = collections.Counter()  # prompt -> seconds spent reading
-    for i in sandbox.take_turns(prompts):
-        (task, response, _), (_, gold_key) = items[i], prompts[i]
-        began = time.monotonic()
-        if began >= deadline or reading[prompts[i]] >= reading_share:
-            stats.over_budget += 1
-            continue
+    for i, (task, response, answer) in enumerate(items):
+        gold_key = gold_keys[task, id(answer)]
         try:
             key = _check_key(task, response, golds[gold_key], gold_key, config, stats, extracted,
-                             decided)
+                             decided, deadline)
         except Exception:  # model output that is not even text: a wrong answer, counted, not raised
             stats.errors += 1
             continue
-        finally:
-            reading[prompts[i]] += time.monotonic() - began
         if not isinstance(key, tuple):
             rewards[i] = float(key is True)  # decided here: no answer, or check_here's verdict
             continue
@@ -2172,8 +2185,10 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     cut = [key for key, (_, status, program) in outcomes.items()
            if status == "over budget" and program is None]
     if cut and time.monotonic() < deadline:
-        outcomes.update(_check_all(cut, golds, config, workers, deadline))
-        stats.rechecked += sum(len(checks[key]) for key in cut)
+        second = _check_all(cut, golds, config, workers, deadline)
+        outcomes.update(second)
+        stats.rechecked += sum(len(checks[key]) for key, (_, status, _) in second.items()
+                               if status != "over budget")
     for key, (value, status, program) in outcomes.items():
         stats.timeouts += status == "timeout"
         stats.errors += status == "error" or status.startswith("crashed")

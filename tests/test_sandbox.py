@@ -456,19 +456,37 @@ def test_a_program_that_looks_slowed_is_not_waited_for_past_its_share():
     assert rewards == [0.0, 1.0]
 
 
-def test_responses_slow_to_read_leave_another_prompts_answers_their_share():
+def test_a_response_repeated_in_a_step_is_read_once():
     """Choosing a response's program parses its blocks in this process (~0.1 s for this block of
-    f-string fields): the prompts take turns reading too, each for its share of the step, and a
-    response repeated is read once."""
+    f-string fields): 100 copies cost one read, and the answers after them are read in time."""
     block = 'x = f"' + "{a}" * 10_000 + '"'
-    distinct = [("code", fenced(f"{block}\n# {k}"), DOUBLE) for k in range(100)]
+    copies = [("code", fenced(block), DOUBLE)] * 100
     victims = [("code", DOUBLING, {"inputs": ["5\n"], "outputs": ["10\n"]}),
                ("math", "\\boxed{x^{2}+2x+1}", "(x+1)^{2}")]
-    config = reward.VerifyConfig(step_timeout=4.0)
-    assert reward.score_batch(distinct + victims, workers=2, config=config)[-2:] == [1.0, 1.0]
     stats = reward.VerifyStats()
-    reward.score_batch(distinct[:1] * 100 + victims, workers=2, config=config, stats=stats)
-    assert stats.over_budget == 0 and stats.checks == 3
+    rewards = reward.score_batch(copies + victims, workers=2,
+                                 config=reward.VerifyConfig(step_timeout=4.0), stats=stats)
+    assert rewards[-2:] == [1.0, 1.0] and stats.over_budget == 0 and stats.checks == 3
+
+
+def test_reading_the_answers_stops_when_the_steps_budget_runs_out():
+    distinct = [("code", fenced('x = f"' + "{a}" * 10_000 + f'"\n# {k}'), DOUBLE)
+                for k in range(200)]  # ~0.1 s each to read: 20 s in all
+    stats = reward.VerifyStats()
+    start = time.monotonic()
+    reward.score_batch(distinct, workers=2, config=reward.VerifyConfig(step_timeout=2.0),
+                       stats=stats)
+    assert time.monotonic() - start < 6 and stats.over_budget > 100
+
+
+def test_fences_each_shorter_than_the_last_are_read_in_one_pass():
+    """Each opening fence looked for a closing one at least as long to the end of the response:
+    700 fences of falling length took 4 s to read, and 4 such responses a 4 s step."""
+    fences = "".join("`" * (703 - k) + "\nx\n```\n" for k in range(700))
+    responses = [("code", fences + f"# {k}\n" + DOUBLING, DOUBLE) for k in range(4)]
+    rewards = reward.score_batch(responses + [("code", DOUBLING, DOUBLE)], workers=2,
+                                 config=reward.VerifyConfig(step_timeout=4.0))
+    assert rewards == [1.0] * 5
 
 # ---- isolation: what the sandbox cannot see, and the memory of the whole sandbox -----------------
 
