@@ -36,9 +36,9 @@ How a batch is scored (BroRL samples N=512 responses per prompt; most share a ha
 4. Programs run in a fresh sandbox each (sandbox.py), `workers` at a time; without bubblewrap, code
    tasks are refused (require_sandbox) unless `VerifyConfig.unsafe_no_sandbox`.
 5. A whole call stops after `step_timeout`, shared equally by prompts (the checks of one ground
-   truth) and each prompt's share by its checks; math and Reasoning Gym checks past their share
-   run again in what the step has left, and a response or check left at the end scores 0
-   (counted, over_budget).
+   truth) and each prompt's share by its checks, reading the answers too; what a prompt has left
+   to read past its share, and math and Reasoning Gym checks cut by it, get a second round in
+   what the step has left; a response or check left at the end scores 0 (counted, over_budget).
 Rewards do not depend on the number of workers: each distinct check is a pure function of its key.
 
     python reward.py --task math --answer "\\frac{1}{2}" --response "so \\boxed{0.5}"
@@ -48,6 +48,7 @@ import argparse
 import ast
 import bisect
 import builtins
+import collections
 import functools
 import itertools
 import json
@@ -2158,37 +2159,59 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
             gold = task_kind(task).read_gold(answer)
             gold_keys[task, id(answer)] = sandbox.json_text(gold, sort_keys=True)
             golds[gold_keys[task, id(answer)]] = gold
-    for i, (task, response, answer) in enumerate(items):
+
+    def read(i: int) -> None:
+        """Item i's answer: its reward if decided here, else its check, added to `checks`."""
+        task, response, answer = items[i]
         gold_key = gold_keys[task, id(answer)]
         try:
             key = _check_key(task, response, golds[gold_key], gold_key, config, stats, extracted,
                              decided, deadline)
         except Exception:  # model output that is not even text: a wrong answer, counted, not raised
             stats.errors += 1
-            continue
+            return
         if not isinstance(key, tuple):
             rewards[i] = float(key is True)  # decided here: no answer, or check_here's verdict
-            continue
+            return
         if key in checks:
             stats.cache_hits += 1
         checks.setdefault(key, []).append(i)
-    stats.items += len(items)
-    stats.checks += len(checks)
 
-    # First each prompt's checks in its equal share of the step (_check_all); then, in what the
-    # step has left, the checks that overran their prompt's share, run again from the start:
-    # nothing a prompt does in the second round changes another prompt's verdicts of the first.
-    # Math and Reasoning Gym checks only: each is a function of its answer and gold alone, so a
-    # second run reaches the verdict the first would have; a program cut while running could
-    # leave its second run a head start (in the host's page cache, say).
+    # Round 1: the prompts take turns reading their answers (choosing a program parses its
+    # blocks), each for an equal share of the step, then checking them in an equal share of what
+    # is left (_check_all). Round 2, in what the step has left after every prompt's turn: the
+    # answers read past a prompt's share, and the math and Reasoning Gym checks cut by their
+    # share, run again from the start (each a function of its answer and gold alone; a program
+    # cut while running could leave its second run a head start, in the host's page cache, say).
+    # Nothing in round 2 changes a verdict of round 1.
+    prompts = [(task, gold_keys[task, id(answer)]) for task, _, answer in items]
+    reading_share = config.step_timeout / max(len(set(prompts)), 1)
+    reading: collections.Counter = collections.Counter()  # prompt -> seconds spent reading
+    unread = []  # past their prompt's share: read in round 2
+    for i in sandbox.take_turns(prompts):
+        (task, response, _), prompt = items[i], prompts[i]
+        is_copy = isinstance(response, str) and (task, response, prompt[1]) in extracted
+        if not is_copy and reading[prompt] >= reading_share:
+            unread.append(i)
+            continue
+        began = time.monotonic()
+        read(i)
+        reading[prompt] += time.monotonic() - began
     outcomes = _check_all(list(checks), golds, config, workers, deadline)
     cut = [key for key, (_, status, program) in outcomes.items()
            if status == "over budget" and program is None]
-    if cut and time.monotonic() < deadline:
-        second = _check_all(cut, golds, config, workers, deadline)
+    if (cut or unread) and time.monotonic() < deadline:
+        for i in unread:
+            read(i)
+        second = _check_all(cut + [key for key in checks if key not in outcomes], golds, config,
+                            workers, deadline)
         outcomes.update(second)
-        stats.rechecked += sum(len(checks[key]) for key, (_, status, _) in second.items()
-                               if status != "over budget")
+        stats.rechecked += sum(len(checks[key]) for key in cut
+                               if second[key][1] != "over budget")
+    else:
+        stats.over_budget += len(unread)
+    stats.items += len(items)
+    stats.checks += len(checks)
     for key, (value, status, program) in outcomes.items():
         stats.timeouts += status == "timeout"
         stats.errors += status == "error" or status.startswith("crashed")

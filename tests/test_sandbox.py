@@ -479,6 +479,28 @@ def test_reading_the_answers_stops_when_the_steps_budget_runs_out():
     assert time.monotonic() - start < 6 and stats.over_budget > 100
 
 
+def test_a_prompts_responses_slow_to_read_leave_another_prompts_answers_read_in_time():
+    """Read in the order given, 60 responses of 32,760 empty blocks (~0.1 s each to read) listed
+    first left the step no time to read another prompt's 60 correct answers: the prompts take
+    turns reading, each for its share of the step, and what is left to read waits."""
+    empty_blocks = [("code", f"attempt {k}\n" + "```\n```\n" * 32_760, DOUBLE) for k in range(60)]
+    correct = [("arith", f"step {k}: 6*7. The answer is 42", "42") for k in range(60)]
+    config = reward.VerifyConfig(step_timeout=2.0)
+    assert reward.score_batch(empty_blocks + correct, workers=1, config=config)[60:] == [1.0] * 60
+
+
+def test_answers_read_past_their_prompts_share_are_read_in_what_the_step_has_left():
+    """One prompt's 60 programs, each after 3 long drafts (~20 ms to read), need twice its 1/16 of
+    the reading time; the step has time enough, so none is left unread."""
+    draft = "".join(f"def helper_{i}(a, b):\n    return [a * {i} + b] * 3\n" for i in range(150))
+    programs = [("code", "".join(f"Draft {j}:\n```python\n# {k}.{j}\n{draft}```\n"
+                                 for j in range(3)) + DOUBLING, DOUBLE) for k in range(60)]
+    quick = [("math", f"\\boxed{{{k}+x}}", f"x+{k}") for k in range(15)]
+    stats = reward.VerifyStats()
+    rewards = reward.score_batch(programs + quick, workers=2,
+                                 config=reward.VerifyConfig(step_timeout=8.0), stats=stats)
+    assert rewards == [1.0] * 75 and stats.over_budget == 0
+
 def test_fences_each_shorter_than_the_last_are_read_in_one_pass():
     """Each opening fence looked for a closing one at least as long to the end of the response:
     700 fences of falling length took 4 s to read, and 4 such responses a 4 s step."""
