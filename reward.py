@@ -50,6 +50,7 @@ import bisect
 import builtins
 import collections
 import functools
+import heapq
 import itertools
 import json
 import math
@@ -2177,26 +2178,33 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
             stats.cache_hits += 1
         checks.setdefault(key, []).append(i)
 
-    # Round 1: the prompts take turns reading their answers (choosing a program parses its
-    # blocks), each for an equal share of the step, then checking them in an equal share of what
-    # is left (_check_all). Round 2, in what the step has left after every prompt's turn: the
-    # answers read past a prompt's share, and the math and Reasoning Gym checks cut by their
-    # share, run again from the start (each a function of its answer and gold alone; a program
-    # cut while running could leave its second run a head start, in the host's page cache, say).
-    # Nothing in round 2 changes a verdict of round 1.
-    prompts = [(task, gold_keys[task, id(answer)]) for task, _, answer in items]
-    reading_share = config.step_timeout / max(len(set(prompts)), 1)
-    reading: collections.Counter = collections.Counter()  # prompt -> seconds spent reading
+    # Round 1: the prompts read their answers (choosing a program parses its blocks), the one that
+    # has read the least first, each for an equal share of the step, then check them in an equal
+    # share of what is left (_check_all). Round 2, in what the step has left after every prompt's
+    # turn: the answers left to read past a prompt's share, and the math and Reasoning Gym checks
+    # cut by their share, run again from the start (each a function of its answer and gold
+    # alone; a program cut while running could leave its second run a head start, in the host's
+    # page cache, say). Nothing in round 2 changes a verdict of round 1.
+    queues: dict[tuple, collections.deque] = {}  # prompt -> its items, in order
+    for i, (task, _, answer) in enumerate(items):
+        queues.setdefault((task, gold_keys[task, id(answer)]), collections.deque()).append(i)
+    reading_share = config.step_timeout / max(len(queues), 1)
+    turns = [(0.0, n, prompt) for n, prompt in enumerate(queues)]  # (seconds read, order, prompt)
     unread = []  # past their prompt's share: read in round 2
-    for i in sandbox.take_turns(prompts):
-        (task, response, _), prompt = items[i], prompts[i]
-        is_copy = isinstance(response, str) and (task, response, prompt[1]) in extracted
-        if not is_copy and reading[prompt] >= reading_share:
+    while turns:
+        spent, n, prompt = heapq.heappop(turns)
+        i = queues[prompt].popleft()
+        task, response, _ = items[i]
+        free = (not isinstance(response, str) or len(response) > config.max_response_chars
+                or (task, response, prompt[1]) in extracted)  # decided unread, or a copy
+        if free or spent < reading_share:
+            began = time.monotonic()
+            read(i)
+            spent += time.monotonic() - began
+        else:
             unread.append(i)
-            continue
-        began = time.monotonic()
-        read(i)
-        reading[prompt] += time.monotonic() - began
+        if queues[prompt]:
+            heapq.heappush(turns, (spent, n, prompt))
     outcomes = _check_all(list(checks), golds, config, workers, deadline)
     cut = [key for key, (_, status, program) in outcomes.items()
            if status == "over budget" and program is None]

@@ -489,6 +489,20 @@ def test_a_prompts_responses_slow_to_read_leave_another_prompts_answers_read_in_
     assert reward.score_batch(empty_blocks + correct, workers=1, config=config)[60:] == [1.0] * 60
 
 
+def test_prompts_that_read_slowly_cannot_overrun_their_shares_into_a_quick_prompts():
+    """Each prompt may finish a read begun within its share: taking turns, 8 prompts of 8
+    responses that take ~0.1 s each to read ran past theirs by a read each, and the step ended
+    before another prompt's last correct answers were read. The prompt that has read least reads
+    next."""
+    echo = [{"inputs": [f"{j}\n"], "outputs": [f"{j}\n"]} for j in range(8)]  # 8 prompts
+    slow = [("code", "```\n```\n" * 32_759 + f"#{j}.{k}\n", echo[j])
+            for j in range(8) for k in range(8)]
+    correct = [("arith", "The answer is 42" + " " * k, "42") for k in range(8)]
+    config = reward.VerifyConfig(step_timeout=2.0)
+    for items in (correct + slow, slow + correct):
+        rewards = reward.score_batch(items, workers=1, config=config)
+        assert [rewards[items.index(item)] for item in correct] == [1.0] * 8
+
 def test_answers_read_past_their_prompts_share_are_read_in_what_the_step_has_left():
     """One prompt's 60 programs, each after 3 long drafts (~20 ms to read), need twice its 1/16 of
     the reading time; the step has time enough, so none is left unread."""
