@@ -188,6 +188,7 @@ def four_process_config(tmp_path, hybrid: bool) -> str:
     return str(path)
 
 
+@pytest.mark.slow  # 4 processes on 2 cores, twice: ~30-40 s
 def test_hybrid_sharding_trains_what_full_sharding_trains_with_each_weight_in_half_as_many_shards(
         tmp_path):
     """HSDP (each weight sharded within a node and replicated across nodes: the multi-node
