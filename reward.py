@@ -2044,15 +2044,17 @@ def validate_answer(task: str, answer) -> None:
     task_kind(task).read_gold(answer)
 
 
+UNREAD = object()  # _check_key's mark of a response left unread: its time to read was up
+
+
 def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConfig,
-               stats: VerifyStats, extracted: dict, decided: dict,
-               deadline: float = math.inf) -> tuple | bool | None:
-    """What decides one response: None (no answer: 0), a verdict known here, or the key of a check
-    to run, (task, the answer as check reads it, gold_key). `extracted` keeps the answer of each
+               stats: VerifyStats, extracted: dict, decided: dict, until: float):
+    """What decides one response: None (no answer: 0), a verdict known here, the key of a check to
+    run, (task, the answer as check reads it, gold_key), or UNREAD if it must be read (no copy of
+    it was) and `until` (time.monotonic()) has passed. `extracted` keeps the answer of each
     distinct response (choosing a program among a response's blocks parses them), `decided`
     check_here's outcome per distinct answer string: a group of N responses shares a handful of
-    answers, and often whole responses. A response not read by `deadline` (time.monotonic()) is
-    None, counted over budget."""
+    answers, and often whole responses."""
     if not isinstance(response, str):
         raise TypeError(f"a response must be text, got {type(response).__name__}")
     if len(response) > config.max_response_chars:
@@ -2060,9 +2062,8 @@ def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConf
         return None
     kind = TASK_KINDS[task]
     if (task, response, gold_key) not in extracted:
-        if time.monotonic() >= deadline:
-            stats.over_budget += 1
-            return None
+        if time.monotonic() >= until:
+            return UNREAD
         extracted[task, response, gold_key] = (kind.extract(response) if kind.extract_for is None
                                                else kind.extract_for(response, gold))
     pred = extracted[task, response, gold_key]
@@ -2161,22 +2162,26 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
             gold_keys[task, id(answer)] = sandbox.json_text(gold, sort_keys=True)
             golds[gold_keys[task, id(answer)]] = gold
 
-    def read(i: int) -> None:
-        """Item i's answer: its reward if decided here, else its check, added to `checks`."""
+    def read(i: int, until: float) -> bool:
+        """Item i's answer: its reward if decided here, else its check, added to `checks`; False
+        if it is left unread (_check_key's `until`)."""
         task, response, answer = items[i]
         gold_key = gold_keys[task, id(answer)]
         try:
             key = _check_key(task, response, golds[gold_key], gold_key, config, stats, extracted,
-                             decided, deadline)
+                             decided, until)
         except Exception:  # model output that is not even text: a wrong answer, counted, not raised
             stats.errors += 1
-            return
+            return True
+        if key is UNREAD:
+            return False
         if not isinstance(key, tuple):
             rewards[i] = float(key is True)  # decided here: no answer, or check_here's verdict
-            return
+            return True
         if key in checks:
             stats.cache_hits += 1
         checks.setdefault(key, []).append(i)
+        return True
 
     # Round 1: the prompts read their answers (choosing a program parses its blocks), the one that
     # has read the least first, each for an equal share of the step, then check them in an equal
@@ -2194,15 +2199,12 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     while turns:
         spent, n, prompt = heapq.heappop(turns)
         i = queues[prompt].popleft()
-        task, response, _ = items[i]
-        free = (not isinstance(response, str) or len(response) > config.max_response_chars
-                or (task, response, prompt[1]) in extracted)  # decided unread, or a copy
-        if free or spent < reading_share:
-            began = time.monotonic()
-            read(i)
-            spent += time.monotonic() - began
-        else:
+        began = time.monotonic()
+        # past its share, a prompt reads nothing new: a copy of a response read, or one decided
+        # unread (too long, not text), costs nothing
+        if not read(i, deadline if spent < reading_share else -math.inf):
             unread.append(i)
+        spent += time.monotonic() - began
         if queues[prompt]:
             heapq.heappush(turns, (spent, n, prompt))
     outcomes = _check_all(list(checks), golds, config, workers, deadline)
@@ -2210,7 +2212,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
            if status == "over budget" and program is None]
     if (cut or unread) and time.monotonic() < deadline:
         for i in unread:
-            read(i)
+            stats.over_budget += not read(i, deadline)
         second = _check_all(cut + [key for key in checks if key not in outcomes], golds, config,
                             workers, deadline)
         outcomes.update(second)

@@ -1691,7 +1691,8 @@ class StepBudget:
     """A step's budget, `workers` x the seconds until `deadline` (time.monotonic()), shared equally
     by the groups of its items (a prompt's checks), each group's share equally by its items not yet
     started. A group is charged the seconds its items took, a worker's replacement after one of them
-    included: nothing one group's items do shortens another's share. What a group's item leaves
+    included: nothing one group's items do shortens another's share, but for a replacement made
+    after the group's last item, which the step pays (`charge`). What a group's item leaves
     unused goes to the group's later items, and what a finished group leaves to the groups still
     running. Items start and finish on any thread."""
 
