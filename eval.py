@@ -249,7 +249,7 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
             items = [(batch[g]["task"], text, batch[g]["answer"])
                      for g, text in zip(groups, rollouts.texts)]
             rewards = reward.score_batch(items, settings.verify_workers, settings.verify_config,
-                                         stats)
+                                         stats, groups)
             rows = [{"benchmark": name, "id": batch[g]["id"], "sample": j % settings.samples,
                      "response": text,
                      "extracted": reward.final_answer(batch[g]["task"], text), "reward": r}

@@ -60,7 +60,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -91,7 +91,7 @@ class VerifyConfig:
     # this long)
     max_response_chars: int = 262_144  # longer responses score 0 unread (~64K tokens; too_long)
     step_timeout: float = 600.0  # wall-clock cap on one score_batch call, shared equally by its
-    # prompts (the checks of one gold), each prompt's share by its checks: one past its share, or
+    # prompts (score_batch's), each prompt's share by its checks: one past its share, or
     # left at the end, scores 0 (over_budget)
     test_timeout: float = 2.0  # per code test case, seconds (CPU and wall)
     code_memory_mb: int = 1024  # a program's memory: each process's address space and, where a
@@ -2084,12 +2084,12 @@ def _check_key(task: str, response: str, gold, gold_key: str, config: VerifyConf
 
 def _check_all(keys: list[tuple], golds: dict, config: VerifyConfig, workers: int,
                deadline: float) -> dict[tuple, tuple[float, str, CodeResult | None]]:
-    """(value, status, a program's CodeResult or None) of each check key (task, answer, gold key):
-    math and Reasoning Gym ones in the verifier pool, programs in sandboxes, `workers` at a time,
-    until `deadline` (time.monotonic()). Each prompt (its checks: those of one gold) gets an equal
-    share of the budget, each of its checks an equal share of what the prompt has left, the
-    prompts taking turns (sandbox.StepBudget): however slow one prompt's answers, another's are
-    checked in their own share. A check past its share is "over budget"."""
+    """(value, status, a program's CodeResult or None) of each check key (task, answer, gold key,
+    prompt): math and Reasoning Gym ones in the verifier pool, programs in sandboxes, `workers` at
+    a time, until `deadline` (time.monotonic()). Each prompt gets an equal share of the budget,
+    each of its checks an equal share of what the prompt has left, the prompts taking turns
+    (sandbox.StepBudget): however slow one prompt's answers, another's are checked in their own
+    share. A check past its share is "over budget"."""
     # Cheap first inside a prompt, roughly (symbolic answers cost sympy the most): cheap checks
     # leave their share mostly unused to the slow.
     math_keys = sorted((k for k in keys if not TASK_KINDS[k[0]].runs_code),
@@ -2097,13 +2097,13 @@ def _check_all(keys: list[tuple], golds: dict, config: VerifyConfig, workers: in
     # programs the same way, fewest tests first inside a prompt
     code_keys = sorted((k for k in keys if TASK_KINDS[k[0]].runs_code),
                        key=lambda k: len(golds[k[2]].get("inputs", ())))
-    math_groups = [(task, gold_key) for task, _, gold_key in math_keys]  # a prompt's: its gold's
-    code_groups = [(task, gold_key) for task, _, gold_key in code_keys]
+    math_groups = [key[3] for key in math_keys]  # the prompt each check is for
+    code_groups = [key[3] for key in code_keys]
     # one budget for both: the checks run first cannot take the programs' prompts' shares
     budget = sandbox.StepBudget(deadline, workers, math_groups + code_groups)
     outcomes = {}
     if math_keys:
-        jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key in math_keys]
+        jobs = [(task, [answer, golds[gold_key]]) for task, answer, gold_key, _ in math_keys]
         pool = verifier_pool(workers, config.worker_memory_mb)
         results = pool.run(jobs, config.timeout, deadline, math_groups, budget)
         outcomes = {key: (value, status, None) for key, (value, status) in zip(math_keys, results)}
@@ -2137,14 +2137,19 @@ def _check_all(keys: list[tuple], golds: dict, config: VerifyConfig, workers: in
 
 
 def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
-                stats: VerifyStats | None = None) -> list[float]:
-    """Rewards of [(task, response, answer), ...] in order. Distinct checks run once each, math and
-    Reasoning Gym ones in `workers` verifier processes, programs `workers` at a time. Never raises
-    for a response (timeouts, crashes, responses over `config.max_response_chars` and checks still
-    left when `config.step_timeout` runs out score 0 and are counted in `stats`); raises ValueError
-    for an unknown task or a malformed answer (the data's fault, not the model's)."""
+                stats: VerifyStats | None = None, prompts: Sequence | None = None) -> list[float]:
+    """Rewards of [(task, response, answer), ...] in order. Distinct checks of a prompt run once
+    each, math and Reasoning Gym ones in `workers` verifier processes, programs `workers` at a
+    time, each prompt's in its equal share of `config.step_timeout`. `prompts[i]` names the prompt
+    item i answers (its group's index, say); without it, items of one task and gold are one prompt,
+    so two problems whose answer is `2` share a share. Never raises for a response (timeouts,
+    crashes, responses over `config.max_response_chars` and checks still left when the step's time
+    runs out score 0 and are counted in `stats`); raises ValueError for an unknown task or a
+    malformed answer (the data's fault, not the model's)."""
     if not 1 <= workers < sandbox.PROBE_SLOT:
         raise ValueError(f"workers must be >= 1 and < {sandbox.PROBE_SLOT}, got {workers}")
+    if prompts is not None and len(prompts) != len(items):
+        raise ValueError(f"prompts names {len(prompts)} items' prompts for {len(items)} items")
     config = config or VerifyConfig()
     stats = stats if stats is not None else VerifyStats()
     start = time.perf_counter()
@@ -2161,6 +2166,8 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
             gold = task_kind(task).read_gold(answer)
             gold_keys[task, id(answer)] = sandbox.json_text(gold, sort_keys=True)
             golds[gold_keys[task, id(answer)]] = gold
+    prompt_of = list(prompts) if prompts is not None else [
+        (task, gold_keys[task, id(answer)]) for task, _, answer in items]
 
     def read(i: int, until: float) -> bool:
         """Item i's answer: its reward if decided here, else its check, added to `checks`; False
@@ -2178,6 +2185,7 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
         if not isinstance(key, tuple):
             rewards[i] = float(key is True)  # decided here: no answer, or check_here's verdict
             return True
+        key += (prompt_of[i],)  # checked in its prompt's share: once per prompt
         if key in checks:
             stats.cache_hits += 1
         checks.setdefault(key, []).append(i)
@@ -2190,9 +2198,9 @@ def score_batch(items, workers: int = 2, config: VerifyConfig | None = None,
     # cut by their share, run again from the start (each a function of its answer and gold
     # alone; a program cut while running could leave its second run a head start, in the host's
     # page cache, say). Nothing in round 2 changes a verdict of round 1.
-    queues: dict[tuple, collections.deque] = {}  # prompt -> its items, in order
-    for i, (task, _, answer) in enumerate(items):
-        queues.setdefault((task, gold_keys[task, id(answer)]), collections.deque()).append(i)
+    queues: dict = {}  # prompt -> its items, in order
+    for i, prompt in enumerate(prompt_of):
+        queues.setdefault(prompt, collections.deque()).append(i)
     reading_share = config.step_timeout / max(len(queues), 1)
     turns = [(0.0, n, prompt) for n, prompt in enumerate(queues)]  # (seconds read, order, prompt)
     unread = []  # past their prompt's share: read in round 2

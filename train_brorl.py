@@ -482,9 +482,10 @@ def next_prompts(n_tasks: int, position: int, count: int, seed: int) -> list[int
 def score_rollouts(tasks: list[dict], rollouts: rollout.Rollouts, cfg: Config, verify_cfg,
                    stats: reward.VerifyStats | None = None) -> torch.Tensor:
     """The verifiable reward of every rollout [S] (rollout s answers tasks[rollouts.group[s]])."""
+    groups = rollouts.group.tolist()
     items = [(tasks[g]["task"], text, tasks[g]["answer"])
-             for g, text in zip(rollouts.group.tolist(), rollouts.texts)]
-    rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, stats))
+             for g, text in zip(groups, rollouts.texts)]
+    rewards = torch.tensor(reward.score_batch(items, cfg.verify_workers, verify_cfg, stats, groups))
     # an unfinished response earns nothing, even with a \boxed{} answer
     if cfg.zero_truncated_reward:
         rewards[rollouts.truncated] = 0.0

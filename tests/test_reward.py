@@ -250,6 +250,20 @@ def test_answers_of_one_prompt_slow_to_verify_leave_another_prompts_correct_answ
     assert reward.score_batch(quick + correct, workers=1, config=config)[6:] == [1.0, 1.0]
 
 
+def test_problems_with_the_same_answer_named_as_two_prompts_get_a_share_each():
+    """Two problems whose answer is x^2+5x: known by their gold alone they are one prompt, and the
+    first's slow answers took the second's correct ones' time (both 0); named by the caller, each
+    has its own share."""
+    config = reward.VerifyConfig(timeout=1.0, step_timeout=5.0)
+    towers = [("math", f"\\boxed{{{k}^{{9^{{9^{{9}}}}}}}}", "x^2+5x") for k in range(2, 8)]
+    correct = [("math", f"\\boxed{{{answer}}}", "x^2+5x") for answer in ("x(x+5)", "5x+x^2")]
+    rewards = reward.score_batch(towers + correct, workers=1, config=config,
+                                 prompts=[0] * 6 + [1] * 2)
+    assert rewards[6:] == [1.0, 1.0]
+    with pytest.raises(ValueError, match="prompts names 2 items' prompts for 8 items"):
+        reward.score_batch(towers + correct, prompts=[0, 1])
+
+
 def test_checks_past_their_prompts_share_run_again_in_what_the_step_has_left():
     """One prompt's 12 correct answers need sympy ~0.06 s each, more than its 1/16 of a 6 s step
     beside 15 prompts of 12 quick checks each (so that none finishes early and leaves it its
