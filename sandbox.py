@@ -1517,7 +1517,8 @@ def serve_requests(check: Callable[[str, list], float], memory_mb: int, isolated
 
 class VerifierPool:
     """`workers` verifier processes, each started lazily and replaced when it overruns, dies, or
-    writes anything but the one reply line to the request it was given. A worker imports `module`
+    writes anything but the one reply line to the request it was given: by a spare, kept started
+    from the first replacement on, so that no check waits for a start. A worker imports `module`
     from a private copy of `files` (the module and what it imports) and runs its
     `serve(memory_mb, isolated)`, which calls serve_requests."""
 
@@ -1526,8 +1527,12 @@ class VerifierPool:
             raise ValueError(f"not a module name: {module!r}")
         self.memory_mb, self.files, self.module = memory_mb, tuple(files), module
         self.directory: str | None = None  # the copy of `files`, made when the first worker starts
-        self.procs: list[subprocess.Popen | None] = [None] * workers
-        self.in_bwrap = [False] * workers
+        # the workers' slots, then a spare's, started at the first replacement: the next one
+        self.workers, self.spare_wanted = workers, False
+        self.procs: list[subprocess.Popen | None] = [None] * (workers + 1)
+        self.in_bwrap = [False] * (workers + 1)
+        # a launched worker not yet ready: (when it must be, what it has written so far)
+        self.starting: list[tuple[float, bytes] | None] = [None] * (workers + 1)
         self.lock = threading.Lock()  # one run at a time: concurrent callers share this pool
 
     def command(self, isolation: list[str]) -> list[str]:
@@ -1547,36 +1552,68 @@ class VerifierPool:
                  f"{self.module}.serve({self.memory_mb}, {bool(isolation)})")
         return [*options, sys.executable, "-I", "-B", "-c", start]
 
-    def _start(self, slot: int) -> subprocess.Popen:
+    def _launch(self, slot: int) -> None:
+        """Start the slot's worker without waiting for it: it is ready once it says so (_await)."""
         isolation = _worker_isolation()
-        proc = _spawn(self.command(isolation), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                      stderr=subprocess.DEVNULL, bufsize=0, env={**os.environ, **WORKER_ENV},
-                      start_new_session=True, preexec_fn=_new_session_keyring())
-        deadline = time.monotonic() + 120
-        status, _ = _read_line(proc.stdout, b"", lambda: deadline - time.monotonic(),
-                               MAX_REPLY_BYTES)
-        self.procs[slot], self.in_bwrap[slot] = proc, bool(isolation)
-        if status != b"ready\n":
+        self.procs[slot] = _spawn(self.command(isolation), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+                                  env={**os.environ, **WORKER_ENV}, start_new_session=True,
+                                  preexec_fn=_new_session_keyring())
+        self.in_bwrap[slot] = bool(isolation)
+        self.starting[slot] = (time.monotonic() + 120, b"")
+
+    def _await(self, slot: int) -> None:
+        """Wait for the slot's launched worker to say it is ready (at most 120 s from its launch,
+        after what it wrote before: `starting`); one that says anything else, or nothing by then,
+        raises (the machine's fault, never a response's)."""
+        if self.starting[slot] is None:
+            return
+        limit, data = self.starting[slot]
+        data, _ = _read_line(self.procs[slot].stdout, data, lambda: limit - time.monotonic(),
+                             MAX_REPLY_BYTES)
+        self.starting[slot] = None
+        if data != b"ready\n":
             self._kill(slot)
-            why = status.decode(errors="replace").strip() or "it died"
+            why = data.decode(errors="replace").strip() or "it died"
             raise RuntimeError(f"sandbox.py: a verifier worker ({self.module}.serve under "
                                f"{sys.executable}) failed to start: {why}")
-        return proc
 
     def _kill(self, slot: int) -> None:
-        proc, self.procs[slot] = self.procs[slot], None
+        proc, self.procs[slot], self.starting[slot] = self.procs[slot], None, None
         if proc is not None:
             _end(proc, self.in_bwrap[slot])
             proc.stdin.close()
             proc.stdout.close()
 
     def _ready(self, slot: int) -> subprocess.Popen:
-        """The slot's worker, started first if it never was or died while idle."""
+        """The slot's worker, started first if it never was or died while idle, once ready."""
         proc = self.procs[slot]
-        if proc is None or _exited(proc):
+        if proc is None or (self.starting[slot] is None and _exited(proc)):
             self._kill(slot)
-            proc = self._start(slot)
-        return proc
+            self._launch(slot)
+        self._await(slot)
+        return self.procs[slot]
+
+    def _replace(self, slot: int) -> bool:
+        """Put the spare worker, ready or starting, in the emptied `slot`, or start one there:
+        whether the slot's worker is ready now."""
+        spare = self.workers
+        if self.procs[spare] is not None and self.starting[spare] is None \
+                and _exited(self.procs[spare]):
+            self._kill(spare)
+        if self.procs[spare] is None:
+            self._launch(spare)
+        for state in (self.procs, self.in_bwrap, self.starting):
+            state[slot], state[spare] = state[spare], state[slot]
+        self.spare_wanted = True
+        self._keep_spare()
+        return self.starting[slot] is None
+
+    def _keep_spare(self) -> None:
+        """Start the next spare once a replacement was needed and no worker is starting: one start
+        at a time, so that overruns that come faster than starts do not crowd the CPUs with them."""
+        if self.spare_wanted and self.procs[self.workers] is None and not any(self.starting):
+            self._launch(self.workers)
 
     def _send(self, slot: int, request: dict) -> None:
         line = (json.dumps(request) + "\n").encode()
@@ -1599,39 +1636,44 @@ class VerifierPool:
         jobs not finished by then are "over budget", and so is a job that overran its share of it,
         so slow jobs cannot leave later ones no time. `groups` (a label per job, a prompt's; by
         default each job its own) take turns and share the budget equally (StepBudget); a worker
-        that overran is replaced when next needed, charged to its job's group. `budget`: a step's,
+        that overran is replaced at once, while the others go on, its start counted as its job's
+        time. `budget`: a step's,
         shared with other checks (its groups include these). Calls from several threads take
         turns (each worker holds one request at a time)."""
         groups = range(len(jobs)) if groups is None else groups
         with self.lock:
             return self._run(jobs, timeout, deadline, groups,
-                             budget or StepBudget(deadline, len(self.procs), groups))
+                             budget or StepBudget(deadline, self.workers, groups))
 
     def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float,
              groups: Sequence, budget: "StepBudget") -> list[tuple[float, str]]:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = take_turns(groups)[::-1]
+        for slot in range(min(len(jobs), self.workers)):  # workers start side by side
+            proc = self.procs[slot]
+            if proc is None or (self.starting[slot] is None and _exited(proc)):
+                self._kill(slot)
+                self._launch(slot)
         # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget",
         # when it started, the seconds of the budget it holds)
         busy: dict[int, tuple[int, str, float, str, float, float]] = {}
         received: dict[int, bytes] = {}
-        owed: dict = {}  # slot -> the group of the job that overran its last worker
+        # slot -> (group, when its job started, seconds held) of a job that overran its worker,
+        # while the replacement (the spare, or one started at once beside the other workers'
+        # checks) is not ready: its time is the job's; None for a worker starting before any job
+        replacing: dict[int, tuple[object, float, float] | None] = {
+            slot: None for slot in range(self.workers) if self.starting[slot] is not None}
         while busy or (pending and time.monotonic() < deadline):
-            for slot in range(len(self.procs)):
-                while pending and slot not in busy and time.monotonic() < deadline:
+            for slot in range(self.workers):
+                while (pending and slot not in busy and slot not in replacing
+                       and time.monotonic() < deadline):
                     job = pending.pop()
                     share, held = budget.start(groups[job])
                     if share <= time.monotonic():  # its group's share is spent: over budget, not
                         budget.finish(groups[job], held, 0.0)  # sent, no worker started for it
                         continue
-                    # a worker started now takes none of the job's share; a replacement is
-                    # charged to the group whose job overran the last one, for every worker: no
-                    # job starts on any while it starts
-                    starting = time.monotonic()
+                    starting = time.monotonic()  # a first worker takes none of the job's share
                     self._ready(slot)
-                    if slot in owed:
-                        stalled = time.monotonic() - starting
-                        budget.charge(owed.pop(slot), len(self.procs) * stalled)
                     began = time.monotonic()
                     share = min(share + began - starting, deadline)
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
@@ -1640,11 +1682,27 @@ class VerifierPool:
                     late = "timeout" if own_time <= share else "over budget"
                     busy[slot] = (job, request_id, min(own_time, share), late, began, held)
                     received[slot] = b""
-            if not busy:  # every job left had no time
+            if not busy and not replacing:  # every job left had no time
                 break
-            first_deadline = min(job_deadline for _, _, job_deadline, *_ in busy.values())
-            wait = max(0.0, first_deadline - time.monotonic())
-            ready, _, _ = select.select([self.procs[slot].stdout for slot in busy], [], [], wait)
+            waits = [job_deadline for _, _, job_deadline, *_ in busy.values()]
+            waits += [self.starting[slot][0] for slot in replacing] + [deadline] * bool(pending)
+            wait = max(0.0, min(waits) - time.monotonic())
+            watched = [self.procs[slot].stdout for slot in [*busy, *replacing]]
+            ready = select.select(watched, [], [], wait)[0]
+            for slot in list(replacing):
+                limit, data = self.starting[slot]
+                chunk = os.read(self.procs[slot].stdout.fileno(), 1 << 16) \
+                    if self.procs[slot].stdout in ready else None
+                self.starting[slot] = (limit, data + (chunk or b""))
+                if (chunk and b"\n" not in data + chunk and len(data) <= MAX_REPLY_BYTES
+                        and time.monotonic() < limit):
+                    continue
+                if chunk is not None or time.monotonic() >= limit:
+                    self._await(slot)  # it said ready (or raises)
+                    if (job_of := replacing.pop(slot)) is not None:
+                        group, began, held = job_of
+                        budget.finish(group, held, time.monotonic() - began)
+                    self._keep_spare()
             for slot in list(busy):
                 job, request_id, job_deadline, late, began, held = busy[slot]
                 proc = self.procs[slot]
@@ -1658,10 +1716,16 @@ class VerifierPool:
                 else:
                     continue
                 del busy[slot]
-                if not keep:  # replaced when next needed
+                if not keep:  # no longer the process we started
                     self._kill(slot)
-                    owed[slot] = groups[job]
+                    if not self._replace(slot):
+                        replacing[slot] = (groups[job], began, held)
+                        continue
                 budget.finish(groups[job], held, time.monotonic() - began)
+        for job_of in replacing.values():  # still starting: ready for the next run
+            if job_of is not None:
+                group, began, held = job_of
+                budget.finish(group, held, time.monotonic() - began)
         return results
 
     def close(self) -> None:
@@ -1690,11 +1754,10 @@ def take_turns(groups: Sequence) -> list[int]:
 class StepBudget:
     """A step's budget, `workers` x the seconds until `deadline` (time.monotonic()), shared equally
     by the groups of its items (a prompt's checks), each group's share equally by its items not yet
-    started. A group is charged the seconds its items took, a worker's replacement after one of them
-    included: nothing one group's items do shortens another's share, but for a replacement made
-    after the group's last item, which the step pays (`charge`). What a group's item leaves
-    unused goes to the group's later items, and what a finished group leaves to the groups still
-    running. Items start and finish on any thread."""
+    started. A group is charged the seconds its items took, an item's including the replacement of
+    a worker it overran: what a group's items cost comes out of its own share first. What a group's
+    item leaves unused goes to the group's later items, and what a finished group leaves to the
+    groups still running. Items start and finish on any thread."""
 
     def __init__(self, deadline: float, workers: int, groups: Sequence):
         self.deadline = deadline
@@ -1717,14 +1780,6 @@ class StepBudget:
             self.to_start[group] -= 1
             self.charged[group] += held
             return now + held, held
-
-    def charge(self, group, seconds: float) -> None:
-        """`group` caused `seconds` more (a worker's replacement), after its items or not."""
-        with self.lock:
-            if group in self.unfinished:
-                self.charged[group] += seconds
-            else:
-                self.seconds -= seconds
 
     def finish(self, group, held: float, seconds: float) -> None:
         """An item of `group` that held `held` seconds of the budget took `seconds`."""

@@ -224,7 +224,7 @@ def test_a_worker_that_dies_mid_check_is_replaced_and_that_answer_scores_zero():
 
     def kill_worker_once_busy():  # what the kernel's OOM killer would do
         deadline = time.monotonic() + 60
-        while pool.procs[0] is None and time.monotonic() < deadline:
+        while (pool.procs[0] is None or pool.starting[0]) and time.monotonic() < deadline:
             time.sleep(0.01)
         time.sleep(0.5)  # the power tower is being checked now (it runs for minutes)
         killed.append(pool.procs[0].pid)
@@ -283,10 +283,9 @@ def test_checks_past_their_prompts_share_run_again_in_what_the_step_has_left():
     assert stats.over_budget == 0 and stats.rechecked > 0
 
 
-def test_verifier_workers_replaced_after_overruns_cost_their_prompt_every_workers_time():
-    """While a worker restarts, no check starts on any: 100 answers that each overrun their tiny
-    share (their workers replaced, ~0.7 s each) left 23 of another prompt's 30 correct answers
-    unchecked when the restart was charged for one worker."""
+def test_answers_that_overrun_and_replace_their_workers_leave_another_prompt_its_share():
+    """100 answers that each overrun their tiny share, each worker replaced (~0.7 s): 23 of another
+    prompt's 30 correct answers went unchecked while every replacement held up both workers."""
     towers = [("math", f"\\boxed{{10^{{10^{{{10 + k}}}}}}}", "5") for k in range(100)]
     forms = ["x^{2}+2x+1", "1+2x+x^{2}", "(1+x)^{2}", "(x+1)(x+1)", "x^{2}+1+2x", "x(x+2)+1",
              "2x+x^{2}+1", "(x+1)(1+x)", "x\\cdot x+2x+1", "x^{2}+2\\cdot x+1"]
@@ -294,6 +293,21 @@ def test_verifier_workers_replaced_after_overruns_cost_their_prompt_every_worker
                for k in range(3) for form in forms]
     config = reward.VerifyConfig(step_timeout=5.0)
     assert reward.score_batch(towers + correct, workers=2, config=config)[100:] == [1.0] * 30
+
+
+def test_a_prompt_whose_last_answer_overruns_pays_its_workers_replacement_in_its_own_share():
+    """8 prompts of one answer each that runs until its share is spent: their workers' replacements
+    came after their last check, so the step paid for them, and another prompt's 8 correct answers
+    scored 1-2 of 8 in a 12 s step."""
+    slow = [("math", "\\boxed{\\sum_{k=1}^{10000} k^{k}}", str(100 + i)) for i in range(8)]
+    forms = ["x^{2}+2x+1", "1+2x+x^{2}", "(1+x)^{2}", "(x+1)(x+1)", "x^{2}+1+2x", "x(x+2)+1",
+             "2x+x^{2}+1", "(x+1)(1+x)"]
+    correct = [("math", f"\\boxed{{{form}}}", "(x+1)^{2}") for form in forms]
+    started = [("math", f"\\boxed{{{answer}}}", "x^2+5x") for answer in ("x(x+5)", "5x+x^2")]
+    assert reward.score_batch(started, workers=2) == [1.0, 1.0]  # both workers started
+    config = reward.VerifyConfig(step_timeout=12.0)
+    assert reward.score_batch(slow + correct, workers=2, config=config)[8:] == [1.0] * 8
+
 
 def test_math_checked_first_leaves_a_code_prompt_of_the_same_step_its_share():
     """The step's math is checked before its programs run: one budget for both, so a prompt's

@@ -230,8 +230,10 @@ for line in sys.stdin:
 def test_a_worker_reply_that_is_not_exactly_the_answer_to_its_request_scores_zero_and_the_worker_goes(tmp_path, reply):  # noqa: E501
     pool = pool_importing(FAKE_WORKER % reply, tmp_path)
     try:
+        worker = pool._ready(0)
         assert pool.run([("math", ["1", "1"])], timeout=30) == [(0.0, "error")]
-        assert pool.procs[0] is None  # killed: it is no longer the process we started
+        # killed: it is no longer the process we started
+        assert worker.returncode is not None and pool.procs[0] is not worker
     finally:
         pool.close()
 
