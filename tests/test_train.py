@@ -175,20 +175,21 @@ def test_zero_truncated_reward_scores_a_cut_response_0_even_with_a_correct_answe
     assert rows["--zero-truncated-reward"]["reward_mean"] == 0.0
 
 
-def test_each_task_of_a_step_is_verified_in_its_own_share_of_the_steps_time():
-    """Two tasks whose answer is x^2+5x: the first's slow answers leave the second's correct ones
-    their share, as two prompts (reward.score_batch's prompts), not one gold's."""
+def test_each_task_of_a_step_is_verified_as_its_own_prompt(monkeypatch):
+    """Two tasks whose answer is x^2+5x are two prompts to the verifier, each with its own share of
+    the step's time (reward.score_batch's prompts), not one gold's."""
     same_answer = [{"task": "math", "prompt": "", "answer": "x^2+5x"}] * 2
-    texts = [f"\\boxed{{{k}^{{9^{{9^{{9}}}}}}}}" for k in range(2, 8)]
-    texts += ["\\boxed{x(x+5)}", "\\boxed{5x+x^2}"]
-    empty = torch.zeros(8, 1, dtype=torch.long)
+    texts = ["\\boxed{x(x+5)}", "\\boxed{5x+x^2}", "\\boxed{x^2+5x}"]
+    empty = torch.zeros(3, 1, dtype=torch.long)
     rollouts = rollout.Rollouts(empty, empty, empty, empty, empty.float(),
-                                torch.zeros(8, dtype=torch.bool), torch.tensor([0] * 6 + [1] * 2),
-                                texts)
-    cfg = train_brorl.Config(verify_workers=1)
-    verify_cfg = reward.VerifyConfig(timeout=1.0, step_timeout=5.0)
-    rewards = train_brorl.score_rollouts(same_answer, rollouts, cfg, verify_cfg)
-    assert rewards[6:].tolist() == [1.0, 1.0]
+                                torch.zeros(3, dtype=torch.bool), torch.tensor([0, 1, 1]), texts)
+    named = []
+    score_batch = reward.score_batch
+    monkeypatch.setattr(reward, "score_batch",
+                        lambda *args: named.append(args[4]) or score_batch(*args))
+    rewards = train_brorl.score_rollouts(same_answer, rollouts, train_brorl.Config(),
+                                         reward.VerifyConfig())
+    assert rewards.tolist() == [1.0, 1.0, 1.0] and named == [[0, 1, 1]]
 
 
 def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the_run(tmp_path):
