@@ -1523,11 +1523,18 @@ def serve(memory_mb: int, isolated: bool) -> None:
 
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
     sandbox.serve_requests(lambda kind, args: TASK_KINDS[kind].check(*args), memory_mb, isolated,
-                           warm_up=_math_verify_problem)
+                           warm_up=_warm_up)
 
 
-def _math_verify_problem() -> str | None:
-    """None if this math-verify gets WARM_UP_CHECKS right, else what is wrong and the fix."""
+def _warm_up() -> str | None:
+    """None if this math-verify gets WARM_UP_CHECKS right, else what is wrong and the fix; imports
+    Reasoning Gym (~0.5 s) where installed: a worker's first check must cost what any other does,
+    or a check in a share shorter than the import would be cut on every fresh worker, the worker
+    replaced by another as fresh, on and on."""
+    try:
+        import reasoning_gym  # noqa: F401
+    except ImportError:  # math only
+        pass
     for pred, gold, verdict in WARM_UP_CHECKS:
         if check_math(pred, gold) != verdict:
             from importlib.metadata import version

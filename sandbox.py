@@ -960,6 +960,18 @@ def _exited(proc: subprocess.Popen) -> bool:
             or os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None)
 
 
+def _killed_by_signal(proc: subprocess.Popen, wait: float = 1.0) -> bool:
+    """Whether `proc`, which closed its output, was killed by a signal, once it has exited (within
+    `wait` s; not reaped: see _exited)."""
+    deadline = time.monotonic() + wait
+    while proc.returncode is None and time.monotonic() < deadline:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is not None:
+            return info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+        time.sleep(0.01)
+    return (proc.returncode or 0) < 0
+
+
 def _end(proc: subprocess.Popen, in_bwrap: bool, wait: float = 5.0) -> None:
     """Kill `proc` (bubblewrap, or the script itself without it) and what it started, and reap it.
     In bubblewrap the sandbox's PID 1 dies first, the kernel then ends its PID namespace, and bwrap,
@@ -1562,21 +1574,28 @@ class VerifierPool:
         self.in_bwrap[slot] = bool(isolation)
         self.starting[slot] = (time.monotonic() + 120, b"")
 
-    def _await(self, slot: int) -> None:
+    def _await(self, slot: int) -> bool:
         """Wait for the slot's launched worker to say it is ready (at most 120 s from its launch,
-        after what it wrote before: `starting`); one that says anything else, or nothing by then,
-        raises (the machine's fault, never a response's)."""
+        after what it wrote before: `starting`): True once it has; False if it was killed first
+        (with the thread that started it, by bwrap's PDEATHSIG, say), started again. One that said
+        anything else, or exited, or said nothing by then, raises (the machine's fault, never a
+        response's)."""
         if self.starting[slot] is None:
-            return
+            return True
         limit, data = self.starting[slot]
-        data, _ = _read_line(self.procs[slot].stdout, data, lambda: limit - time.monotonic(),
-                             MAX_REPLY_BYTES)
+        proc = self.procs[slot]
+        data, _ = _read_line(proc.stdout, data, lambda: limit - time.monotonic(), MAX_REPLY_BYTES)
         self.starting[slot] = None
-        if data != b"ready\n":
-            self._kill(slot)
-            why = data.decode(errors="replace").strip() or "it died"
-            raise RuntimeError(f"sandbox.py: a verifier worker ({self.module}.serve under "
-                               f"{sys.executable}) failed to start: {why}")
+        if data == b"ready\n":
+            return True
+        killed = not data and _killed_by_signal(proc)
+        self._kill(slot)
+        if killed:
+            self._launch(slot)
+            return False
+        why = data.decode(errors="replace").strip() or "it died"
+        raise RuntimeError(f"sandbox.py: a verifier worker ({self.module}.serve under "
+                           f"{sys.executable}) failed to start: {why}")
 
     def _kill(self, slot: int) -> None:
         proc, self.procs[slot], self.starting[slot] = self.procs[slot], None, None
@@ -1587,20 +1606,21 @@ class VerifierPool:
 
     def _ready(self, slot: int) -> subprocess.Popen:
         """The slot's worker, started first if it never was or died while idle, once ready."""
-        proc = self.procs[slot]
-        if proc is None or (self.starting[slot] is None and _exited(proc)):
+        if self.procs[slot] is None or _exited(self.procs[slot]):
             self._kill(slot)
             self._launch(slot)
-        self._await(slot)
-        return self.procs[slot]
+        for _ in range(3):  # a worker killed as it starts is started again, twice at most
+            if self._await(slot):
+                return self.procs[slot]
+        raise RuntimeError(f"sandbox.py: verifier workers ({self.module}.serve under "
+                           f"{sys.executable}) were killed as they started, three times")
 
     def _replace(self, slot: int) -> bool:
         """Put the spare worker, ready or starting, in the emptied `slot`, or start one there:
         whether the slot's worker is ready now."""
         spare = self.workers
-        if self.procs[spare] is not None and self.starting[spare] is None \
-                and _exited(self.procs[spare]):
-            self._kill(spare)
+        if self.procs[spare] is not None and _exited(self.procs[spare]):
+            self._kill(spare)  # a worker dies with the thread that started it (bwrap's PDEATHSIG)
         if self.procs[spare] is None:
             self._launch(spare)
         for state in (self.procs, self.in_bwrap, self.starting):
@@ -1650,9 +1670,8 @@ class VerifierPool:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = take_turns(groups)[::-1]
         for slot in range(min(len(jobs), self.workers)):  # workers start side by side
-            proc = self.procs[slot]
-            if proc is None or (self.starting[slot] is None and _exited(proc)):
-                self._kill(slot)
+            if self.procs[slot] is None or _exited(self.procs[slot]):
+                self._kill(slot)  # dead while idle (with the thread that started it, say)
                 self._launch(slot)
         # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget",
         # when it started, the seconds of the budget it holds)
@@ -1665,8 +1684,9 @@ class VerifierPool:
             slot: None for slot in range(self.workers) if self.starting[slot] is not None}
         while busy or (pending and time.monotonic() < deadline):
             for slot in range(self.workers):
-                while (pending and slot not in busy and slot not in replacing
-                       and time.monotonic() < deadline):
+                # a slot never started (fewer jobs than workers) waits for a later run
+                while (pending and self.procs[slot] is not None and slot not in busy
+                       and slot not in replacing and time.monotonic() < deadline):
                     job = pending.pop()
                     share, held = budget.start(groups[job])
                     if share <= time.monotonic():  # its group's share is spent: over budget, not
@@ -1698,7 +1718,8 @@ class VerifierPool:
                         and time.monotonic() < limit):
                     continue
                 if chunk is not None or time.monotonic() >= limit:
-                    self._await(slot)  # it said ready (or raises)
+                    if not self._await(slot):  # killed as it started: started again
+                        continue
                     if (job_of := replacing.pop(slot)) is not None:
                         group, began, held = job_of
                         budget.finish(group, held, time.monotonic() - began)
