@@ -295,20 +295,6 @@ def test_answers_that_overrun_and_replace_their_workers_leave_another_prompt_its
     assert reward.score_batch(towers + correct, workers=2, config=config)[100:] == [1.0] * 30
 
 
-def test_a_prompt_whose_last_answer_overruns_pays_its_workers_replacement_in_its_own_share():
-    """8 prompts of one answer each that runs until its share is spent: their workers' replacements
-    came after their last check, so the step paid for them, and another prompt's 8 correct answers
-    scored 1-2 of 8 in a 12 s step."""
-    slow = [("math", "\\boxed{\\sum_{k=1}^{10000} k^{k}}", str(100 + i)) for i in range(8)]
-    forms = ["x^{2}+2x+1", "1+2x+x^{2}", "(1+x)^{2}", "(x+1)(x+1)", "x^{2}+1+2x", "x(x+2)+1",
-             "2x+x^{2}+1", "(x+1)(1+x)"]
-    correct = [("math", f"\\boxed{{{form}}}", "(x+1)^{2}") for form in forms]
-    started = [("math", f"\\boxed{{{answer}}}", "x^2+5x") for answer in ("x(x+5)", "5x+x^2")]
-    assert reward.score_batch(started, workers=2) == [1.0, 1.0]  # both workers started
-    config = reward.VerifyConfig(step_timeout=12.0)
-    assert reward.score_batch(slow + correct, workers=2, config=config)[8:] == [1.0] * 8
-
-
 def test_math_checked_first_leaves_a_code_prompt_of_the_same_step_its_share():
     """The step's math is checked before its programs run: one budget for both, so a prompt's
     slow math answers cannot spend a code prompt's share."""
@@ -380,3 +366,15 @@ def test_malformed_answers_are_clear_errors():
         reward.score("code", "```python\nprint(1)\n```", '{"tests": []}')
     with pytest.raises(ValueError, match="workers must be >= 1"):
         reward.score_batch([], workers=0)
+
+
+def test_a_worker_started_by_a_thread_that_has_ended_is_started_again_not_raised():
+    """A worker dies with the thread that started it (bwrap's --die-with-parent): a replacement
+    started during a call made on a short-lived thread was dead when the next call came, and that
+    call raised "failed to start" (14 of 30 such calls)."""
+    config = reward.VerifyConfig(timeout=1.0)
+    items = [("math", "\\boxed{(x+y+z+w)^{40}}", "2"), ("math", "\\boxed{\\sqrt{8}}", "2\\sqrt{2}")]
+    for _ in range(5):
+        with ThreadPoolExecutor(1) as caller:  # its thread ends with the block
+            assert caller.submit(reward.score_batch, items, 2, config).result()[0] == 0.0
+    assert reward.score_batch(items, workers=2, config=config) == [0.0, 1.0]
