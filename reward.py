@@ -1513,7 +1513,7 @@ WARM_UP_CHECKS = [("x(x+1)", "x^2+x", True), ("(-\\infty,3)", "[0,1]", False),
 WORKER_FILES = (os.path.abspath(__file__), os.path.abspath(sandbox.__file__))
 
 
-def serve(memory_mb: int, isolated: bool) -> None:
+def serve(memory_mb: int, isolated: bool, kinds: list[str]) -> None:
     """A verifier worker (started by sandbox.VerifierPool from a copy of this file): each request
     {"kind", "args"} is answered with `TASK_KINDS[kind].check(*args)`, args = [answer, gold], a
     score in [0, 1] (sandbox.serve_requests speaks the protocol). Math checks run in the worker
@@ -1523,18 +1523,16 @@ def serve(memory_mb: int, isolated: bool) -> None:
 
     logging.disable(logging.WARNING)  # math-verify warns about its disabled timeouts on every call
     sandbox.serve_requests(lambda kind, args: TASK_KINDS[kind].check(*args), memory_mb, isolated,
-                           warm_up=_warm_up)
+                           warm_up=lambda: _warm_up(kinds))
 
 
-def _warm_up() -> str | None:
+def _warm_up(kinds: list[str]) -> str | None:
     """None if this math-verify gets WARM_UP_CHECKS right, else what is wrong and the fix; imports
-    Reasoning Gym (~0.5 s) where installed: a worker's first check must cost what any other does,
-    or a check in a share shorter than the import would be cut on every fresh worker, the worker
-    replaced by another as fresh, on and on."""
-    try:
+    Reasoning Gym (~0.5 s) for a pool that has had its checks (`kinds`): a worker's first check
+    must cost what any other does, or a check in a share shorter than the import would be cut on
+    every fresh worker, the worker replaced by another as fresh, on and on."""
+    if "reasoning_gym" in kinds:
         import reasoning_gym  # noqa: F401
-    except ImportError:  # math only
-        pass
     for pred, gold, verdict in WARM_UP_CHECKS:
         if check_math(pred, gold) != verdict:
             from importlib.metadata import version

@@ -1532,7 +1532,8 @@ class VerifierPool:
     writes anything but the one reply line to the request it was given: by a spare, kept started
     from the first replacement on, so that no check waits for a start. A worker imports `module`
     from a private copy of `files` (the module and what it imports) and runs its
-    `serve(memory_mb, isolated)`, which calls serve_requests."""
+    `serve(memory_mb, isolated, kinds)` (kinds: of the jobs it may get, to warm up), which calls
+    serve_requests."""
 
     def __init__(self, workers: int, memory_mb: int, files: Sequence[str], module: str):
         if not module.isidentifier():
@@ -1541,6 +1542,7 @@ class VerifierPool:
         self.directory: str | None = None  # the copy of `files`, made when the first worker starts
         # the workers' slots, then a spare's, started at the first replacement: the next one
         self.workers, self.spare_wanted = workers, False
+        self.kinds: set[str] = set()  # of the jobs run so far: a worker started later warms them up
         self.procs: list[subprocess.Popen | None] = [None] * (workers + 1)
         self.in_bwrap = [False] * (workers + 1)
         # a launched worker not yet ready: (when it must be, what it has written so far)
@@ -1561,7 +1563,7 @@ class VerifierPool:
             options = [*_worker_options(((self.directory, WORKER_DIR),)), "--"]
             directory = WORKER_DIR
         start = (f"import sys; sys.path.insert(0, {directory!r}); import {self.module}; "
-                 f"{self.module}.serve({self.memory_mb}, {bool(isolation)})")
+                 f"{self.module}.serve({self.memory_mb}, {bool(isolation)}, {sorted(self.kinds)})")
         return [*options, sys.executable, "-I", "-B", "-c", start]
 
     def _launch(self, slot: int) -> None:
@@ -1662,6 +1664,7 @@ class VerifierPool:
         turns (each worker holds one request at a time)."""
         groups = range(len(jobs)) if groups is None else groups
         with self.lock:
+            self.kinds.update(kind for kind, _ in jobs)
             return self._run(jobs, timeout, deadline, groups,
                              budget or StepBudget(deadline, self.workers, groups))
 

@@ -109,7 +109,8 @@ def assert_same_training(ddp_dir: Path, fsdp_dir: Path) -> dict:
     return fsdp
 
 
-@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+@pytest.mark.parametrize("tied", [pytest.param(False, marks=pytest.mark.slow), True],
+                         ids=["untied", "tied"])  # the tied output layer is the harder case
 def test_fsdp2_on_two_cpu_processes_trains_exactly_what_ddp_trains(tied, tied_model_dir, ddp_run,
                                                                    tmp_path):
     """In fp32 (`--mixed_precision no`) sharding changes only the order of float sums: the same

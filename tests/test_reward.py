@@ -295,6 +295,20 @@ def test_answers_that_overrun_and_replace_their_workers_leave_another_prompt_its
     assert reward.score_batch(towers + correct, workers=2, config=config)[100:] == [1.0] * 30
 
 
+def test_a_prompt_whose_last_answer_overruns_pays_its_workers_replacement_in_its_own_share():
+    """8 prompts of one answer each that runs until its share is spent: their workers' replacements
+    came after their last check, so the step paid for them, and another prompt's 8 correct answers
+    scored 1-2 of 8 in a 12 s step."""
+    slow = [("math", "\\boxed{\\sum_{k=1}^{10000} k^{k}}", str(100 + i)) for i in range(8)]
+    forms = ["x^{2}+2x+1", "1+2x+x^{2}", "(1+x)^{2}", "(x+1)(x+1)", "x^{2}+1+2x", "x(x+2)+1",
+             "2x+x^{2}+1", "(x+1)(1+x)"]
+    correct = [("math", f"\\boxed{{{form}}}", "(x+1)^{2}") for form in forms]
+    started = [("math", f"\\boxed{{{answer}}}", "x^2+5x") for answer in ("x(x+5)", "5x+x^2")]
+    assert reward.score_batch(started, workers=2) == [1.0, 1.0]  # both workers started
+    config = reward.VerifyConfig(step_timeout=12.0)
+    assert reward.score_batch(slow + correct, workers=2, config=config)[8:] == [1.0] * 8
+
+
 def test_math_checked_first_leaves_a_code_prompt_of_the_same_step_its_share():
     """The step's math is checked before its programs run: one budget for both, so a prompt's
     slow math answers cannot spend a code prompt's share."""

@@ -273,7 +273,7 @@ def test_a_worker_that_fails_to_start_leaves_later_workers_in_bubblewrap(tmp_pat
     sign that bubblewrap cannot run it: it raises, and the next worker starts in bubblewrap."""
     if sandbox.sandbox().mode != "bwrap":
         pytest.skip("bubblewrap cannot run here")
-    (tmp_path / "complains.py").write_text("def serve(memory_mb, isolated):\n"
+    (tmp_path / "complains.py").write_text("def serve(memory_mb, isolated, kinds):\n"
                                            "    print('not warmed up', flush=True)\n")
     failing = sandbox.VerifierPool(1, 2048, files=[str(tmp_path / "complains.py")],
                                    module="complains")
