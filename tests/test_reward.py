@@ -1,5 +1,6 @@
 """reward.py: answer extraction and checking, as the training loop calls it."""
 
+import dataclasses
 import random
 import threading
 import time
@@ -303,9 +304,12 @@ def test_a_prompt_whose_last_answer_overruns_pays_its_workers_replacement_in_its
     forms = ["x^{2}+2x+1", "1+2x+x^{2}", "(1+x)^{2}", "(x+1)(x+1)", "x^{2}+1+2x", "x(x+2)+1",
              "2x+x^{2}+1", "(x+1)(1+x)"]
     correct = [("math", f"\\boxed{{{form}}}", "(x+1)^{2}") for form in forms]
+    # a pool of its own, math only: one that has had Reasoning Gym checks starts each worker 0.5 s
+    # slower, and overruns this fast then outpace the starts (docs/verifiers.md, known limits)
+    config = reward.VerifyConfig(worker_memory_mb=2000)
     started = [("math", f"\\boxed{{{answer}}}", "x^2+5x") for answer in ("x(x+5)", "5x+x^2")]
-    assert reward.score_batch(started, workers=2) == [1.0, 1.0]  # both workers started
-    config = reward.VerifyConfig(step_timeout=12.0)
+    assert reward.score_batch(started, workers=2, config=config) == [1.0, 1.0]  # both started
+    config = dataclasses.replace(config, step_timeout=12.0)
     assert reward.score_batch(slow + correct, workers=2, config=config)[8:] == [1.0] * 8
 
 
