@@ -4,7 +4,8 @@ Copy this file and sandbox.py (how untrusted answers and programs run) into anot
 two import nothing else from this project.
 
     score(task, response, answer) -> float                    one response
-    score_batch(items, workers=2, config=None, stats=None)   a step: [(task, response, answer)]
+    score_batch(items, workers=2, config=None, stats=None, prompts=None)
+                                   a step: [(task, response, answer)], prompts[i] item i's prompt
 
 `task` names the verifier, one entry of TASK_KINDS (score, score_batch, the workers and the command
 line all read that table, so a new kind is one entry):
