@@ -962,14 +962,15 @@ def _exited(proc: subprocess.Popen) -> bool:
 
 def _killed_by_signal(proc: subprocess.Popen, wait: float = 1.0) -> bool:
     """Whether `proc`, which closed its output, was killed by a signal, once it has exited (within
-    `wait` s; not reaped: see _exited)."""
+    `wait` s; not reaped: see _exited): itself, or the interpreter bubblewrap runs as PID 1, whose
+    death by signal n bwrap reports as its exit status 128 + n."""
     deadline = time.monotonic() + wait
     while proc.returncode is None and time.monotonic() < deadline:
         info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         if info is not None:
-            return info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+            return info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) or info.si_status > 128
         time.sleep(0.01)
-    return (proc.returncode or 0) < 0
+    return not 0 <= (proc.returncode or 0) <= 128
 
 
 def _end(proc: subprocess.Popen, in_bwrap: bool, wait: float = 5.0) -> None:

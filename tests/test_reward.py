@@ -1,7 +1,9 @@
 """reward.py: answer extraction and checking, as the training loop calls it."""
 
 import dataclasses
+import os
 import random
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -397,3 +399,31 @@ def test_a_worker_started_by_a_thread_that_has_ended_is_started_again_not_raised
         with ThreadPoolExecutor(1) as caller:  # its thread ends with the block
             rewards = caller.submit(reward.score_batch, items, 2, config).result()
             assert rewards[:3] == [0.0] * 3
+
+
+def test_a_worker_killed_as_it_starts_is_started_again_not_raised():
+    """The kernel's OOM killer or a `kill` hits the worker's interpreter, which bubblewrap runs as
+    PID 1 of its namespace and reports dead by exit status 137, not by a signal: that start raised
+    "failed to start" (5 of 5)."""
+    killed = []
+
+    def kill_the_first_interpreter():
+        deadline = time.monotonic() + 30
+        while not killed and time.monotonic() < deadline:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        command = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if not command[0].endswith(b"bwrap") and any(b"reward.serve(" in part
+                                                             for part in command):
+                    os.kill(int(pid), signal.SIGKILL)
+                    killed.append(pid)
+                    break
+            time.sleep(0.005)
+
+    threading.Thread(target=kill_the_first_interpreter, daemon=True).start()
+    config = reward.VerifyConfig(worker_memory_mb=1999)  # a pool of its own: its workers start now
+    items = [("math", "\\boxed{x(x+1)}", "x^2+x"), ("math", "\\boxed{2x+2}", "2(x+1)")]
+    assert reward.score_batch(items, workers=2, config=config) == [1.0, 1.0] and killed
