@@ -298,6 +298,7 @@ def test_answers_that_overrun_and_replace_their_workers_leave_another_prompt_its
     assert reward.score_batch(towers + correct, workers=2, config=config)[100:] == [1.0] * 30
 
 
+@pytest.mark.slow  # a 12 s step
 def test_a_prompt_whose_last_answer_overruns_pays_its_workers_replacement_in_its_own_share():
     """8 prompts of one answer each that runs until its share is spent: their workers' replacements
     came after their last check, so the step paid for them, and another prompt's 8 correct answers
