@@ -1674,8 +1674,7 @@ class VerifierPool:
         results: list[tuple[float, str]] = [(0.0, "over budget")] * len(jobs)
         pending = take_turns(groups)[::-1]
         for slot in range(min(len(jobs), self.workers)):  # workers start side by side
-            if self.procs[slot] is None or _exited(self.procs[slot]):
-                self._kill(slot)  # dead while idle (with the thread that started it, say)
+            if self.procs[slot] is None:
                 self._launch(slot)
         # slot -> (job index, request id, deadline, its status if late: "timeout" or "over budget",
         # when it started, the seconds of the budget it holds)
@@ -1683,7 +1682,8 @@ class VerifierPool:
         received: dict[int, bytes] = {}
         # slot -> (group, when its job started, seconds held) of a job that overran its worker,
         # while the replacement (the spare, or one started at once beside the other workers'
-        # checks) is not ready: its time is the job's; None for a worker starting before any job
+        # checks) is not ready: its time is the job's; None for one started with no job to charge
+        # (a first worker, or one dead while idle)
         replacing: dict[int, tuple[object, float, float] | None] = {
             slot: None for slot in range(self.workers) if self.starting[slot] is not None}
         while busy or (pending and time.monotonic() < deadline):
@@ -1691,15 +1691,17 @@ class VerifierPool:
                 # a slot never started (fewer jobs than workers) waits for a later run
                 while (pending and self.procs[slot] is not None and slot not in busy
                        and slot not in replacing and time.monotonic() < deadline):
+                    if _exited(self.procs[slot]):  # dead while idle (with the thread that
+                        self._kill(slot)  # started it, say): started again beside the others
+                        self._launch(slot)
+                        replacing[slot] = None
+                        break
                     job = pending.pop()
                     share, held = budget.start(groups[job])
                     if share <= time.monotonic():  # its group's share is spent: over budget, not
                         budget.finish(groups[job], held, 0.0)  # sent, no worker started for it
                         continue
-                    starting = time.monotonic()  # a first worker takes none of the job's share
-                    self._ready(slot)
                     began = time.monotonic()
-                    share = min(share + began - starting, deadline)
                     request_id = secrets.token_hex(16)  # a reply must name it: nothing else answers
                     self._send(slot, {"id": request_id, "kind": jobs[job][0], "args": jobs[job][1]})
                     own_time = began + timeout
