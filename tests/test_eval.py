@@ -267,9 +267,9 @@ def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refus
     before = samples.read_text()
     other_model = shutil.copytree(untrained_model_dir, tmp_path / "other-model")
     for model, changed, named in [(other_model, (), "model"),
-                                  (untrained_model_dir, ("--temperature", "1.0"), "temperature"),
-                                  (untrained_model_dir, ("--samples", "3", "--max-new-tokens", "9"),
-                                   "samples, max_new_tokens")]:
+                                  (untrained_model_dir, ("--temperature", "1.0", "--samples", "3",
+                                                         "--max-new-tokens", "9"),
+                                   "temperature, samples, max_new_tokens")]:
         result = eval_cli(model, out, *args, *changed, check=False)
         assert (result.returncode != 0
                 and len(result.stderr.strip().splitlines()) == 1), result.stderr
