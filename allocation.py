@@ -1,7 +1,8 @@
 """Rollouts per prompt (--allocation): how a step's budget of prompts_per_step x N rollouts is
 spread over its prompts. The paper gives every prompt the same N (arXiv 2510.01180, Sec. 3); the
-other allocation here is a research instrument beside it, plugged into the step by one call in
-`train_brorl.sample_groups` and one key of the checkpoint (run.py):
+other allocation here is a research instrument beside it, plugged into the trainer as
+`run.allocation`: `sample` and `record` in `train_brorl.sample_groups`, `metrics` in the step's
+logs, `checks` in `train_brorl.validate`, and one key of the checkpoint (run.py):
 
 - `fixed`: N rollouts for every prompt (the default);
 - `knapsack`: screen every prompt with screen_rollouts, then give the rest of the budget where a

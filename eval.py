@@ -54,8 +54,8 @@ import coverage
 import reward
 import rollout
 import sandbox
+from checkpoints import resolve_model_dir
 from rollout import load_policy, load_tokenizer, model_fingerprint
-from run import resolve_model_dir
 from tasks import InputError, check_answers, load_tasks
 
 

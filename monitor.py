@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+import checkpoints
 import coverage
 import rollout
-import run
 import update
 
 
@@ -150,7 +150,7 @@ def load_or_draw_probes(path: Path, source: Path | None, draw: Callable[[], dict
         else:
             torch.save(draw(), path)
     wait_for_everyone()
-    probes = run.read_plain_data(path)
+    probes = checkpoints.read_plain_data(path)
     if "base" not in probes:
         probes["base"] = probe_logprobs(policy, probes, update_cfg)
         alone = probe_logprobs(policy, probes, update_cfg, micro_batch_tokens=1)

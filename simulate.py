@@ -368,9 +368,9 @@ class TokenSampler:
 
     Small n: torch.multinomial. Large n: inverse-CDF sampling with the n uniforms generated already
     sorted (normalised cumulative sums of n + 1 exponential spacings are distributed as sorted
-    uniforms), so the binary searches walk the CDF in order: ~3x faster than torch.multinomial at
-    n = 51,200, exact up to float64 rounding. Buffers are reused: on this machine fresh multi-MB
-    allocations every step cost more (page faults) than the arithmetic.
+    uniforms), so the binary searches walk the CDF in order (faster than torch.multinomial at
+    n = 51,200), exact up to float64 rounding. Buffers are reused: fresh multi-MB allocations every
+    step cost more (page faults) than the arithmetic.
     """
 
     MULTINOMIAL_MAX = 4096  # above this, inverse-CDF sampling is faster
@@ -400,12 +400,12 @@ class TokenSampler:
                                   out=self.tokens).clamp_(max=p.shape[1] - 1)
 
 
-def run_steps(cfg: SimConfig, n: int) -> int:
+def steps_at(cfg: SimConfig, n: int) -> int:
     """Steps at N: cfg.steps (equal steps, Fig. 3), or cfg.samples / N (equal samples)."""
     return cfg.samples // n if cfg.samples else cfg.steps
 
 
-def run_lr(cfg: SimConfig, n: int) -> float:
+def lr_at(cfg: SimConfig, n: int) -> float:
     """The learning rate at N: cfg.lr, or cfg.lr·N with linear scaling. SGD on the mean over the
     N draws then moves the logits by lr per draw at every N, so at equal samples every N takes the
     same expected step, up to the batch-mean baseline's factor (1 - 1/N)."""
@@ -421,13 +421,13 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
     """The given seeds at one N, one row of logits per seed: {metric: [steps + 1,
     len(seed_indices)]}.
 
-    One N at a time keeps the [seeds, V] working set in cache (stacking all N was slower), and every
-    [seeds, V] buffer is allocated once.
+    One N at a time keeps the [seeds, V] working set in cache, and every [seeds, V] buffer is
+    allocated once.
     """
     z0, correct = initial_state(cfg)
     rewards = torch.where(correct, 1.0, -1.0)
     z = z0.expand(len(seed_indices), -1).clone().requires_grad_(True)  # [S, V]
-    lr = run_lr(cfg, n)
+    lr = lr_at(cfg, n)
     optimizer = (torch.optim.AdamW([z], lr=lr, weight_decay=cfg.weight_decay, fused=True)
                  if cfg.optimizer == "adamw" else torch.optim.SGD([z], lr=lr))
     sample_tokens = TokenSampler(cfg.vocab, n, [seed_generator(cfg, n, s) for s in seed_indices])
@@ -444,7 +444,7 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
 
     with torch.no_grad():
         record(softmax_(z, p, cfg.temperature))
-        for _ in range(run_steps(cfg, n)):
+        for _ in range(steps_at(cfg, n)):
             tokens = sample_tokens(p)  # [S, N]
             drawn_rewards = rewards[tokens]
             # surrogate -(1/N) Σ_j r̃_j·p_{token j}, r̃_j = R_j - mean(R) (rewards centred on the
@@ -490,7 +490,7 @@ def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tens
               for part in torch.arange(cfg.seeds).tensor_split(min(workers, cfg.seeds))]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         futures = {n: [pool.submit(_simulate_one, cfg, n, part, 1) for part in slices]
-                   for n in sorted(cfg.ns, key=lambda n: -run_steps(cfg, n) * (cfg.vocab + n))}
+                   for n in sorted(cfg.ns, key=lambda n: -steps_at(cfg, n) * (cfg.vocab + n))}
         parts = {n: [f.result() for f in futures[n]] for n in cfg.ns}
     return {n: {name: torch.cat([part[name] for part in parts[n]], dim=1) for name in parts[n][0]}
             for n in cfg.ns}

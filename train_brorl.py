@@ -57,12 +57,12 @@ from tqdm import tqdm
 
 import benchmarks
 import eval as evaluation
-import allocation as allocations  # (the module; `allocation` is a Config field)
 import monitor
 import reward
 import rollout
 import sandbox
 import update
+from allocation import ALLOCATIONS, checks as allocation_checks
 from run import (RESUME_MAY_CHANGE, Run, config_changes, remove_leftovers, saved_config, setup,
                  where_to_resume, write_failure)
 from tasks import InputError
@@ -105,7 +105,7 @@ class Config:
     """training tasks (jsonl with prompt, answer, task)"""
     test_data: str = str(DATA_DIR / "arith_test.jsonl")
     """held-out tasks for the periodic evaluation"""
-    chat_template: bool = True
+    chat_template: bool = evaluation.EvalSettings.chat_template
     """wrap prompts in the tokenizer's chat template when it has one"""
     # ---- rollouts (paper Sec. 3: BroRL N=512 x 128 prompts, ProRL N=16 x 512) ----
     n_rollouts: int = rollout.SamplingParams.n
@@ -113,7 +113,7 @@ class Config:
     prompts_per_step: int = 32
     """prompts sampled per step"""
     # the choices are allocation.ALLOCATIONS's names
-    allocation: Literal[tuple(allocations.ALLOCATIONS)] = "fixed"
+    allocation: Literal[tuple(ALLOCATIONS)] = "fixed"
     """fixed: N rollouts per prompt (the paper); knapsack: screen every prompt, then spend the rest
     of prompts_per_step x N where a group most likely becomes informative (N: the mean)"""
     screen_rollouts: int = 4
@@ -215,7 +215,7 @@ class Config:
     probe_samples: int = 8
     """samples per probe prompt at step 0; the first correct one becomes the prompt's probe"""
     # ---- verifiers (reward.py) ----
-    verify_workers: int = 2
+    verify_workers: int = evaluation.EvalSettings.verify_workers
     """verifier processes for math / Reasoning Gym, and programs run at once for code"""
     verify_timeout: float = reward.VerifyConfig.timeout
     """limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0)"""
@@ -292,12 +292,9 @@ PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step
                               total_steps=535, lr=LR_PRORL)
 # One 80 GB GPU, `python train_brorl.py --preset brorl-1gpu --model-revision REV`: the recipe with
 # BroRL's N=512 over 16 prompts, ProRL's batch B_0 (8,192 samples), so η = η_0 by the square-root
-# rule (open: the paper ran 8+ GPUs). Memory at 1.78B: fp32 weights and AdamW's moments stay on the
-# GPU while vLLM samples (16 bytes per parameter, gradients freed: 21 GB of 80); vLLM takes 60% (48
-# GB: bf16 weights 3.6, the rest KV cache, ~1.4M tokens); the update is bf16 autocast with
-# compiled layers, every 2nd checkpointed, over passes of 16K tokens: on one H100 1.4x / 1.28x the
-# tokens/s of all layers checkpointed over 32K (full-length / skewed rows, peak 60 GB with a 16.7K
-# row: bench/RESULTS.md).
+# rule (open: the paper ran 8+ GPUs). vLLM takes 60% of the GPU beside the fp32 weights and AdamW's
+# moments (docs/scaling.md); the update's compiled layers, every 2nd checkpointed, over passes of
+# 16K tokens are the fastest one H100 measured (bench/RESULTS.md).
 PRESETS["brorl-1gpu"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=16, lr=LR_PRORL,
                              total_steps=200, gpu_memory_utilization=0.6, verify_workers=8,
                              micro_batch_tokens=16384, checkpoint_every=2, compile_layers=True)
@@ -350,7 +347,7 @@ def validate(cfg: Config) -> None:
          f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its "
          "ProRLv2 commit, and the repository's main branch later received the BroRL checkpoint "
          "(see docs/scaling.md)"),
-        *allocations.checks(cfg),
+        *allocation_checks(cfg),
     ]
     for ok, message in checks:
         if not ok:
@@ -456,11 +453,15 @@ class Groups:
     verify_stats: reward.VerifyStats
 
 
+# step_generator's streams: the first round's rollouts (with --allocation knapsack the screening,
+# then the allocated rollouts); the mini-batch split (merge_duplicates records it in the batch, and
+# the update follows the record); the r-th refill's rollouts are stream SPLIT + r
+ROLLOUTS, SPLIT = 0, 1
+
+
 def step_generator(cfg: Config, step: int, stream: int, process: int = 0) -> torch.Generator:
-    """A fresh generator per (step, purpose, process): a resumed run draws exactly what an
-    uninterrupted one would. Streams: 0 the first round's rollouts (with --allocation knapsack the
-    screening, then the allocated rollouts), 1 the mini-batch split (merge_duplicates and
-    ppo_update must draw the same one), 1 + r the r-th refill's rollouts."""
+    """A fresh generator per (step, stream, process): a resumed run draws exactly what an
+    uninterrupted one would."""
     seed = cfg.seed * 1_000_003 + step * 17 + stream + process * 1_000_000_007
     return torch.Generator().manual_seed(seed)
 
@@ -540,7 +541,7 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         run.data_position += cfg.prompts_per_step
         prompt_ids = rollout.encode_prompts(run.tokenizer, [t["prompt"] for t in round_tasks],
                                             cfg.chat_template)
-        generator = step_generator(cfg, step, 0 if refill == 0 else 1 + refill, run.rank)
+        generator = step_generator(cfg, step, ROLLOUTS if refill == 0 else SPLIT + refill, run.rank)
         rollouts, rewards = run.allocation.sample(
             lambda counts: sample(prompt_ids, round_tasks, generator, counts), round_ids)
         round_rollouts.append(rollouts)
@@ -594,8 +595,7 @@ def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Te
                              weights, rollouts.logprobs[rows])
 
 
-def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateConfig,
-                  generator: torch.Generator) -> dict:
+def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateConfig) -> dict:
     """The clipped policy-gradient step against π_old (and π_ref if β > 0), when any process kept
     a row; with how far the sampler's log-probs were from the trainer's."""
     stats = dict.fromkeys(update.UPDATE_STATS, 0.0)
@@ -608,7 +608,7 @@ def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateC
         ref_logprobs = (update.batch_logprobs(run.ref_policy, batch, update_cfg)
                         if run.ref_policy is not None else None)
         stats = update.ppo_update(run.policy, run.optimizer, batch, old_logprobs, update_cfg,
-                                  ref_logprobs, generator)
+                                  ref_logprobs)
     return {**stats, **mismatch}
 
 
@@ -715,17 +715,17 @@ def train(cfg: Config) -> Path:
         advantages = update.ADVANTAGES[cfg.advantage](groups.rewards[kept_rows], group[kept_rows])
         weights = update.prompt_weights(group, cfg.n_rollouts)[kept_rows]
         batch = update.merge_duplicates(rows_batch(groups.rollouts, kept_rows, advantages, weights),
-                                        cfg.minibatches, step_generator(cfg, step, 1, run.rank))
+                                        cfg.minibatches, step_generator(cfg, step, SPLIT, run.rank))
 
         # ALGO LOGIC: the clipped policy-gradient step, watched by the knowledge-shrinkage monitor
         # (did any correct response lose probability?)
         watched = monitor.monitor_rows(groups.rollouts, groups.rewards, cfg.shrink_monitor_samples)
         watch = monitor.ShrinkageWatch(run.policy, rows_batch(groups.rollouts, watched), update_cfg)
-        update_stats = policy_update(run, batch, update_cfg, step_generator(cfg, step, 1, run.rank))
+        update_stats = policy_update(run, batch, update_cfg)
+        shrink = watch.after(run.policy)
         if run.ref_policy is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
             # ProRL's reference reset; the optimizer state is kept
             run.reset_reference(step)
-        shrink = watch.after(run.policy)
         run.engine_wake()  # vLLM loads the updated weights: the next rollouts sample them
 
         # TRY NOT TO MODIFY: logging, evaluation, checkpoint

@@ -62,6 +62,41 @@ def all_max(tensor: torch.Tensor) -> torch.Tensor:
     return _all_reduce(tensor, dist.ReduceOp.MAX)
 
 
+# The update's settings and its batch --------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class UpdateConfig:
+    eps_low: float = 0.2
+    eps_high: float = 0.28
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    minibatches: int = 2
+    micro_batch_tokens: int = 16384
+    max_grad_norm: float = 1.0
+    temperature: float = 1.0  # the sampler's T: log-probs of the tempered softmax it drew from
+    logprob_chunk_tokens: int = 4096
+    tis_cap: float = 0.0  # C of truncated importance sampling; 0: off
+
+
+@dataclass
+class TrainBatch:
+    """The rollouts kept for the update, as plain tensors (B rollouts)."""
+
+    prompt_ids: torch.Tensor  # [B, P] left-padded
+    prompt_mask: torch.Tensor  # [B, P]
+    response_ids: torch.Tensor  # [B, R] right-padded
+    response_mask: torch.Tensor  # [B, R]
+    advantages: torch.Tensor  # [B]
+    # [B] each row's weight in the loss: N / n_g for a prompt given n_g rollouts (1 at fixed N)
+    # times its multiplicity (see merge_duplicates); None: all 1
+    weights: torch.Tensor | None = None
+    # [B, R] the inference engine's log-probs, when known
+    sampler_logprobs: torch.Tensor | None = None
+    # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
+    minibatch: torch.Tensor | None = None
+
+
 # ALGO LOGIC: advantages ---------------------------------------------------------------------------
 # Every estimator maps the step's rewards [S] to advantages [S], rollout s answering prompt group[s]
 # (groups may differ in size: the per-prompt allocation gives prompts different N), so
@@ -231,7 +266,7 @@ class Pack:
                     self.live.to(device))
 
 
-def pack_rows(batch: "TrainBatch", rows: list[int]) -> Pack:
+def pack_rows(batch: TrainBatch, rows: list[int]) -> Pack:
     """The rows as one `Pack` (every row needs a prompt token: it predicts the first response
     token).
 
@@ -523,7 +558,7 @@ def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
     and max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old),
     estimated from the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance
     estimator), in float64 with expm1: for an fp32 engine |Δ| is ~1e-6 and k3 ~1e-12, below
-    float32's rounding of exp(Δ) - 1, which gave k3 a random sign."""
+    float32's rounding of exp(Δ) - 1, which would give k3 a random sign."""
     live = mask.bool()
     delta = (old_logprobs - sampler_logprobs)[live].double()
     if delta.numel() == 0:
@@ -534,7 +569,7 @@ def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
 
 
 def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                   mask: torch.Tensor, cfg: "UpdateConfig",
+                   mask: torch.Tensor, cfg: UpdateConfig,
                    sampler_logprobs: torch.Tensor | None = None,
                    ref_logprobs: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -571,38 +606,6 @@ def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantage
 
 
 # ALGO LOGIC: the update ---------------------------------------------------------------------------
-
-
-@dataclass(kw_only=True)
-class UpdateConfig:
-    eps_low: float = 0.2
-    eps_high: float = 0.28
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    minibatches: int = 2
-    micro_batch_tokens: int = 16384
-    max_grad_norm: float = 1.0
-    temperature: float = 1.0
-    logprob_chunk_tokens: int = 4096
-    tis_cap: float = 0.0  # C of truncated importance sampling; 0: off
-
-
-@dataclass
-class TrainBatch:
-    """The rollouts kept for the update, as plain tensors (B rollouts)."""
-
-    prompt_ids: torch.Tensor  # [B, P] left-padded
-    prompt_mask: torch.Tensor  # [B, P]
-    response_ids: torch.Tensor  # [B, R] right-padded
-    response_mask: torch.Tensor  # [B, R]
-    advantages: torch.Tensor  # [B]
-    # [B] each row's weight in the loss: N / n_g for a prompt given n_g rollouts (1 at fixed N)
-    # times its multiplicity (see merge_duplicates); None: all 1
-    weights: torch.Tensor | None = None
-    # [B, R] the inference engine's log-probs, when known
-    sampler_logprobs: torch.Tensor | None = None
-    # [B] PPO mini-batch of each row (merge_duplicates); None: ppo_update draws
-    minibatch: torch.Tensor | None = None
 
 
 def split_minibatches(weights: torch.Tensor, minibatches: int,

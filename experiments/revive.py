@@ -60,7 +60,7 @@ from revive_report import (TEST_DATA, branch_dir, branch_finished, branch_key,  
                            check_merge, check_seed_origin, mean, merged_seeds, pass1_by_level,
                            read_metrics, read_origin, read_results, run_origin, seed_summary,
                            summarise, write_results)
-from run import latest_checkpoint  # noqa: E402
+from checkpoints import latest_checkpoint  # noqa: E402
 from tasks import InputError  # noqa: E402
 from tiny_model import TinySpec, ensure_tiny_model, tiny_model_path  # noqa: E402
 

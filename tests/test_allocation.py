@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import allocation
-import run
 import train_brorl
 import update
+from checkpoints import latest_checkpoint, read_plain_data
 from conftest import accelerate_launch, run_script
 from tasks import InputError
 
@@ -166,8 +166,8 @@ def metric_rows(run_dir):
 
 def latest_history(run_dir):
     """The prompt history in the run's latest checkpoint: [T, 2] right and all rollouts."""
-    checkpoint = run.latest_checkpoint(run_dir)
-    return run.read_plain_data(checkpoint / "trainer_state.pt")["allocation"]["prompt_history"]
+    checkpoint = latest_checkpoint(run_dir)
+    return read_plain_data(checkpoint / "trainer_state.pt")["allocation"]["prompt_history"]
 
 
 def test_a_knapsack_run_spends_exactly_the_fixed_runs_budget_and_can_remember_each_visit(

@@ -19,6 +19,9 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
 LINK = re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^)\s]+)\)")
 CODE_LINK = re.compile(r"^`([^`]+)`$")
 LINE_ANCHOR = re.compile(r"^L(\d+)$")
+# a code fence: three or more backticks and an info string without one (CommonMark), so that prose
+# which starts with inline code of backticks (```` ``` ````) is not taken for a fence
+FENCE = re.compile(r"^\s*`{3,}[^`]*$")
 
 
 def relative_links(page: Path) -> list[tuple[int, str, str]]:
@@ -26,7 +29,7 @@ def relative_links(page: Path) -> list[tuple[int, str, str]]:
     blocks."""
     links, fenced = [], False
     for number, line in enumerate(page.read_text().splitlines(), 1):
-        if line.lstrip().startswith("```"):
+        if FENCE.match(line):
             fenced = not fenced
             continue
         if fenced:
@@ -43,7 +46,7 @@ def heading_anchors(page: Path) -> set[str]:
     hyphens."""
     anchors, fenced = set(), False
     for line in page.read_text().splitlines():
-        if line.lstrip().startswith("```"):
+        if FENCE.match(line):
             fenced = not fenced
         elif not fenced and re.match(r"^#{1,6} ", line):
             title = line.lstrip("#").strip().lower()

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import ROOT, accelerate_launch, run_script
-from run import resolve_model_dir
+from checkpoints import resolve_model_dir
 from eval import EvalSettings, Shard, bootstrap_ci, k_values, metrics, pass_at_k, run_benchmark
 from tasks import load_tasks
 
@@ -269,7 +269,7 @@ def test_a_rerun_with_another_model_or_sampling_settings_into_the_same_out_refus
     for model, changed, named in [(other_model, (), "model"),
                                   (untrained_model_dir, ("--temperature", "1.0", "--samples", "3",
                                                          "--max-new-tokens", "9"),
-                                   "temperature, samples, max_new_tokens")]:
+                                   "samples, temperature, max_new_tokens")]:
         result = eval_cli(model, out, *args, *changed, check=False)
         assert (result.returncode != 0
                 and len(result.stderr.strip().splitlines()) == 1), result.stderr

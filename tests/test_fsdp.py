@@ -23,8 +23,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 
 import rollout
-import run
 import update
+from checkpoints import latest_checkpoint
 from conftest import ROOT, accelerate_launch, free_port, signal_tree
 from tasks import load_tasks
 from tiny_model import DEFAULT_TRAIN_DATA, TinySpec, ensure_tiny_model, warm_up
@@ -91,7 +91,7 @@ def rows(out_dir) -> list[dict]:
 
 
 def final_weights(out_dir) -> dict:
-    return load_file(str(run.latest_checkpoint(out_dir) / "model" / "model.safetensors"))
+    return load_file(str(latest_checkpoint(out_dir) / "model" / "model.safetensors"))
 
 
 def assert_same_training(ddp_dir: Path, fsdp_dir: Path) -> dict:
@@ -125,7 +125,7 @@ def test_fsdp2_on_two_cpu_processes_trains_exactly_what_ddp_trains(tied, tied_mo
     # the output layer trained (under FSDP2 as under DDP), and stayed the embedding when tied
     assert not torch.allclose(fsdp.get("lm_head.weight", fsdp["model.embed_tokens.weight"]),
                               output_layer)
-    trained = rollout.load_policy(str(run.latest_checkpoint(tmp_path / "fsdp") / "model"))[0]
+    trained = rollout.load_policy(str(latest_checkpoint(tmp_path / "fsdp") / "model"))[0]
     assert (trained.lm_head.weight is trained.model.embed_tokens.weight) == tied
 
 
@@ -211,7 +211,7 @@ def test_hybrid_sharding_trains_what_full_sharding_trains_with_each_weight_in_ha
         assert torch.allclose(full_weights[name], hybrid_weights[name], atol=WEIGHTS_ATOL), name
 
     def shards(run_dir) -> int:
-        sharded = run.latest_checkpoint(run_dir) / "state" / "sharded"
+        sharded = latest_checkpoint(run_dir) / "state" / "sharded"
         metadata = FileSystemReader(str(sharded)).read_metadata().state_dict_metadata
         return len(metadata["policy.model.model.embed_tokens.weight"].chunks)
     assert (shards(full), shards(hybrid)) == (4, 2)
@@ -257,12 +257,12 @@ def test_fsdp2_killed_with_sigkill_resumes_bit_identically(fsdp2_bf16_run, tmp_p
            and proc.poll() is None):
         time.sleep(0.05)
     psutil.wait_procs(signal_tree(proc.pid, signal.SIGKILL), timeout=30)  # launcher, workers
-    last = run.latest_checkpoint(crashed)
+    last = latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000004", "the kill came too late to test anything"
     accelerate_launch(*RUN, "--output-dir", str(crashed), "--resume", config=FSDP_CPU)
     # the reference is kept once per reset (steps 2 and 4, what checkpoints 3 and 4 use), each
     # process its shards, not in the checkpoints
-    sharded = run.latest_checkpoint(crashed) / "state" / "sharded"
+    sharded = latest_checkpoint(crashed) / "state" / "sharded"
     assert not [key for key in FileSystemReader(str(sharded)).read_metadata().state_dict_metadata
                 if "reference" in key]
     assert sorted(p.name for p in (crashed / "reference").iterdir()) == ["step_000002",

@@ -54,4 +54,8 @@ def test_the_research_instruments_and_eval_stand_apart_from_the_step():
     # imports the trainer
     for module in ("allocation", "monitor", "eval"):
         assert "train_brorl" not in project_imports(module)
+    # ... nor the trainer's plumbing: a checkpoint is read by checkpoints.py, which needs no trainer
+    for module in ("monitor", "eval"):
+        assert "run" not in project_imports(module)
+    assert project_imports("checkpoints") == {"tasks"}
     assert project_imports("allocation") <= {"rollout", "tasks", "update"}

@@ -24,6 +24,7 @@ import rollout
 import run
 import tasks
 import train_brorl
+from checkpoints import latest_checkpoint
 from conftest import NO_BWRAP, ROOT, accelerate_launch, run_script
 from tiny_model import ensure_tiny_model
 
@@ -208,23 +209,19 @@ def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the
                                   "--preset", "cpu-demo"])
 
 
-def test_a_config_json_saved_with_normalize_std_resumes_as_its_advantage(tmp_path):
-    # before --advantage dr_grpo, Dr. GRPO was --advantage grpo --no-normalize-std
-    saved = {**dataclasses.asdict(train_brorl.Config()), "advantage": "grpo",
-             "normalize_std": False}
+def test_a_config_json_with_keys_the_config_does_not_know_or_not_json_is_refused_in_one_line(
+        tmp_path):
+    saved = {**dataclasses.asdict(train_brorl.Config()), "dtype": "bfloat16"}
     (tmp_path / "config.json").write_text(json.dumps(saved))
-    assert run.saved_config(tmp_path, train_brorl.Config).advantage == "dr_grpo"
-    (tmp_path / "config.json").write_text(json.dumps({**saved, "normalize_std": True}))
-    assert run.saved_config(tmp_path, train_brorl.Config).advantage == "grpo"
-
-
-def test_a_config_json_with_fp32_master_weights_resumes_and_a_bf16_one_is_refused(tmp_path):
-    saved = {**dataclasses.asdict(train_brorl.Config()), "dtype": "float32"}
+    with pytest.raises(tasks.InputError, match=r"not a train_brorl.py config \(unknown keys: "
+                                               r"\['dtype'\]\)"):
+        run.saved_config(tmp_path, train_brorl.Config)
+    (tmp_path / "config.json").write_text("{")
+    with pytest.raises(tasks.InputError, match="config.json is not valid JSON"):
+        run.saved_config(tmp_path, train_brorl.Config)
+    saved.pop("dtype")
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert run.saved_config(tmp_path, train_brorl.Config) == train_brorl.Config()
-    (tmp_path / "config.json").write_text(json.dumps({**saved, "dtype": "bfloat16"}))
-    with pytest.raises(tasks.InputError, match=r"unknown keys: \['dtype'\]"):
-        run.saved_config(tmp_path, train_brorl.Config)
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path):
@@ -305,7 +302,7 @@ def test_a_rerun_after_a_death_before_the_first_checkpoint_logs_every_step_once(
     # the step-0 eval only
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
                "--total-steps", "0")
-    assert run.latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
+    assert latest_checkpoint(out) is None and logged_steps(out) == [(0, "eval")]
     rerun = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out))
     assert "metrics.jsonl: dropped 1 rows an earlier attempt logged after step -1" in rerun.stdout
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (2, "eval")]
@@ -345,7 +342,7 @@ def test_without_bubblewrap_code_data_is_refused_in_one_line(tmp_path):
     code.write_text(json.dumps({"task": "code", "prompt": "add=",
                                 "answer": {"inputs": ["1 2"], "outputs": ["3"]}}) + "\n")
     result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(code),
-                        check=False, env=NO_BWRAP)
+                        "--output-dir", str(tmp_path / "run"), check=False, env=NO_BWRAP)
     assert result.returncode != 0 and result.stderr.strip().splitlines() == [
         "error: code tasks run untrusted programs, and bubblewrap is not installed: "
         "install bubblewrap (apt-get install bubblewrap), or pass --unsafe-no-sandbox to run them "
@@ -353,7 +350,7 @@ def test_without_bubblewrap_code_data_is_refused_in_one_line(tmp_path):
 
 
 def final_weights(out_dir):
-    return load_file(str(run.latest_checkpoint(out_dir) / "model" / "model.safetensors"))
+    return load_file(str(latest_checkpoint(out_dir) / "model" / "model.safetensors"))
 
 
 def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run(tmp_path):
@@ -370,7 +367,7 @@ def test_kill_9_mid_run_then_resume_gives_the_parameters_of_an_uninterrupted_run
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    last = run.latest_checkpoint(crashed)
+    last = latest_checkpoint(crashed)
     assert last is not None and last.name < "step_000004", "the kill came too late to test anything"
     run_script("train_brorl.py", *args, "--output-dir", str(crashed), "--resume")
     # the reference is not in the checkpoints: once per reset (steps 2 and 4), for the checkpoints
@@ -455,7 +452,7 @@ def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
     os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole process group
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode not in (0, None) and "Traceback" not in stderr, stderr
-    last = run.latest_checkpoint(out)
+    last = latest_checkpoint(out)
     assert stderr.strip().splitlines()[-1] == (
         f"interrupted: the last complete checkpoint is {last}; continue with: "
         f"python train_brorl.py --output-dir {out} --resume")
@@ -485,7 +482,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoin
         f"{out / 'checkpoints' / '.step_000002.tmp' / 'trainer_state.pt'}; "
         f"the last complete checkpoint is {last}; continue with: "
         f"python train_brorl.py --output-dir {out} --resume")
-    assert (run.latest_checkpoint(out) == last
+    assert (latest_checkpoint(out) == last
             and not list((out / "checkpoints").glob(".step_*")))
 
 

@@ -1,0 +1,73 @@
+"""A training run's checkpoints, read without the trainer (eval.py, monitor.py and run.py share it).
+
+A run folder holds checkpoints/step_NNNNNN/ (model/ as save_pretrained, state/, trainer_state.pt,
+written last). A run folder may come from someone else, so its .pt files load as plain data only.
+"""
+
+import re
+from pathlib import Path
+
+import torch
+
+from tasks import InputError
+
+CHECKPOINT = re.compile(r"^step_(\d{6})$")  # the trainer's checkpoints/step_NNNNNN folders
+
+
+def read_plain_data(path: Path):
+    """A .pt file the trainer wrote (trainer_state.pt, probes.pt), loaded as plain data only:
+    tensors, numbers, strings, lists and dicts. A run folder may come from someone else, and a
+    pickle allowed to build any object runs whatever code it names."""
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:  # a damaged or hostile pickle raises any of several types
+        first_line = (str(e).strip().splitlines() or [""])[0]
+        raise InputError(f"{path} does not load as plain data ({type(e).__name__}: "
+                         f"{first_line[:200]})") from None
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
+    not load, or a file it lists (name and size, taken when the checkpoint was written) is missing
+    or changed size."""
+    try:
+        files = read_plain_data(checkpoint / "trainer_state.pt").get("files", {})
+    except InputError as e:
+        return str(e)
+    for name, size in files.items():
+        if not (checkpoint / name).is_file():
+            return f"{name} is missing"
+        if (checkpoint / name).stat().st_size != size:
+            return f"{name} is {(checkpoint / name).stat().st_size} bytes, {size} when saved"
+    return None
+
+
+def latest_checkpoint(output_dir: Path, say=print) -> Path | None:
+    """The newest complete checkpoint of a training run (trainer_state.pt is written last); a
+    damaged one is passed over for the one before it, saying so."""
+    root = output_dir / "checkpoints"
+    found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
+    for checkpoint in reversed([p for p in found if (p / "trainer_state.pt").is_file()]):
+        problem = checkpoint_problem(checkpoint)
+        if problem is None:
+            return checkpoint
+        say(f"skipping the damaged checkpoint {checkpoint} ({problem}): "
+            "falling back to the one before it")
+    return None
+
+
+def resolve_model_dir(name_or_path: str) -> str:
+    """A model to load from what a user may pass as one: a training run's folder means the model of
+    its latest complete checkpoint, a checkpoint folder (step_*) its model/; anything else is
+    returned as is."""
+    path = Path(name_or_path)
+    if (path / "checkpoints").is_dir():
+        checkpoint = latest_checkpoint(path)
+        if checkpoint is None:
+            raise InputError(f"{path} is a training run with no complete checkpoint yet")
+        print(f"{path} is a training run: evaluating its latest checkpoint, {checkpoint / 'model'}")
+        return str(checkpoint / "model")
+    if (path / "model" / "config.json").is_file() and not (path / "config.json").is_file():
+        print(f"{path} is a checkpoint: evaluating its model, {path / 'model'}")
+        return str(path / "model")
+    return name_or_path
