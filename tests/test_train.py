@@ -331,7 +331,7 @@ def test_one_run_trains_on_math_code_and_reasoning_gym_tasks_together(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"task": "code", "prompt": "x", "answer": {"inputs": [1]}}) + "\n")
     result = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad),
-                        check=False)
+                        "--output-dir", str(tmp_path / "refused"), check=False)
     assert (result.returncode != 0
             and "bad.jsonl: task record 1: code answer must be" in result.stderr)
     assert "Traceback" not in result.stderr
