@@ -26,12 +26,28 @@ def read_plain_data(path: Path):
                          f"{first_line[:200]})") from None
 
 
+# what run.py writes into every checkpoint's trainer_state.pt (files: name -> size, taken last)
+TRAINER_STATE_KEYS = ("step", "data_position", "config", "reference_step", "allocation", "files")
+
+
+def read_trainer_state(checkpoint: Path) -> dict:
+    """A checkpoint's trainer_state.pt as plain data, holding every key the trainer writes."""
+    path = checkpoint / "trainer_state.pt"
+    state = read_plain_data(path)
+    if not isinstance(state, dict) or not isinstance(state.get("files"), dict):
+        raise InputError(f"{path} is not a trainer state (a dict with a dict of files)")
+    missing = [key for key in TRAINER_STATE_KEYS if key not in state]
+    if missing:
+        raise InputError(f"{path} is not a trainer state (no {', '.join(missing)})")
+    return state
+
+
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
-    not load, or a file it lists (name and size, taken when the checkpoint was written) is missing
-    or changed size."""
+    not load as a trainer state, or a file it lists (name and size, taken when the checkpoint was
+    written) is missing or changed size."""
     try:
-        files = read_plain_data(checkpoint / "trainer_state.pt").get("files", {})
+        files = read_trainer_state(checkpoint)["files"]
     except InputError as e:
         return str(e)
     for name, size in files.items():

@@ -37,7 +37,7 @@ import reward
 import rollout
 import update
 from allocation import ALLOCATIONS, Fixed
-from checkpoints import CHECKPOINT, checkpoint_problem, latest_checkpoint, read_plain_data
+from checkpoints import CHECKPOINT, checkpoint_problem, latest_checkpoint, read_trainer_state
 from tasks import InputError, check_answers, load_tasks
 from tiny_model import ensure_tiny_model
 
@@ -275,9 +275,9 @@ def setup(cfg) -> Run:
         accelerator.load_state(checkpoint / "state")
         if sharding:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
-        state = read_plain_data(checkpoint / "trainer_state.pt")
+        state = read_trainer_state(checkpoint)
         step, data_position = state["step"], state["data_position"]
-        allocation.load_state_dict(state.get("allocation", {}), str(checkpoint))
+        allocation.load_state_dict(state["allocation"], str(checkpoint))
         if ref_policy is not None:
             reference_step = state["reference_step"]
             load_reference(output_dir, reference_step, ref_policy)
@@ -502,7 +502,7 @@ def prune_references(output_dir: Path) -> None:
     passes over, uses none)."""
     checkpoints = [p for p in (output_dir / "checkpoints").iterdir()
                    if CHECKPOINT.match(p.name) and checkpoint_problem(p) is None]
-    used = {f"step_{read_plain_data(p / 'trainer_state.pt')['reference_step']:06d}"
+    used = {f"step_{read_trainer_state(p)['reference_step']:06d}"
             for p in checkpoints}
     for folder in (output_dir / REFERENCE).iterdir():
         if CHECKPOINT.match(folder.name) and folder.name not in used:
@@ -724,7 +724,7 @@ def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_polic
     the full learning rate, which sets a branch back), then give the optimizer this run's learning
     rate and re-seed, since this is a new run with its own seed. Under FSDP2 from an FSDP2 run's
     shards, else from accelerate's state."""
-    source = read_plain_data(checkpoint / "trainer_state.pt")
+    source = read_trainer_state(checkpoint)
     if (source["config"]["kl_coef"] > 0) != (cfg.kl_coef > 0):
         had = "had" if source["config"]["kl_coef"] > 0 else "had no"
         raise InputError(f"--init-from {checkpoint}: its run {had} reference policy "

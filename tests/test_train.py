@@ -24,7 +24,7 @@ import rollout
 import run
 import tasks
 import train_brorl
-from checkpoints import latest_checkpoint
+from checkpoints import TRAINER_STATE_KEYS, checkpoint_problem, latest_checkpoint
 from conftest import NO_BWRAP, ROOT, accelerate_launch, run_script
 from tiny_model import ensure_tiny_model
 
@@ -421,9 +421,29 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
 
 
+def test_a_trainer_state_that_is_not_one_is_a_damaged_checkpoint_passed_over(tmp_path):
+    checkpoints = tmp_path / "checkpoints"
+    good = {**{key: {} for key in TRAINER_STATE_KEYS}, "step": 1}
+    for step, state, problem in [
+            (1, good, None),
+            (2, [1, 2], "is not a trainer state (a dict with a dict of files)"),
+            (3, {**good, "files": [1]}, "is not a trainer state (a dict with a dict of files)"),
+            (4, {"step": 4, "files": {}}, "is not a trainer state (no data_position, config, "
+                                          "reference_step, allocation)")]:
+        (checkpoints / f"step_{step:06d}").mkdir(parents=True)
+        torch.save(state, checkpoints / f"step_{step:06d}" / "trainer_state.pt")
+        assert (problem is None) == (checkpoint_problem(checkpoints / f"step_{step:06d}") is None)
+        if problem:
+            assert problem in checkpoint_problem(checkpoints / f"step_{step:06d}")
+    said = []
+    assert latest_checkpoint(tmp_path, say=said.append) == checkpoints / "step_000001"
+    assert len(said) == 3 and all("skipping the damaged checkpoint" in line for line in said)
+
+
 def test_reference_pruning_passes_over_a_checkpoint_killed_before_its_trainer_state(tmp_path):
     # step 1 uses the reference of step 0; step 2 was killed before trainer_state.pt was written
-    for step, state in ((1, {"reference_step": 0}), (2, None)):
+    state_of_step_1 = {**{key: {} for key in TRAINER_STATE_KEYS}, "reference_step": 0}
+    for step, state in ((1, state_of_step_1), (2, None)):
         checkpoint = tmp_path / "checkpoints" / f"step_{step:06d}"
         checkpoint.mkdir(parents=True)
         if state is not None:
