@@ -363,6 +363,12 @@ def validate(cfg: Config) -> None:
             raise InputError(f"data file not found: {path}{hint}")
 
 
+# --help's description: the docstring's first line and its commands (the rest is for readers)
+HELP = "\n\n".join([__doc__.splitlines()[0],
+                     *[p for p in __doc__.split("\n\n") if p.startswith("    python")],
+                     "The step, the theory and the options: docs/brorl.md, docs/theory.md."])
+
+
 def parse_config(argv: list[str] | None = None) -> Config:
     """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's
     own config.json is the default instead, and a flag may change it only if it is in
@@ -384,7 +390,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
     if saved is None and known.preset not in PRESETS:
         raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
     defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
-    cfg = tyro.cli(Config, default=defaults, args=argv, description=__doc__)
+    cfg = tyro.cli(Config, default=defaults, args=argv, description=HELP)
     if saved is not None:
         refused = [change for change in config_changes(saved, cfg)
                    if change.split()[0] not in RESUME_MAY_CHANGE]

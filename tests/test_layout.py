@@ -2,8 +2,10 @@
 trainer."""
 
 import ast
+import json
+import re
 
-from conftest import ROOT
+from conftest import ROOT, run_script
 
 MODULES = {path.stem: path for path in ROOT.glob("*.py")}
 
@@ -59,3 +61,15 @@ def test_the_research_instruments_and_eval_stand_apart_from_the_step():
         assert "run" not in project_imports(module)
     assert project_imports("checkpoints") == {"tasks"}
     assert project_imports("allocation") <= {"rollout", "tasks", "update"}
+
+
+def test_every_script_runs_alone_and_says_how_with_help():
+    scripts = sorted(str(path.relative_to(ROOT)) for folder in ("", "experiments", "bench", "data")
+                     for path in (ROOT / folder).glob("*.py")
+                     if re.search(r'^if __name__ == "__main__":', path.read_text(), re.MULTILINE))
+    assert {"train_brorl.py", "eval.py", "simulate.py", "rollout.py", "reward.py"} <= set(scripts)
+    helps = [json.loads(line) for line in
+             run_script("tests/every_help.py", *scripts).stdout.splitlines()]
+    assert [h["script"] for h in helps] == scripts
+    for h in helps:
+        assert h["code"] == 0 and h["printed"].startswith("usage: "), (h["script"], h["code"])
