@@ -57,6 +57,7 @@ only output is a number.
 import ast
 import atexit
 import collections
+import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -705,6 +706,17 @@ def _spawn(command: list[str], run: bool = False, **options):
                      **options)
     finally:
         os.close(read_end)
+
+
+# A verifier worker outlives the call that starts it, and bubblewrap's --die-with-parent (the
+# kernel's parent-death signal) kills a sandbox when the *thread* that forked it ends, not the
+# process: workers are forked from this one thread, which lives as long as the process.
+_LASTING_SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sandbox-spawner")
+
+
+def _spawn_lasting(command: list[str], **options) -> subprocess.Popen:
+    """_spawn(command, **options), forked from a thread that lives as long as this process."""
+    return _LASTING_SPAWNER.submit(_spawn, command, **options).result()
 
 
 @functools.cache
@@ -1575,17 +1587,18 @@ class VerifierPool:
     def _launch(self, slot: int) -> None:
         """Start the slot's worker without waiting for it: it is ready once it says so (_await)."""
         isolation = _worker_isolation()
-        self.procs[slot] = _spawn(self.command(isolation), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
-                                  env={**os.environ, **WORKER_ENV}, start_new_session=True,
-                                  preexec_fn=_new_session_keyring())
+        self.procs[slot] = _spawn_lasting(self.command(isolation), stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                          bufsize=0, env={**os.environ, **WORKER_ENV},
+                                          start_new_session=True,
+                                          preexec_fn=_new_session_keyring())
         self.in_bwrap[slot] = bool(isolation)
         self.starting[slot] = (time.monotonic() + 120, b"")
 
     def _await(self, slot: int) -> bool:
         """Wait for the slot's launched worker to say it is ready (at most 120 s from its launch,
         after what it wrote before: `starting`): True once it has; False if it was killed first
-        (with the thread that started it, by bwrap's PDEATHSIG, say), started again. One that said
+        (by the OOM killer, say), started again. One that said
         anything else, or exited, or said nothing by then, raises (the machine's fault, never a
         response's)."""
         if self.starting[slot] is None:
@@ -1628,7 +1641,7 @@ class VerifierPool:
         whether the slot's worker is ready now."""
         spare = self.workers
         if self.procs[spare] is not None and _exited(self.procs[spare]):
-            self._kill(spare)  # a worker dies with the thread that started it (bwrap's PDEATHSIG)
+            self._kill(spare)  # killed while it waited (by the OOM killer, say)
         if self.procs[spare] is None:
             self._launch(spare)
         for state in (self.procs, self.in_bwrap, self.starting):
@@ -1696,8 +1709,8 @@ class VerifierPool:
                 # a slot never started (fewer jobs than workers) waits for a later run
                 while (pending and self.procs[slot] is not None and slot not in busy
                        and slot not in replacing and time.monotonic() < deadline):
-                    if _exited(self.procs[slot]):  # dead while idle (with the thread that
-                        self._kill(slot)  # started it, say): started again beside the others
+                    if _exited(self.procs[slot]):  # dead while idle (the OOM killer, say):
+                        self._kill(slot)  # started again beside the others
                         self._launch(slot)
                         replacing[slot] = None
                         break

@@ -389,17 +389,24 @@ def test_malformed_answers_are_clear_errors():
         reward.score_batch([], workers=0)
 
 
-def test_a_worker_started_by_a_thread_that_has_ended_is_started_again_not_raised():
-    """A worker dies with the thread that started it (bwrap's --die-with-parent): a replacement or
-    spare started during a call made on a short-lived thread was dead when the next call came, and
-    that call raised "failed to start" (14 of 30 such calls)."""
-    config = reward.VerifyConfig(timeout=0.3)
+def test_workers_started_during_a_call_on_a_thread_that_ends_outlive_it():
+    """bwrap's --die-with-parent kills a sandbox when the thread that forked it ends: a call on a
+    short-lived thread left every worker it started dead for the next call (which raised "failed to
+    start" in 14 of 30 such calls, or scored answers 0 as errors when another thread's call was
+    using them). The workers and the spare are forked from the pool's own lasting thread."""
+    config = reward.VerifyConfig(timeout=0.3, worker_memory_mb=1997)  # a pool of its own
+    # three answers overrun their checks (their workers replaced), one is right
     items = [("math", f"\\boxed{{(x+y+z+w)^{{{40 + k}}}}}", "2") for k in range(3)]
     items += [("math", "\\boxed{\\sqrt{8}}", "2\\sqrt{2}")]
-    for _ in range(2):
-        with ThreadPoolExecutor(1) as caller:  # its thread ends with the block
-            rewards = caller.submit(reward.score_batch, items, 2, config).result()
-            assert rewards[:3] == [0.0] * 3
+    with ThreadPoolExecutor(1) as caller:  # its thread ends with the block
+        assert caller.submit(reward.score_batch, items, 2, config).result() == [0.0] * 3 + [1.0]
+    pool = reward.verifier_pool(2, config.worker_memory_mb)
+    started = [proc for proc in pool.procs if proc is not None]
+    time.sleep(0.5)  # the parent-death signal comes as the thread exits
+    assert len(started) >= 2 and all(proc.poll() is None for proc in started)
+    stats = reward.VerifyStats()
+    assert reward.score_batch(items[3:], 2, config, stats) == [1.0] and stats.errors == 0
+    assert [proc for proc in pool.procs if proc is not None] == started  # none started again
 
 
 def test_a_worker_killed_as_it_starts_is_started_again_not_raised():
