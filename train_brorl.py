@@ -548,6 +548,7 @@ def sample_groups(run: Run, cfg: Config, step: int, sampling: rollout.SamplingPa
         prompt_ids = rollout.encode_prompts(run.tokenizer, [t["prompt"] for t in round_tasks],
                                             cfg.chat_template)
         generator = step_generator(cfg, step, ROLLOUTS if refill == 0 else SPLIT + refill, run.rank)
+        # fixed N: one sample(None), N each; knapsack: a screening, then the rest of the budget
         rollouts, rewards = run.allocation.sample(
             lambda counts: sample(prompt_ids, round_tasks, generator, counts), round_ids)
         round_rollouts.append(rollouts)
