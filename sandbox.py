@@ -57,7 +57,6 @@ only output is a number.
 import ast
 import atexit
 import collections
-import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -710,13 +709,49 @@ def _spawn(command: list[str], run: bool = False, **options):
 
 # A verifier worker outlives the call that starts it, and bubblewrap's --die-with-parent (the
 # kernel's parent-death signal) kills a sandbox when the *thread* that forked it ends, not the
-# process: workers are forked from this one thread, which lives as long as the process.
-_LASTING_SPAWNER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="sandbox-spawner")
+# process: workers are forked from one daemon thread, started on first use (and again in a forked
+# child, which has none). Being a daemon, it runs on while the interpreter waits for other threads
+# and runs atexit handlers, and it ends with the process, the workers with it.
+_SPAWNER: dict = {"requests": None, "lock": threading.Lock()}
+
+
+def _serve_spawns(requests: queue.SimpleQueue) -> None:
+    while True:
+        command, options, reply = requests.get()
+        try:
+            reply.put((True, _spawn(command, **options)))
+        except BaseException as e:  # the caller's to raise; this thread goes on
+            reply.put((False, e))
 
 
 def _spawn_lasting(command: list[str], **options) -> subprocess.Popen:
     """_spawn(command, **options), forked from a thread that lives as long as this process."""
-    return _LASTING_SPAWNER.submit(_spawn, command, **options).result()
+    with _SPAWNER["lock"]:
+        if _SPAWNER["requests"] is None:
+            _SPAWNER["requests"] = queue.SimpleQueue()
+            threading.Thread(target=_serve_spawns, args=(_SPAWNER["requests"],), daemon=True,
+                             name="sandbox-spawner").start()
+        requests = _SPAWNER["requests"]
+    reply = queue.SimpleQueue()
+    requests.put((command, options, reply))
+    try:
+        spawned, result = reply.get()
+    except BaseException:  # interrupted (Ctrl-C) while the spawn goes on: its process is ended
+        threading.Thread(target=_end_when_spawned, args=(reply,), daemon=True).start()
+        raise
+    if not spawned:
+        raise result
+    return result
+
+
+def _end_when_spawned(reply: queue.SimpleQueue) -> None:
+    spawned, proc = reply.get()
+    if spawned:  # bubblewrap's sandbox dies with it (--die-with-parent)
+        proc.kill()
+        proc.wait()
+
+
+os.register_at_fork(after_in_child=lambda: _SPAWNER.update(requests=None, lock=threading.Lock()))
 
 
 @functools.cache
@@ -1678,14 +1713,18 @@ class VerifierPool:
         so slow jobs cannot leave later ones no time. `groups` (a label per job, a prompt's; by
         default each job its own) take turns and share the budget equally (StepBudget); a worker
         that overran is replaced at once, while the others go on, its start counted as its job's
-        time. `budget`: a step's,
-        shared with other checks (its groups include these). Calls from several threads take
-        turns (each worker holds one request at a time)."""
+        time. `budget`: a step's, shared with other checks (its groups include these). Calls from
+        several threads take turns (each worker holds one request at a time)."""
         groups = range(len(jobs)) if groups is None else groups
         with self.lock:
             self.kinds.update(kind for kind, _ in jobs)
-            return self._run(jobs, timeout, deadline, groups,
-                             budget or StepBudget(deadline, self.workers, groups))
+            try:
+                return self._run(jobs, timeout, deadline, groups,
+                                 budget or StepBudget(deadline, self.workers, groups))
+            except BaseException:  # interrupted (Ctrl-C, say): a worker may still hold a request,
+                for slot in range(self.workers + 1):  # whose reply the next run would read
+                    self._kill(slot)
+                raise
 
     def _run(self, jobs: list[tuple[str, list]], timeout: float, deadline: float,
              groups: Sequence, budget: "StepBudget") -> list[tuple[float, str]]:
