@@ -21,6 +21,7 @@ import os
 import random
 import shutil
 import types
+import typing
 import weakref
 from dataclasses import dataclass
 from datetime import timedelta
@@ -534,8 +535,33 @@ def saved_config(output_dir: Path, config_class: type):
     if not isinstance(saved, dict) or set(saved) - set(defaults):
         unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved
         raise InputError(f"{path} is not a train_brorl.py config (unknown keys: {unknown!r})")
+    types_ = typing.get_type_hints(config_class)
+    for key, value in saved.items():
+        if not holds(types_[key], value):
+            raise InputError(f"{path}: {key} is {value!r}, not {type_name(types_[key])}: fix it, "
+                             "or resume into a new --output-dir")
     return config_class(**{k: tuple(v) if isinstance(defaults[k], tuple) else v
                            for k, v in saved.items()})
+
+
+def holds(annotation, value) -> bool:
+    """Whether `value`, read from JSON, is one of the values a config field's type allows (bool,
+    int, float, str, None, Literal, unions of them, tuple[X, ...] as a JSON list)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Literal:
+        return any(value == arg and type(value) is type(arg) for arg in args)
+    if origin in (typing.Union, types.UnionType):
+        return any(holds(arg, value) for arg in args)
+    if origin is tuple:
+        return isinstance(value, list) and all(holds(args[0], item) for item in value)
+    if annotation is float:
+        return type(value) in (int, float)
+    return type(value) is (type(None) if annotation is None else annotation)
+
+
+def type_name(annotation) -> str:
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace(
+        "typing.", "")
 
 
 def config_changes(before, after) -> list[str]:

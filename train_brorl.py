@@ -302,7 +302,10 @@ PRESETS["brorl-1gpu"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=
 
 def validate(cfg: Config) -> None:
     """One clear line per bad value, before any work starts."""
+    not_finite = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
+                  if isinstance(value, float) and not math.isfinite(value)]
     checks = [
+        (not not_finite, f"settings must be finite numbers, got {', '.join(not_finite)}"),
         (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
         (cfg.n_rollouts >= 2,
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
@@ -310,7 +313,7 @@ def validate(cfg: Config) -> None:
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
         (cfg.checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {cfg.checkpoint_every}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
-        ((cfg.n_rollouts * cfg.prompts_per_step) % cfg.minibatches == 0,
+        (cfg.minibatches >= 1 and (cfg.n_rollouts * cfg.prompts_per_step) % cfg.minibatches == 0,
          f"batch of {cfg.prompts_per_step} prompts x {cfg.n_rollouts} rollouts is not divisible "
          f"into {cfg.minibatches} mini-batches"),
         (0 <= cfg.eps_low < 1, f"eps_low must be in [0, 1), got {cfg.eps_low}"),
@@ -318,6 +321,13 @@ def validate(cfg: Config) -> None:
         (cfg.temperature > 0 and cfg.eval_temperature > 0, "temperatures must be > 0"),
         (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay}"),
+        (cfg.max_grad_norm > 0, f"max_grad_norm must be > 0, got {cfg.max_grad_norm}"),
+        (0 <= cfg.seed < 2**32, f"seed must be in [0, 2^32), got {cfg.seed}"),
+        (cfg.threads >= 0, f"threads must be >= 0 (0: torch's default), got {cfg.threads}"),
+        (min(cfg.ref_reset_every, cfg.shrink_monitor_samples, cfg.eval_max_problems) >= 0,
+         "ref_reset_every, shrink_monitor_samples and eval_max_problems must be >= 0 (0: off, "
+         "off, all)"),
         (cfg.kl_coef >= 0, f"kl_coef must be >= 0, got {cfg.kl_coef}"),
         (0 < cfg.gpu_memory_utilization <= 1,
          f"gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"),
