@@ -34,11 +34,17 @@ def read_trainer_state(checkpoint: Path) -> dict:
     """A checkpoint's trainer_state.pt as plain data, holding every key the trainer writes."""
     path = checkpoint / "trainer_state.pt"
     state = read_plain_data(path)
-    if not isinstance(state, dict) or not isinstance(state.get("files"), dict):
-        raise InputError(f"{path} is not a trainer state (a dict with a dict of files)")
+    if not isinstance(state, dict):
+        raise InputError(f"{path} is not a trainer state (not a dict)")
     missing = [key for key in TRAINER_STATE_KEYS if key not in state]
     if missing:
         raise InputError(f"{path} is not a trainer state (no {', '.join(missing)})")
+    wrong = [key for key in ("step", "data_position", "reference_step")
+             if type(state[key]) is not int or state[key] < 0]
+    wrong += [key for key in ("config", "allocation", "files") if not isinstance(state[key], dict)]
+    if wrong:
+        raise InputError(f"{path} is not a trainer state ({', '.join(wrong)}: not a count, or not "
+                         "a dict)")
     return state
 
 

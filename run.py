@@ -198,6 +198,11 @@ def setup(cfg) -> Run:
         check_output_dir(output_dir)
         remove_leftovers(output_dir)
     checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
+    saved = sorted((output_dir / "checkpoints").glob("step_*"))
+    if checkpoint is None and saved:  # a new run would overwrite and prune them
+        raise InputError(f"{output_dir} holds checkpoints and none is complete (the newest, "
+                         f"{saved[-1].name}: {checkpoint_problem(saved[-1]) or 'not one'}): move "
+                         "them away to start over, or pass another --output-dir")
     if checkpoint and not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or "
                          "another --output-dir")
@@ -535,6 +540,11 @@ def saved_config(output_dir: Path, config_class: type):
     if not isinstance(saved, dict) or set(saved) - set(defaults):
         unknown = sorted(set(saved) - set(defaults)) if isinstance(saved, dict) else saved
         raise InputError(f"{path} is not a train_brorl.py config (unknown keys: {unknown!r})")
+    missing = sorted(set(defaults) - set(saved))
+    if missing:  # a default would change the run unseen
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise InputError(f"{path} lacks {', '.join(missing[:3])}{more}: restore it, or resume "
+                         "into a new --output-dir")
     types_ = typing.get_type_hints(config_class)
     for key, value in saved.items():
         if not holds(types_[key], value):
@@ -676,14 +686,21 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         fsync_dir(root)
-        for old in sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name))[:-keep]:
-            # renamed first, so a kill never leaves half a checkpoint
-            doomed = root / f".{old.name}.deleting"
-            shutil.rmtree(doomed, ignore_errors=True)
-            os.replace(old, doomed)
-            shutil.rmtree(doomed)
+        prune_checkpoints(root, keep)
     accelerator.wait_for_everyone()
     return final
+
+
+def prune_checkpoints(root: Path, keep: int) -> None:
+    """Delete all but the newest `keep` complete checkpoints in `root`; a folder that is not a
+    complete checkpoint is not this run's to delete."""
+    complete = [p for p in sorted(root.iterdir())
+                if CHECKPOINT.match(p.name) and checkpoint_problem(p) is None]
+    for old in complete[:-keep]:
+        doomed = root / f".{old.name}.deleting"  # renamed first: a kill leaves no half checkpoint
+        shutil.rmtree(doomed, ignore_errors=True)
+        os.replace(old, doomed)
+        shutil.rmtree(doomed)
 
 
 # ---- metrics: one JSON object per row in metrics.jsonl, the same scalars in tensorboard ----------

@@ -47,6 +47,12 @@ LAUNCH = "BRORL_TEST_LAUNCH"  # marks every process a run_script started, repare
 LAUNCHES = itertools.count()
 
 
+def a_trainer_state(**values) -> dict:
+    """What the trainer writes into a checkpoint's trainer_state.pt, with `values` changed."""
+    return {"step": 1, "data_position": 0, "config": {}, "reference_step": 0, "allocation": {},
+            "files": {}, **values}
+
+
 def run_script(*args: str, check: bool = True, env: dict | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
     """Run one of the project's scripts as a user would, from the repository root (`env`: extra

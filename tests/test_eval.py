@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, accelerate_launch, run_script
-from checkpoints import TRAINER_STATE_KEYS, resolve_model_dir
+from conftest import ROOT, a_trainer_state, accelerate_launch, run_script
+from checkpoints import resolve_model_dir
 from eval import EvalSettings, Shard, bootstrap_ci, k_values, metrics, pass_at_k, run_benchmark
 from tasks import load_tasks
 
@@ -304,8 +304,7 @@ def test_eval_model_may_be_a_training_run_or_a_checkpoint_folder(untrained_model
     for step in (1, 2):  # the trainer's layout: checkpoints/step_N/{model, trainer_state.pt}
         checkpoint = run / "checkpoints" / f"step_{step:06d}"
         shutil.copytree(untrained_model_dir, checkpoint / "model")
-        torch.save({**dict.fromkeys(TRAINER_STATE_KEYS), "step": step, "files": {}},
-                   checkpoint / "trainer_state.pt")
+        torch.save(a_trainer_state(step=step), checkpoint / "trainer_state.pt")
     latest = run / "checkpoints" / "step_000002"
     assert resolve_model_dir(str(run)) == str(latest / "model")
     assert resolve_model_dir(str(latest)) == str(latest / "model")

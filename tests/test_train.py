@@ -24,8 +24,8 @@ import rollout
 import run
 import tasks
 import train_brorl
-from checkpoints import TRAINER_STATE_KEYS, checkpoint_problem, latest_checkpoint
-from conftest import NO_BWRAP, ROOT, accelerate_launch, run_script
+from checkpoints import checkpoint_problem, latest_checkpoint
+from conftest import NO_BWRAP, ROOT, a_trainer_state, accelerate_launch, run_script
 from tiny_model import ensure_tiny_model
 
 SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst",
@@ -234,6 +234,12 @@ def test_a_config_json_with_unknown_keys_wrong_types_or_not_json_is_refused_in_o
         with pytest.raises(tasks.InputError,
                            match=re.escape(f"config.json: {key} is {value!r}, not {expected}")):
             run.saved_config(tmp_path, train_brorl.Config)
+    for lacking, named in [({"n_rollouts"}, "lacks n_rollouts: restore it"),
+                           (set(saved), f"lacks {min(saved)}, ")]:
+        (tmp_path / "config.json").write_text(
+            json.dumps({k: v for k, v in saved.items() if k not in lacking}))
+        with pytest.raises(tasks.InputError, match=re.escape(named)):
+            run.saved_config(tmp_path, train_brorl.Config)
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert run.saved_config(tmp_path, train_brorl.Config) == train_brorl.Config()
 
@@ -433,17 +439,27 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert "resumed from" in resumed.stdout and "step_000001 at step 1" in resumed.stdout
     assert not list(checkpoints.glob(".step_*"))  # the leftovers are gone
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
+    for state in checkpoints.glob("step_*/trainer_state.pt"):  # every checkpoint damaged
+        state.write_bytes(b"not a pickle")
+    before = sorted(p for p in checkpoints.rglob("*"))
+    refused = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
+                         "--total-steps", "4", check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert (f"error: {out} holds checkpoints and none is complete (the newest, step_000003: "
+            in refused.stderr.strip().splitlines()[-1])
+    assert sorted(p for p in checkpoints.rglob("*")) == before  # none overwritten or pruned
 
 
 def test_a_trainer_state_that_is_not_one_is_a_damaged_checkpoint_passed_over(tmp_path):
     checkpoints = tmp_path / "checkpoints"
-    good = {**{key: {} for key in TRAINER_STATE_KEYS}, "step": 1}
+    not_one = "is not a trainer state"
     for step, state, problem in [
-            (1, good, None),
-            (2, [1, 2], "is not a trainer state (a dict with a dict of files)"),
-            (3, {**good, "files": [1]}, "is not a trainer state (a dict with a dict of files)"),
-            (4, {"step": 4, "files": {}}, "is not a trainer state (no data_position, config, "
-                                          "reference_step, allocation)")]:
+            (1, a_trainer_state(), None),
+            (2, [1, 2], f"{not_one} (not a dict)"),
+            (3, a_trainer_state(files=[1]), f"{not_one} (files: not a count, or not a dict)"),
+            (4, {"step": 4, "files": {}},
+             f"{not_one} (no data_position, config, reference_step, allocation)"),
+            (5, a_trainer_state(step=-5, data_position="x"), f"{not_one} (step, data_position: ")]:
         (checkpoints / f"step_{step:06d}").mkdir(parents=True)
         torch.save(state, checkpoints / f"step_{step:06d}" / "trainer_state.pt")
         assert (problem is None) == (checkpoint_problem(checkpoints / f"step_{step:06d}") is None)
@@ -451,13 +467,23 @@ def test_a_trainer_state_that_is_not_one_is_a_damaged_checkpoint_passed_over(tmp
             assert problem in checkpoint_problem(checkpoints / f"step_{step:06d}")
     said = []
     assert latest_checkpoint(tmp_path, say=said.append) == checkpoints / "step_000001"
-    assert len(said) == 3 and all("skipping the damaged checkpoint" in line for line in said)
+    assert len(said) == 4 and all("skipping the damaged checkpoint" in line for line in said)
+
+
+def test_pruning_keeps_the_newest_complete_checkpoints_and_leaves_foreign_folders(tmp_path):
+    for step in (1, 2, 3, 9):
+        folder = tmp_path / f"step_{step:06d}"
+        folder.mkdir()
+        if step != 9:  # step_000009: a folder someone made, no checkpoint
+            torch.save(a_trainer_state(step=step), folder / "trainer_state.pt")
+    run.prune_checkpoints(tmp_path, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_000002", "step_000003",
+                                                          "step_000009"]
 
 
 def test_reference_pruning_passes_over_a_checkpoint_killed_before_its_trainer_state(tmp_path):
     # step 1 uses the reference of step 0; step 2 was killed before trainer_state.pt was written
-    state_of_step_1 = {**{key: {} for key in TRAINER_STATE_KEYS}, "reference_step": 0}
-    for step, state in ((1, state_of_step_1), (2, None)):
+    for step, state in ((1, a_trainer_state(reference_step=0)), (2, None)):
         checkpoint = tmp_path / "checkpoints" / f"step_{step:06d}"
         checkpoint.mkdir(parents=True)
         if state is not None:
