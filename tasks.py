@@ -62,6 +62,9 @@ def read_jsonl(path: Path, max_line_bytes: int | None = None) -> list[tuple[int,
             except ValueError as e:
                 raise InputError(f"{path}:{line_no}: not valid JSON "
                                  f"({getattr(e, 'msg', e)})") from None
+            except RecursionError:
+                raise InputError(f"{path}:{line_no}: not valid JSON here (nested too deep)"
+                                 ) from None
             if not isinstance(row, dict):
                 raise InputError(f"{path}:{line_no}: expected a JSON object, "
                                  f"got {type(row).__name__}")
@@ -77,8 +80,8 @@ def load_tasks(path: str | os.PathLike) -> list[dict]:
     tasks = []
     for line_no, row in read_jsonl(path, MAX_TASK_LINE_BYTES):
         for field in ("prompt", "task"):
-            if not isinstance(row.get(field), str):
-                raise InputError(f"{path}:{line_no}: field '{field}' must be a string")
+            if not isinstance(row.get(field), str) or not row[field]:
+                raise InputError(f"{path}:{line_no}: field '{field}' must be a non-empty string")
         if not isinstance(row.get("answer"), (str, dict)):
             raise InputError(f"{path}:{line_no}: field 'answer' must be a string or a JSON object")
         tasks.append(row)

@@ -253,6 +253,12 @@ def test_malformed_data_line_names_file_and_line(tmp_path):
     path.write_text("not json\n")
     with pytest.raises(tasks.InputError, match=f"{path}:1: not valid JSON"):
         tasks.load_tasks(path)
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(tasks.InputError, match=re.escape(f"{path}:1: not valid JSON here (nested")):
+        tasks.load_tasks(path)
+    path.write_text('{"prompt": "", "answer": "2", "task": "arith"}\n')
+    with pytest.raises(tasks.InputError, match=f"{path}:1: field 'prompt' must be a non-empty"):
+        tasks.load_tasks(path)
     path.write_bytes(b'{"prompt": "1+1=", "answer": "2", "task": "arith"}\n'
                      b'{"prompt": "\xe9t\xe9", "answer": "2", "task": "arith"}\n')
     with pytest.raises(tasks.InputError, match=f"{path}:2: not UTF-8 text"):  # latin-1, say
