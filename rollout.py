@@ -25,6 +25,7 @@ model, or a hub name), with the checks that fail in one line before any work sta
 import argparse
 import importlib.util
 import itertools
+import math
 import os
 import re
 import shutil
@@ -595,6 +596,14 @@ def main() -> None:
                         help="hf: transformers; vllm: vLLM in-process "
                              "(default: vllm when installed with a GPU)")
     args = parser.parse_args()
+    for ok, problem in [(args.n >= 1 and args.max_new_tokens >= 1,
+                         "-n and --max-new-tokens must be >= 1"),
+                        (0 < args.temperature < math.inf, "--temperature must be > 0 and finite"),
+                        (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
+                        (0 <= args.seed < 2**63, "--seed must be in [0, 2^63)"),
+                        (all(args.prompt), "--prompt must not be empty")]:
+        if not ok:
+            raise SystemExit(f"error: {problem}")
     try:
         if args.engine == "vllm":
             tokenizer, policy = load_tokenizer(args.model), VLLMEngine(args.model, dtype="auto",

@@ -61,6 +61,7 @@ of an N-dependence comes from how the draws are grouped.
 import argparse
 import csv
 import json
+import math
 import os
 import sys
 import time
@@ -617,13 +618,19 @@ def main(argv: list[str] | None = None) -> None:
         (args.weight_decay >= 0, "--weight-decay must be >= 0"),
         (args.steps >= 1 and args.seeds >= 1, "--steps and --seeds must be >= 1"),
         (min(args.ns) >= 1, "every N in --ns must be >= 1"),
-        (args.samples >= 0 and all(args.samples % n == 0 for n in args.ns),
+        (all(math.isfinite(v) for v in vars(args).values() if isinstance(v, float)),
+         "every number must be finite"),
+        (args.samples >= 0 and min(args.ns) >= 1 and all(args.samples % n == 0 for n in args.ns),
          "--equal-samples must be 0 or a positive multiple of every N in --ns"),
         (args.workers >= 1, "--workers must be >= 1"),
     ]
     for ok, message in problems:
         if not ok:
             parser.error(message)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"--out {args.out}: {e.strerror}")
     cfg = SimConfig(**{k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__})
     start = time.time()
     summary = write_outputs(simulate(cfg, args.workers), cfg, args.out)

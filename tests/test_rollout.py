@@ -1,5 +1,8 @@
 """rollout.py: N samples per prompt, masks, sampling log-probs, truncation, batching."""
 
+import re
+import sys
+
 import pytest
 import torch
 
@@ -163,3 +166,14 @@ def test_non_finite_sampler_logprobs_stop_the_step_naming_the_rows(untrained_pol
     finite = rollout.pack_rollouts(tokenizer, [[5, 6], [7]], [0, 1], [[8, 9], [8]],
                                    logprobs[:1] + logprobs[2:3], [False] * 2)
     assert finite.logprobs.tolist() == [[-0.5, -1.0], [-0.125, 0.0]]
+
+
+def test_the_command_refuses_sampling_settings_it_cannot_sample_with_in_one_line(monkeypatch):
+    for argv, message in [(["-n", "0"], "-n and --max-new-tokens must be >= 1"),
+                          (["--max-new-tokens", "-1"], "-n and --max-new-tokens must be >= 1"),
+                          (["--temperature", "nan"], "--temperature must be > 0 and finite"),
+                          (["--top-p", "0"], "--top-p must be in (0, 1]"),
+                          (["--prompt", ""], "--prompt must not be empty")]:
+        monkeypatch.setattr(sys, "argv", ["rollout.py", "--model", "m", "--prompt", "1+1=", *argv])
+        with pytest.raises(SystemExit, match=re.escape(f"error: {message}")):
+            rollout.main()

@@ -201,6 +201,17 @@ def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
             and "--equal-samples must be 0 or a positive multiple of every N" in bad.stderr)
 
 
+def test_n_of_zero_a_number_that_is_not_finite_and_an_out_that_is_a_file_are_one_line_errors(
+        tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    for argv, message in [(["--ns", "0", "4"], "every N in --ns must be >= 1"),
+                          (["--correct-logit", "nan"], "every number must be finite"),
+                          (["--out", str(tmp_path / "file")], f"--out {tmp_path / 'file'}: ")]:
+        with pytest.raises(SystemExit) as exit:
+            simulate.main(argv)
+        assert exit.value.code == 2 and f"error: {message}" in capsys.readouterr().err
+
+
 def test_check_estimators_command_passes_with_a_row_per_estimator():
     result = run_script("simulate.py", "--check-estimators", "--instances", "300")
     assert "PASS" in result.stdout
