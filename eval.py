@@ -164,6 +164,9 @@ class SampleLog:
             try:
                 earlier = json.loads(lines[0])["header"] if lines else header
             except (json.JSONDecodeError, KeyError, TypeError):
+                earlier = None
+            if not (isinstance(earlier, dict) and all(isinstance(earlier.get(key, {}), dict)
+                                                      for key in ("settings", "benchmarks"))):
                 earlier = {"model": "unknown (no header line)", "settings": {}, "benchmarks": {}}
             differences = header_differences(earlier, header)
             if differences:
@@ -172,11 +175,12 @@ class SampleLog:
                                  "delete it to start over")
             header = {**header,
                       "benchmarks": {**earlier.get("benchmarks", {}), **header["benchmarks"]}}
-            for line in lines[1:]:
+            for line in lines[1:]:  # a row that is not one this class wrote is dropped, as torn
                 try:
                     row = json.loads(line)
-                    rows.setdefault((row["benchmark"], row["id"]), []).append(row)
-                except (json.JSONDecodeError, KeyError, TypeError):
+                    if type(row.get("reward")) in (int, float):
+                        rows.setdefault((row["benchmark"], row["id"]), []).append(row)
+                except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
                     continue
         self.done = {key: r[:samples] for key, r in rows.items() if len(r) >= samples}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -406,6 +410,10 @@ def read_result(path: Path) -> dict:
                                                for key in sections):
         raise InputError(f"{path} is not an eval.py result file (it needs 'benchmarks' and "
                          "'suites')")
+    for section in sections:
+        for name, entry in result[section].items():  # a benchmark's {"pass1": ...}, a suite's
+            if type(entry.get("pass1") if isinstance(entry, dict) else entry) not in (int, float):
+                raise InputError(f"{path}: {section} {name!r} has no pass@1 number")
     return result
 
 
@@ -509,11 +517,12 @@ def main() -> None:
             return
         if not args.model:
             raise InputError("--model is required (or --compare A.json B.json)")
-        if (args.samples < 1 or args.temperature <= 0 or not 0 < args.top_p <= 1
-                or args.max_new_tokens < 1):
-            raise InputError("need --samples >= 1, --temperature > 0, 0 < --top-p <= 1 and "
-                             "--max-new-tokens >= 1")
-        if (args.verify_workers < 1 or args.verify_timeout <= 0 or args.problems_per_batch < 0
+        if (args.samples < 1 or not 0 < args.temperature < math.inf or not 0 < args.top_p <= 1
+                or args.max_new_tokens < 1 or not 0 <= args.seed < 2**63):
+            raise InputError("need --samples >= 1, a finite --temperature > 0, 0 < --top-p <= 1, "
+                             "--max-new-tokens >= 1 and 0 <= --seed < 2^63")
+        if (args.verify_workers < 1 or not 0 < args.verify_timeout < math.inf
+                or args.problems_per_batch < 0
                 or args.max_batch_seqs < 1 or args.process_group_timeout_min <= 0):
             raise InputError("need --verify-workers >= 1, --verify-timeout > 0, "
                              "--problems-per-batch >= 0, --max-batch-seqs >= 1 and "

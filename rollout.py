@@ -529,9 +529,8 @@ def load_tokenizer(name_or_path: str, revision: str | None = None):
     check_model_path(name_or_path)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(name_or_path, revision=revision)
-    except OSError as e:
-        raise InputError(f"could not load model '{name_or_path}': "
-                         f"{str(e).splitlines()[0]}") from None
+    except Exception as e:  # a damaged or foreign folder raises any of several types
+        raise InputError(could_not_load(name_or_path, e)) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -546,10 +545,15 @@ def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu",
         model = transformers.AutoModelForCausalLM.from_pretrained(
             name_or_path, revision=revision, dtype=getattr(torch, dtype)
         )
-    except OSError as e:
-        raise InputError(f"could not load model '{name_or_path}': "
-                         f"{str(e).splitlines()[0]}") from None
+    except Exception as e:  # likewise
+        raise InputError(could_not_load(name_or_path, e)) from None
     return model.to(device), tokenizer
+
+
+def could_not_load(name_or_path: str, e: Exception) -> str:
+    first_line = (str(e).strip().splitlines() or [""])[0][:300]
+    kind = "" if isinstance(e, OSError) else f"{type(e).__name__}: "
+    return f"could not load model '{name_or_path}': {kind}{first_line}"
 
 
 def model_fingerprint(name_or_path: str) -> dict:

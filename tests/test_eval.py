@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, a_trainer_state, accelerate_launch, run_script
 from checkpoints import resolve_model_dir
-from eval import EvalSettings, Shard, bootstrap_ci, k_values, metrics, pass_at_k, run_benchmark
-from tasks import load_tasks
+from conftest import ROOT, a_trainer_state, accelerate_launch, run_script
+from eval import (EvalSettings, SampleLog, Shard, bootstrap_ci, k_values, metrics, pass_at_k,
+                  read_result, run_benchmark)
+from tasks import InputError, load_tasks
 
 FIXTURES = ROOT / "tests" / "fixtures" / "benchmarks"
 
@@ -326,6 +327,27 @@ def test_compare_with_a_missing_or_foreign_file_is_one_line(tmp_path):
                             check=False)
         assert (result.returncode != 0 and result.stderr.startswith(f"error: {message}")
                 and "Traceback" not in result.stderr)
+
+
+def test_a_result_file_without_pass1_numbers_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "result.json"
+    for benchmarks, suites in [({"aime2024": {"pass1": "high"}}, {}), ({"aime2024": "x"}, {}),
+                               ({}, {"math": None})]:
+        path.write_text(json.dumps({"benchmarks": benchmarks, "suites": suites}))
+        with pytest.raises(InputError, match="has no pass@1 number"):
+            read_result(path)
+
+
+def test_a_samples_file_with_a_foreign_header_or_rows_is_refused_or_read_around(tmp_path):
+    path, header = tmp_path / "out.samples.jsonl", {"model": "m", "settings": {}, "benchmarks": {}}
+    for foreign in ("x", {"model": "m", "settings": "x"}):
+        path.write_text(json.dumps({"header": foreign}) + "\n")
+        with pytest.raises(InputError, match="holds samples from another model or protocol"):
+            SampleLog(path, 1, header)
+    rows = [{"benchmark": "b", "id": "1", "reward": 1.0}, {"benchmark": "b", "id": "2"},
+            {"benchmark": "b", "id": "3", "reward": "1"}, ["not", "a", "row"]]
+    path.write_text("".join(json.dumps(r) + "\n" for r in [{"header": header}, *rows]))
+    assert list(SampleLog(path, 1, header).done) == [("b", "1")]  # the others dropped, as torn
 
 
 def test_eval_cli_missing_model_is_one_clear_line(tmp_path):
