@@ -278,9 +278,15 @@ def setup(cfg) -> Run:
     seed_everything(cfg.seed)
     if checkpoint:
         # policy, optimizer, this process's RNG
-        accelerator.load_state(checkpoint / "state")
-        if sharding:
-            load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
+        try:
+            accelerator.load_state(checkpoint / "state")
+            if sharding:
+                load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
+        except Exception as e:  # a file damaged at its saved size: any of several types
+            first_line = (str(e).strip().splitlines() or [""])[0][:200]
+            raise InputError(f"{checkpoint}/state does not load ({type(e).__name__}: "
+                             f"{first_line}): move the checkpoint away to resume from the one "
+                             "before it") from None
         state = read_trainer_state(checkpoint)
         step, data_position = state["step"], state["data_position"]
         allocation.load_state_dict(state["allocation"], str(checkpoint))
@@ -729,11 +735,12 @@ class MetricsLog:
 
     @staticmethod
     def row_step(line: str) -> float:
-        """The row's step; a line torn by a kill counts as lost."""
+        """The row's step; a line torn by a kill (or not a row at all) counts as lost."""
         try:
-            return json.loads(line)["step"]
-        except (json.JSONDecodeError, KeyError, TypeError):
+            step = json.loads(line)["step"]
+        except (json.JSONDecodeError, KeyError, TypeError, IndexError):
             return float("inf")
+        return step if type(step) is int else float("inf")
 
     def log(self, step: int, scalars: dict, prefix: str) -> None:
         self.file.write(json.dumps({"step": step, **scalars}) + "\n")

@@ -56,6 +56,8 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--max-grad-norm", "0"], "max_grad_norm must be > 0, got 0.0"),
     (["--weight-decay", "-0.1"], "weight_decay must be >= 0, got -0.1"),
     (["--eval-max-problems", "-1"], "and eval_max_problems must be >= 0"),
+    (["--output-dir", ""], "--output-dir must not be empty"),
+    (["--eval-data-dir", "/no/such/folder"], "--eval-data-dir is not a folder: /no/such/folder"),
 ])
 def test_bad_config_values_are_rejected_with_one_clear_line(args, message):
     with pytest.raises(tasks.InputError, match=re.escape(message)):
@@ -445,6 +447,13 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert "resumed from" in resumed.stdout and "step_000001 at step 1" in resumed.stdout
     assert not list(checkpoints.glob(".step_*"))  # the leftovers are gone
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
+    optimizer = checkpoints / "step_000003" / "state" / "optimizer.bin"
+    optimizer.write_bytes(bytes(optimizer.stat().st_size))  # damaged at its saved size
+    refused = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
+                         "--total-steps", "4", check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert (f"error: {checkpoints / 'step_000003'}/state does not load (" in refused.stderr
+            and "move the checkpoint away" in refused.stderr.strip().splitlines()[-1])
     for state in checkpoints.glob("step_*/trainer_state.pt"):  # every checkpoint damaged
         state.write_bytes(b"not a pickle")
     before = sorted(p for p in checkpoints.rglob("*"))
