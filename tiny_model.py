@@ -35,7 +35,7 @@ import torch
 import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
-from tasks import load_tasks
+from tasks import InputError, load_tasks
 
 BOX_TOKEN = "\\boxed{"
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
@@ -189,11 +189,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=TinySpec.seed,
                         help="initialisation and data-order seed")
     args = parser.parse_args()
+    if args.warmup_steps < 0 or not 0 <= args.seed < 2**63:
+        raise SystemExit("error: --warmup-steps must be >= 0 and --seed in [0, 2^63)")
+    if args.out and (args.out.is_file() or args.out.is_dir() and any(args.out.iterdir())):
+        raise SystemExit(f"error: --out {args.out} exists: pass a new folder (it is never "
+                         "overwritten)")
     spec = TinySpec(warmup_steps=args.warmup_steps, seed=args.seed)
-    if args.out:
-        print(build(args.out, spec, args.train_data))
-    else:
-        print(ensure_tiny_model(args.cache_dir, spec, args.train_data))
+    try:
+        print(build(args.out, spec, args.train_data) if args.out
+              else ensure_tiny_model(args.cache_dir, spec, args.train_data))
+    except InputError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -55,9 +55,11 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent,
                         help="output directory")
     args = parser.parse_args()
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"--out-dir is a file, not a folder: {args.out_dir}")
     problems = make_problems(args.seed)
-    if args.train + args.test > len(problems):
-        parser.error(f"--train + --test must be at most {len(problems)}")
+    if not (1 <= args.train and 1 <= args.test and args.train + args.test <= len(problems)):
+        parser.error(f"--train and --test must be >= 1, and at most {len(problems)} together")
     write_jsonl(args.out_dir / "arith_test.jsonl", problems[: args.test])
     write_jsonl(args.out_dir / "arith_train.jsonl", problems[args.test : args.test + args.train])
     print(f"wrote {args.test} test and {args.train} train problems to {args.out_dir}")

@@ -61,6 +61,8 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent,
                         help="output directory")
     args = parser.parse_args()
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"--out-dir is a file, not a folder: {args.out_dir}")
     if not 0 < args.train + args.test <= MAX_PROBLEMS:
         parser.error(f"--train + --test must be in [1, {MAX_PROBLEMS}] (level 0 has 1,800 distinct "
                      "problems)")

@@ -89,6 +89,8 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, default=Path(__file__).parent,
                         help="output directory")
     args = parser.parse_args()
+    if args.out_dir.exists() and not args.out_dir.is_dir():
+        parser.error(f"--out-dir is a file, not a folder: {args.out_dir}")
     if not (args.train >= 0 and args.test >= 0 and 0 < args.train + args.test <= MAX_PROBLEMS):
         parser.error(f"--train and --test must be >= 0, their sum in [1, {MAX_PROBLEMS}]")
     problems = make_problems(args.train + args.test, args.seed)

@@ -514,9 +514,12 @@ def plot_frontier(results: dict, path: Path) -> None:
 
 def read_results(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        results = json.loads(path.read_bytes())
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
         raise InputError(f"cannot read results from {path}: {e}") from None
+    if not isinstance(results, dict):
+        raise InputError(f"cannot read results from {path}: not a JSON object")
+    return results
 
 
 def write_results(results: dict, out: Path) -> None:

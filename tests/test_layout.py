@@ -4,6 +4,10 @@ trainer."""
 import ast
 import json
 import re
+import runpy
+import sys
+
+import pytest
 
 from conftest import ROOT, run_script
 
@@ -73,3 +77,18 @@ def test_every_script_runs_alone_and_says_how_with_help():
     assert [h["script"] for h in helps] == scripts
     for h in helps:
         assert h["code"] == 0 and h["printed"].startswith("usage: "), (h["script"], h["code"])
+
+
+def test_the_generators_refuse_an_out_that_is_a_file_in_one_line(tmp_path, monkeypatch, capsys):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept")
+    for script, argv, message in [
+            ("tiny_model.py", ["--out", str(a_file)], f"error: --out {a_file} exists"),
+            ("data/make_arith.py", ["--out-dir", str(a_file)], "error: --out-dir is a file"),
+            ("data/make_arith.py", ["--train", "0"], "error: --train and --test must be >= 1")]:
+        monkeypatch.setattr(sys, "argv", [script, *argv])
+        with pytest.raises(SystemExit) as exit:
+            runpy.run_path(str(ROOT / script), run_name="__main__")
+        said = str(exit.value.code) if isinstance(exit.value.code, str) else capsys.readouterr().err
+        assert message in said
+    assert a_file.read_text() == "kept"
