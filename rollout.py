@@ -520,6 +520,8 @@ def check_model_path(name_or_path: str) -> None:
         if not os.path.isfile(os.path.join(name_or_path, "config.json")):
             raise InputError(f"model directory has no config.json: {name_or_path}")
         return
+    if os.path.exists(name_or_path):
+        raise InputError(f"model path is a file, not a model folder: {name_or_path}")
     if not HUB_NAME.match(name_or_path) or name_or_path.startswith((".", "/")):
         raise InputError(f"model path does not exist: {name_or_path}")
 
@@ -602,6 +604,7 @@ def main() -> None:
     args = parser.parse_args()
     for ok, problem in [(args.n >= 1 and args.max_new_tokens >= 1,
                          "-n and --max-new-tokens must be >= 1"),
+                        (args.n * len(args.prompt) <= 2**24, "-n times the prompts is over 2^24"),
                         (0 < args.temperature < math.inf, "--temperature must be > 0 and finite"),
                         (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
                         (0 <= args.seed < 2**63, "--seed must be in [0, 2^63)"),

@@ -641,6 +641,10 @@ def check_output_dir(output_dir: Path) -> None:
     access)."""
     if output_dir.exists() and not output_dir.is_dir():
         raise InputError(f"--output-dir is a file, not a folder: {output_dir}")
+    for name, folder in [("checkpoints", True), ("config.json", False), ("metrics.jsonl", False)]:
+        path = output_dir / name
+        if path.exists() and path.is_dir() != folder:
+            raise InputError(f"{path} is a {'file' if folder else 'folder'}: move it away")
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         probe = output_dir / ".write_probe"

@@ -310,6 +310,9 @@ def validate(cfg: Config) -> None:
         (cfg.n_rollouts >= 2,
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
         (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
+        (cfg.n_rollouts * cfg.prompts_per_step <= 2**24,
+         f"a step of {cfg.n_rollouts} x {cfg.prompts_per_step} samples is over 2^24 (the paper's "
+         "is 512 x 128 = 2^16)"),
         (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
         (cfg.checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {cfg.checkpoint_every}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -57,6 +58,8 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--weight-decay", "-0.1"], "weight_decay must be >= 0, got -0.1"),
     (["--eval-max-problems", "-1"], "and eval_max_problems must be >= 0"),
     (["--output-dir", ""], "--output-dir must not be empty"),
+    (["--n-rollouts", "99999999999999999999"], "samples is over 2^24"),
+    (["--model", __file__], f"model path is a file, not a model folder: {__file__}"),
     (["--eval-data-dir", "/no/such/folder"], "--eval-data-dir is not a folder: /no/such/folder"),
 ])
 def test_bad_config_values_are_rejected_with_one_clear_line(args, message):
@@ -244,6 +247,17 @@ def test_a_config_json_with_unknown_keys_wrong_types_or_not_json_is_refused_in_o
             run.saved_config(tmp_path, train_brorl.Config)
     (tmp_path / "config.json").write_text(json.dumps(saved))
     assert run.saved_config(tmp_path, train_brorl.Config) == train_brorl.Config()
+
+
+def test_a_run_folder_whose_checkpoints_are_a_file_or_whose_logs_are_folders_is_one_line(
+        tmp_path):
+    for name, make in [("checkpoints", Path.touch), ("metrics.jsonl", Path.mkdir),
+                       ("config.json", Path.mkdir)]:
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        make(run_dir / name)
+        with pytest.raises(tasks.InputError, match=re.escape(f"{run_dir / name} is a ")):
+            run.check_output_dir(run_dir)
 
 
 def test_malformed_data_line_names_file_and_line(tmp_path):
