@@ -779,6 +779,9 @@ def main() -> None:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit(f"\ninterrupted: {where_to_resume(cfg and cfg.output_dir)}")
+    except FloatingPointError as e:  # no weights were changed by it, none saved
+        sys.exit(f"error: {e} (a lower --lr or --max-grad-norm?); "
+                 f"{where_to_resume(cfg and cfg.output_dir)}")
     except (OSError, RuntimeError) as e:
         failure = write_failure(e)
         if failure is None:

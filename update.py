@@ -896,6 +896,9 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
+        if not torch.isfinite(grad_norm):  # the same norm on every process (all-reduced)
+            raise FloatingPointError(f"the gradient norm is {float(grad_norm)}: the update was not "
+                                     "applied")
         stats["grad_norm"] += float(grad_norm)
         optimizer.step()
         tokens_seen, steps = tokens_seen + float(local_tokens), steps + 1

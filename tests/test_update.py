@@ -524,6 +524,19 @@ def run_update(model, batch, old=None, **cfg_overrides):
     return policy.model, stats
 
 
+def test_a_gradient_that_is_not_finite_is_never_applied(untrained_policy):
+    model, tokenizer = untrained_policy
+    batch = make_batch(tokenizer)
+    batch.advantages[0] = math.inf  # what a diverging run produces
+    policy = update.Policy(copy.deepcopy(model))
+    optimizer = torch.optim.SGD(policy.parameters(), lr=0.1)
+    old = update.batch_logprobs(policy, batch, update.UpdateConfig())
+    with pytest.raises(FloatingPointError, match="the gradient norm is (nan|inf): the update was "
+                                                 "not applied"):
+        update.ppo_update(policy, optimizer, batch, old, update.UpdateConfig())
+    assert all(torch.equal(a, b) for a, b in zip(policy.model.parameters(), model.parameters()))
+
+
 def test_gradient_accumulation_over_micro_batches_matches_one_big_batch(untrained_policy):
     model, tokenizer = untrained_policy
     batch = make_batch(tokenizer)
