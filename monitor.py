@@ -23,6 +23,7 @@ import checkpoints
 import coverage
 import rollout
 import update
+from tasks import InputError
 
 
 def shrinkage(before: torch.Tensor, after: torch.Tensor, tol: float = 1e-6) -> tuple[float, float]:
@@ -135,6 +136,9 @@ def probe_logprobs(policy, probes: dict, update_cfg: update.UpdateConfig,
     return (logprobs * batch.response_mask).sum(-1) / batch.response_mask.sum(-1).clamp(min=1)
 
 
+PROBE_KEYS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "prompts", "held_out")
+
+
 def load_or_draw_probes(path: Path, source: Path | None, draw: Callable[[], dict], policy,
                         update_cfg: update.UpdateConfig, main_process: bool,
                         wait_for_everyone: Callable[[], None]) -> dict:
@@ -144,6 +148,8 @@ def load_or_draw_probes(path: Path, source: Path | None, draw: Callable[[], dict
     new probe set also gets its noise floor: the largest change of any probe between two scorings
     with unchanged weights (one batched and padded, one row at a time), the rounding a change must
     exceed to count as a change. Every process calls this."""
+    if path.exists() and not path.is_file():
+        raise InputError(f"{path} is not a file: move it away")
     if main_process and not path.is_file():
         if source is not None and source.is_file():
             shutil.copy(source, path)
@@ -151,6 +157,8 @@ def load_or_draw_probes(path: Path, source: Path | None, draw: Callable[[], dict
             torch.save(draw(), path)
     wait_for_everyone()
     probes = checkpoints.read_plain_data(path)
+    if not isinstance(probes, dict) or not PROBE_KEYS <= set(probes):
+        raise InputError(f"{path} is not a probe set (a dict of {', '.join(PROBE_KEYS)})")
     if "base" not in probes:
         probes["base"] = probe_logprobs(policy, probes, update_cfg)
         alone = probe_logprobs(policy, probes, update_cfg, micro_batch_tokens=1)

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, InitProcessGroupKwargs
+from torch.distributed.checkpoint import api as dcp_api
 from torch.utils.tensorboard import SummaryWriter
 
 import benchmarks
@@ -278,15 +279,8 @@ def setup(cfg) -> Run:
     seed_everything(cfg.seed)
     if checkpoint:
         # policy, optimizer, this process's RNG
-        try:
-            accelerator.load_state(checkpoint / "state")
-            if sharding:
-                load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
-        except Exception as e:  # a file damaged at its saved size: any of several types
-            first_line = (str(e).strip().splitlines() or [""])[0][:200]
-            raise InputError(f"{checkpoint}/state does not load ({type(e).__name__}: "
-                             f"{first_line}): move the checkpoint away to resume from the one "
-                             "before it") from None
+        load_training_state(accelerator, checkpoint, sharding, policy, optimizer,
+                            "move the checkpoint away to resume from the one before it")
         state = read_trainer_state(checkpoint)
         step, data_position = state["step"], state["data_position"]
         allocation.load_state_dict(state["allocation"], str(checkpoint))
@@ -456,6 +450,30 @@ def sharded_state(policy, optimizer) -> dict:
     return {"policy": policy_state, "optimizer": optimizer_state}
 
 
+# What loading a file damaged at its saved size raises: any of several types, and torch's
+# distributed checkpoint wraps them in a BaseException
+DAMAGED = (Exception, dcp_api.CheckpointException)
+
+
+def load_training_state(accelerator: Accelerator, checkpoint: Path, sharded: bool, policy,
+                        optimizer, advice: str, rng: bool = True) -> None:
+    """A checkpoint's policy and optimizer (FSDP2's shards under `sharded`) and, with `rng`, every
+    process's RNG (accelerate's state, which holds all three without FSDP2); or one line with
+    `advice` when a file damaged at its saved size does not load."""
+    try:
+        if rng or not sharded:
+            accelerator.load_state(checkpoint / "state")
+        if sharded:
+            load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
+    except DAMAGED as e:
+        raise InputError(f"{checkpoint}/state does not load ({first_line(e)}): {advice}") from None
+
+
+def first_line(e: Exception) -> str:
+    """An exception in one line: its type and the first line of its message."""
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+
+
 def load_sharded_state(folder: Path, policy, optimizer) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import set_state_dict
@@ -505,7 +523,11 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
     if not (folder / ".metadata").is_file():
         raise InputError(f"the reference policy of {run_dir} at step {step} is missing: {folder}")
     state = get_model_state_dict(ref_policy)
-    dcp.load(state, checkpoint_id=folder)
+    try:
+        dcp.load(state, checkpoint_id=folder)
+    except DAMAGED as e:
+        raise InputError(f"the reference policy of {run_dir} at step {step} does not load "
+                         f"({first_line(e)}): {folder}") from None
     set_model_state_dict(ref_policy, state)
 
 
@@ -789,10 +811,8 @@ def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_polic
                                                                         "an FSDP2 run")
         raise InputError(f"--init-from {checkpoint}: {kinds[0]} starts only from {kinds[0]}'s "
                          f"checkpoint, and this is {kinds[1]}'s")
-    if sharded:
-        load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
-    else:
-        accelerator.load_state(checkpoint / "state")
+    load_training_state(accelerator, checkpoint, sharded, policy, optimizer,
+                        "--init-from another checkpoint", rng=False)  # re-seeded below
     if ref_policy is not None:
         load_reference(checkpoint.parent.parent, source["reference_step"], ref_policy)
     for group in optimizer.param_groups:

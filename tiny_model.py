@@ -40,7 +40,7 @@ from tasks import InputError, load_tasks
 BOX_TOKEN = "\\boxed{"
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<unk>"]
 DEFAULT_TRAIN_DATA = Path(__file__).parent / "data" / "arith_train.jsonl"
-DEFAULT_CACHE_DIR = Path(os.environ.get("BRORL_CACHE", Path.home() / ".cache" / "brorl"))
+DEFAULT_CACHE_DIR = Path(os.environ.get("BRORL_CACHE") or Path.home() / ".cache" / "brorl")
 
 
 @dataclass
@@ -168,6 +168,11 @@ def ensure_tiny_model(cache_dir: Path = DEFAULT_CACHE_DIR, spec: TinySpec = Tiny
     """Path of the cached warmed-up tiny model, building it on first use."""
     out = tiny_model_path(cache_dir, spec, train_data)
     if not (out / "config.json").is_file():
+        try:  # before the warm-up, not after it
+            out.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise InputError(f"the tiny model's cache folder {out.parent} ($BRORL_CACHE) cannot "
+                             f"be made: {e.strerror}") from None
         start = time.time()
         print(f"building the tiny default model (once, cached at {out}) ...", flush=True)
         build(out, spec, train_data)

@@ -260,6 +260,24 @@ def test_a_run_folder_whose_checkpoints_are_a_file_or_whose_logs_are_folders_is_
             run.check_output_dir(run_dir)
 
 
+def test_a_damaged_reference_probe_set_or_cache_folder_is_one_line(tmp_path, untrained_policy):
+    model, _ = untrained_policy
+    reference = tmp_path / run.REFERENCE / "step_000000"
+    reference.mkdir(parents=True)
+    (reference / ".metadata").write_bytes(b"junk")
+    with pytest.raises(tasks.InputError, match="at step 0 does not load \\("):
+        run.load_reference(tmp_path, 0, update.Policy(model))
+    for probes, make in [(tmp_path / "a_folder.pt", Path.mkdir),
+                         (tmp_path / "a_list.pt", lambda path: torch.save([1, 2], path))]:
+        make(probes)
+        with pytest.raises(tasks.InputError, match=f"{probes} is not a (file|probe set)"):
+            monitor.load_or_draw_probes(probes, None, dict, None, None, True, lambda: None)
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    with pytest.raises(tasks.InputError, match=f"cache folder {a_file} .* cannot be made"):
+        ensure_tiny_model(a_file)  # at once, not after the warm-up
+
+
 def test_malformed_data_line_names_file_and_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "1+1=", "answer": "2", "task": "arith"}\n'
