@@ -31,7 +31,6 @@ import numpy as np
 import torch
 from accelerate import Accelerator
 from accelerate.utils import DistributedType, InitProcessGroupKwargs
-from torch.distributed.checkpoint import api as dcp_api
 from torch.utils.tensorboard import SummaryWriter
 
 import benchmarks
@@ -450,9 +449,13 @@ def sharded_state(policy, optimizer) -> dict:
     return {"policy": policy_state, "optimizer": optimizer_state}
 
 
-# What loading a file damaged at its saved size raises: any of several types, and torch's
-# distributed checkpoint wraps them in a BaseException
-DAMAGED = (Exception, dcp_api.CheckpointException)
+def load_errors() -> tuple[type[BaseException], ...]:
+    """What loading a file damaged at its saved size raises: any of several types, which torch's
+    distributed checkpoint wraps in a BaseException (imported here, when one is raised: the package
+    takes 0.5 s to import)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return Exception, CheckpointException
 
 
 def load_training_state(accelerator: Accelerator, checkpoint: Path, sharded: bool, policy,
@@ -465,7 +468,7 @@ def load_training_state(accelerator: Accelerator, checkpoint: Path, sharded: boo
             accelerator.load_state(checkpoint / "state")
         if sharded:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
-    except DAMAGED as e:
+    except load_errors() as e:
         raise InputError(f"{checkpoint}/state does not load ({first_line(e)}): {advice}") from None
 
 
@@ -525,7 +528,7 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
     state = get_model_state_dict(ref_policy)
     try:
         dcp.load(state, checkpoint_id=folder)
-    except DAMAGED as e:
+    except load_errors() as e:
         raise InputError(f"the reference policy of {run_dir} at step {step} does not load "
                          f"({first_line(e)}): {folder}") from None
     set_model_state_dict(ref_policy, state)
