@@ -157,7 +157,7 @@ def load_or_draw_probes(path: Path, source: Path | None, draw: Callable[[], dict
             torch.save(draw(), path)
     wait_for_everyone()
     probes = checkpoints.read_plain_data(path)
-    if not isinstance(probes, dict) or not PROBE_KEYS <= set(probes):
+    if not isinstance(probes, dict) or not set(PROBE_KEYS) <= probes.keys():
         raise InputError(f"{path} is not a probe set (a dict of {', '.join(PROBE_KEYS)})")
     if "base" not in probes:
         probes["base"] = probe_logprobs(policy, probes, update_cfg)

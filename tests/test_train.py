@@ -268,7 +268,8 @@ def test_a_damaged_reference_probe_set_or_cache_folder_is_one_line(tmp_path, unt
     with pytest.raises(tasks.InputError, match="at step 0 does not load \\("):
         run.load_reference(tmp_path, 0, update.Policy(model))
     for probes, make in [(tmp_path / "a_folder.pt", Path.mkdir),
-                         (tmp_path / "a_list.pt", lambda path: torch.save([1, 2], path))]:
+                         (tmp_path / "a_list.pt", lambda path: torch.save([1, 2], path)),
+                         (tmp_path / "a_dict.pt", lambda path: torch.save({"prompts": []}, path))]:
         make(probes)
         with pytest.raises(tasks.InputError, match=f"{probes} is not a (file|probe set)"):
             monitor.load_or_draw_probes(probes, None, dict, None, None, True, lambda: None)
