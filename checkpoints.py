@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from tasks import InputError
+from tasks import InputError, error_line
 
 CHECKPOINT = re.compile(r"^step_(\d{6})$")  # the trainer's checkpoints/step_NNNNNN folders
 
@@ -21,9 +21,7 @@ def read_plain_data(path: Path):
     try:
         return torch.load(path, weights_only=True)
     except Exception as e:  # a damaged or hostile pickle raises any of several types
-        first_line = (str(e).strip().splitlines() or [""])[0]
-        raise InputError(f"{path} does not load as plain data ({type(e).__name__}: "
-                         f"{first_line[:200]})") from None
+        raise InputError(f"{path} does not load as plain data ({error_line(e)})") from None
 
 
 # what run.py writes into every checkpoint's trainer_state.pt (files: name -> size, taken last)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import transformers
 
-from tasks import MAX_TASK_LINE_BYTES, InputError, read_jsonl
+from tasks import MAX_TASK_LINE_BYTES, InputError, error_line, read_jsonl
 
 # per-call "Loading weights" bars drown the training log
 transformers.utils.logging.disable_progress_bar()
@@ -553,9 +553,8 @@ def load_policy(name_or_path: str, dtype: str = "float32", device: str = "cpu",
 
 
 def could_not_load(name_or_path: str, e: Exception) -> str:
-    first_line = (str(e).strip().splitlines() or [""])[0][:300]
-    kind = "" if isinstance(e, OSError) else f"{type(e).__name__}: "
-    return f"could not load model '{name_or_path}': {kind}{first_line}"
+    why = (str(e).splitlines() or [""])[0] if isinstance(e, OSError) else error_line(e)
+    return f"could not load model '{name_or_path}': {why}"
 
 
 def model_fingerprint(name_or_path: str) -> dict:

@@ -39,7 +39,7 @@ import rollout
 import update
 from allocation import ALLOCATIONS, Fixed
 from checkpoints import CHECKPOINT, checkpoint_problem, latest_checkpoint, read_trainer_state
-from tasks import InputError, check_answers, load_tasks
+from tasks import InputError, check_answers, error_line, load_tasks
 from tiny_model import ensure_tiny_model
 
 
@@ -198,7 +198,8 @@ def setup(cfg) -> Run:
         check_output_dir(output_dir)
         remove_leftovers(output_dir)
     checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
-    saved = sorted((output_dir / "checkpoints").glob("step_*"))
+    saved = [p for p in sorted((output_dir / "checkpoints").glob("step_*"))
+             if CHECKPOINT.match(p.name)]
     if checkpoint is None and saved:  # a new run would overwrite and prune them
         raise InputError(f"{output_dir} holds checkpoints and none is complete (the newest, "
                          f"{saved[-1].name}: {checkpoint_problem(saved[-1]) or 'not one'}): move "
@@ -469,12 +470,7 @@ def load_training_state(accelerator: Accelerator, checkpoint: Path, sharded: boo
         if sharded:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
     except load_errors() as e:
-        raise InputError(f"{checkpoint}/state does not load ({first_line(e)}): {advice}") from None
-
-
-def first_line(e: Exception) -> str:
-    """An exception in one line: its type and the first line of its message."""
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        raise InputError(f"{checkpoint}/state does not load ({error_line(e)}): {advice}") from None
 
 
 def load_sharded_state(folder: Path, policy, optimizer) -> None:
@@ -530,7 +526,7 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
         dcp.load(state, checkpoint_id=folder)
     except load_errors() as e:
         raise InputError(f"the reference policy of {run_dir} at step {step} does not load "
-                         f"({first_line(e)}): {folder}") from None
+                         f"({error_line(e)}): {folder}") from None
     set_model_state_dict(ref_policy, state)
 
 
@@ -576,10 +572,10 @@ def saved_config(output_dir: Path, config_class: type):
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         raise InputError(f"{path} lacks {', '.join(missing[:3])}{more}: restore it, or resume "
                          "into a new --output-dir")
-    types_ = typing.get_type_hints(config_class)
+    hints = typing.get_type_hints(config_class)
     for key, value in saved.items():
-        if not holds(types_[key], value):
-            raise InputError(f"{path}: {key} is {value!r}, not {type_name(types_[key])}: fix it, "
+        if not holds(hints[key], value):
+            raise InputError(f"{path}: {key} is {value!r}, not {type_name(hints[key])}: fix it, "
                              "or resume into a new --output-dir")
     return config_class(**{k: tuple(v) if isinstance(defaults[k], tuple) else v
                            for k, v in saved.items()})
@@ -597,7 +593,7 @@ def holds(annotation, value) -> bool:
         return isinstance(value, list) and all(holds(args[0], item) for item in value)
     if annotation is float:
         return type(value) in (int, float)
-    return type(value) is (type(None) if annotation is None else annotation)
+    return type(value) is annotation  # NoneType for None
 
 
 def type_name(annotation) -> str:

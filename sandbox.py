@@ -1633,9 +1633,8 @@ class VerifierPool:
     def _await(self, slot: int) -> bool:
         """Wait for the slot's launched worker to say it is ready (at most 120 s from its launch,
         after what it wrote before: `starting`): True once it has; False if it was killed first
-        (by the OOM killer, say), started again. One that said
-        anything else, or exited, or said nothing by then, raises (the machine's fault, never a
-        response's)."""
+        (by the OOM killer, say), started again. One that said anything else, or exited, or said
+        nothing by then, raises (the machine's fault, never a response's)."""
         if self.starting[slot] is None:
             return True
         limit, data = self.starting[slot]

@@ -19,6 +19,12 @@ class InputError(ValueError):
     """Bad user input (a config value, a data line, a model path); main() prints it as one line."""
 
 
+def error_line(e: BaseException) -> str:
+    """An exception in one line, for an InputError about a file that does not load: its type and
+    the first line of its message."""
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+
+
 # A task line longer than this is refused before it is parsed: the largest real records (code tasks
 # with their tests inline) are far smaller, and a runaway line (a binary file, a missing newline)
 # would otherwise be read whole into memory. Benchmark files in their sources' layouts are not
