@@ -164,7 +164,12 @@ def decode_batch(model, prompt_rows, counts, params: SamplingParams, stop_ids, p
     active = torch.arange(total, device=device)  # rows of the output that are still in the batch
     stop = torch.tensor(sorted(stop_ids), device=device)
     for t in range(params.max_new_tokens):
-        logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)[prefix]
+        logp = torch.log_softmax(logits.float() / params.temperature, dim=-1)
+        if not bool(logp.isfinite().all()):  # else torch.multinomial's error, or CUDA's assert
+            raise EngineError(f"the policy's next-token log-probs at temperature "
+                              f"{params.temperature:g} are not finite at token {t + 1}: its "
+                              "weights have diverged (a run with a lower --lr?)")
+        logp = logp[prefix]
         next_tokens = sample_tokens(logp, params.top_p, generator)
         rows = active.cpu()
         tokens[rows, t] = next_tokens.cpu()

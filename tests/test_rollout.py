@@ -1,5 +1,6 @@
 """rollout.py: N samples per prompt, masks, sampling log-probs, truncation, batching."""
 
+import copy
 import re
 import sys
 
@@ -177,3 +178,14 @@ def test_the_command_refuses_sampling_settings_it_cannot_sample_with_in_one_line
         monkeypatch.setattr(sys, "argv", ["rollout.py", "--model", "m", "--prompt", "1+1=", *argv])
         with pytest.raises(SystemExit, match=re.escape(f"error: {message}")):
             rollout.main()
+
+
+def test_a_diverged_policy_stops_sampling_with_one_line(untrained_policy):
+    model, tokenizer = untrained_policy
+    diverged = copy.deepcopy(model)
+    with torch.no_grad():
+        diverged.get_output_embeddings().weight[7, 0] = float("inf")
+    prompts = rollout.encode_prompts(tokenizer, ["1+2="], chat_template=False)
+    params = rollout.SamplingParams(n=3, max_new_tokens=4)
+    with pytest.raises(rollout.EngineError, match="not finite at token 1: its weights have"):
+        rollout.generate(diverged, tokenizer, prompts, params, torch.Generator().manual_seed(0))
