@@ -15,6 +15,7 @@ import copy
 import dataclasses
 import errno
 import gc
+import itertools
 import json
 import math
 import os
@@ -714,7 +715,11 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
         state = {**state, "files": sizes}
         torch.save(state, tmp / "trainer_state.pt")
         fsync_tree(tmp)
-        shutil.rmtree(final, ignore_errors=True)
+        if final.exists():  # damaged, since the resume passed over it: kept for its owner
+            names = (root / f"{final.name}.damaged{i or ''}" for i in itertools.count())
+            aside = next(name for name in names if not name.exists())
+            print(f"keeping the damaged {final} as {aside.name}")
+            os.replace(final, aside)
         os.replace(tmp, final)
         fsync_dir(root)
         prune_checkpoints(root, keep)

@@ -472,13 +472,19 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     (checkpoints / ".step_000003.tmp" / "model").mkdir(parents=True)  # killed during a save
     (checkpoints / ".step_000000.deleting").mkdir()  # killed while pruning
     weights = checkpoints / "step_000002" / "model" / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # a damaged disk
+    half_written = weights.read_bytes()[: weights.stat().st_size // 2]
+    weights.write_bytes(half_written)  # a damaged disk
     resumed = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
                          "--resume", "--total-steps", "3")
     assert (f"skipping the damaged checkpoint {checkpoints / 'step_000002'} "
             "(model/model.safetensors is" in resumed.stdout)
     assert "resumed from" in resumed.stdout and "step_000001 at step 1" in resumed.stdout
     assert not list(checkpoints.glob(".step_*"))  # the leftovers are gone
+    # the damaged ones the run saved over are kept aside, as they were
+    assert "keeping the damaged" in resumed.stdout and "as step_000002.damaged" in resumed.stdout
+    kept = checkpoints / "step_000002.damaged" / "model" / "model.safetensors"
+    assert kept.read_bytes() == half_written
+    assert (checkpoints / "step_000003.damaged" / "model").is_dir()
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
     optimizer = checkpoints / "step_000003" / "state" / "optimizer.bin"
     optimizer.write_bytes(bytes(optimizer.stat().st_size))  # damaged at its saved size
