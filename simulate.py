@@ -560,6 +560,17 @@ def plot(results, cfg: SimConfig, path: Path) -> None:
     plt.close(fig)
 
 
+def earlier_settings(path: Path) -> dict | None:
+    """The settings of the simulation already written at `path` (a config.json; an unreadable one
+    counts as settings of its own), or None when there is none."""
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}
+
+
 def main(argv: list[str] | None = None) -> None:
     d = SimConfig()
     parser = argparse.ArgumentParser(description=__doc__,
@@ -632,6 +643,10 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         parser.error(f"--out {args.out}: {e.strerror}")
     cfg = SimConfig(**{k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__})
+    earlier = earlier_settings(args.out / "config.json")
+    if earlier is not None and earlier != json.loads(json.dumps(asdict(cfg))):
+        parser.error(f"--out {args.out} holds a simulation with other settings: move it away, or "
+                     "pass another --out")
     start = time.time()
     summary = write_outputs(simulate(cfg, args.workers), cfg, args.out)
     budget = f"{cfg.samples} draws" if cfg.samples else f"{cfg.steps} steps"

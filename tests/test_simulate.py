@@ -160,6 +160,7 @@ def test_at_equal_samples_sgd_with_lr_proportional_to_n_gains_the_same_correct_m
     (gain_4, se_4), (gain_200, se_200) = gains
     assert gain_4 > 0 and abs(gain_4 - gain_200) <= 4 * (se_4**2 + se_200**2) ** 0.5
 
+
 def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
     simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200", "--steps", "20",
                    "--ns", "4", "2000", "--seeds", "2", "--workers", "1"])
@@ -175,6 +176,19 @@ def test_simulator_cli_writes_figure_curves_and_summary(tmp_path):
         assert 0 <= values["shrink_seed_frac"] <= 1
 
 
+def test_a_simulation_with_other_settings_is_refused_where_one_is_written(tmp_path, capsys):
+    argv = ["--out", str(tmp_path), "--vocab", "300", "--n-correct", "20", "--steps", "3",
+            "--ns", "4", "--seeds", "1", "--workers", "1"]
+    simulate.main(argv)
+    written = {f.name: f.read_bytes() for f in tmp_path.iterdir()}
+    with pytest.raises(SystemExit) as exit:
+        simulate.main(argv + ["--lr", "0.5"])
+    assert exit.value.code == 2 and (f"error: --out {tmp_path} holds a simulation with other "
+                                     "settings" in capsys.readouterr().err)
+    assert {f.name: f.read_bytes() for f in tmp_path.iterdir()} == written
+    simulate.main(argv + ["--workers", "2"])  # the same simulation again: written over
+    assert (tmp_path / "summary.json").read_bytes() == written["summary.json"]
+
 
 def test_equal_samples_cli_runs_every_n_for_the_same_draws(tmp_path):
     simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200",
@@ -187,6 +201,7 @@ def test_equal_samples_cli_runs_every_n_for_the_same_draws(tmp_path):
             last_step[row["n"]] = max(last_step.get(row["n"], 0), int(row["step"]))
     assert last_step == {"4": 100, "40": 10}
     assert json.loads((tmp_path / "config.json").read_text())["samples"] == 400
+
 
 def test_check_theorem_command_passes_and_bad_options_are_one_line_errors():
     result = run_script("simulate.py", "--check-theorem", "--instances", "200")
