@@ -6,9 +6,9 @@ metrics of coverage.py: pass@k up to k=256 and the expected distinct correct ans
 policy's probabilities (the hf engine).
 
 Works on any checkpoint directory (a `save_pretrained` folder: the trainer's
-`checkpoints/step_*/model`, the tiny model, a downloaded hub model) without the trainer. The
-benchmarks and where their data comes from are in benchmarks.py; one with no data is listed as
-skipped with the reason, never scored.
+`checkpoints/step_*/model`, the tiny model as `--model tiny`, a downloaded hub model) without the
+trainer. The benchmarks and where their data comes from are in benchmarks.py; one with no data is
+listed as skipped with the reason, never scored.
 
     python eval.py --model PATH --suite all --out runs/eval/prorl.json      # the paper's table
     python eval.py --model PATH --benchmarks aime2024 humaneval --samples 4
@@ -455,7 +455,9 @@ def main() -> None:
     d = EvalSettings()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="checkpoint directory (save_pretrained layout) or hub name")
+    parser.add_argument("--model", help="a model folder (save_pretrained layout), a checkpoint, a "
+                        "training run's folder (its latest checkpoint), tiny (the trainer's "
+                        "default model) or a hub name")
     parser.add_argument("--suite",
                         help=f"benchmark suite: {', '.join(benchmarks.SUITES)} or all "
                              "(default: all)")
@@ -529,7 +531,12 @@ def main() -> None:
                              "--process-group-timeout-min > 0")
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
-        model = resolve_model_dir(args.model)
+        if args.model == "tiny":
+            import tiny_model  # 1 s of imports that only this model needs
+
+            model = str(tiny_model.ensure_tiny_model())
+        else:
+            model = resolve_model_dir(args.model)
         extra = {}
         if args.data:
             tasks = load_tasks(args.data)

@@ -529,6 +529,10 @@ def check_model_path(name_or_path: str) -> None:
         raise InputError(f"model path is a file, not a model folder: {name_or_path}")
     if not HUB_NAME.match(name_or_path) or name_or_path.startswith((".", "/")):
         raise InputError(f"model path does not exist: {name_or_path}")
+    folder = name_or_path.split("/")[0]
+    if os.path.isdir(folder):  # runs/demo2 for runs/demo: a path, not a hub name to retry for
+        raise InputError(f"model path does not exist: {name_or_path} (there is a folder {folder}/ "
+                         "here, so it is not taken for a hub name)")
 
 
 def load_tokenizer(name_or_path: str, revision: str | None = None):

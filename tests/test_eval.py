@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import tiny_model
 from checkpoints import resolve_model_dir
 from conftest import ROOT, a_trainer_state, accelerate_launch, run_script
 from eval import (EvalSettings, SampleLog, Shard, bootstrap_ci, k_values, metrics, pass_at_k,
@@ -355,3 +356,17 @@ def test_eval_cli_missing_model_is_one_clear_line(tmp_path):
                         "data/arith_test.jsonl", check=False)
     assert result.returncode != 0
     assert result.stderr.strip() == f"error: model path does not exist: {tmp_path / 'nope'}"
+    # a typo in a relative path whose first folder is here is not sent to the hub (and retried)
+    result = run_script("eval.py", "--model", "data/nope", "--data", "data/arith_test.jsonl",
+                        check=False)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert result.stderr.strip().startswith("error: model path does not exist: data/nope (there is")
+
+
+def test_eval_scores_the_trainers_default_model_by_its_name(tmp_path):
+    out = tmp_path / "x.json"
+    result = run_script("eval.py", "--model", "tiny", "--data", "data/arith_test.jsonl",
+                        "--samples", "1", "--max-new-tokens", "4", "--out", str(out))
+    header = json.loads((tmp_path / "x.samples.jsonl").read_text().splitlines()[0])["header"]
+    assert header["model"]["path"] == str(tiny_model.ensure_tiny_model().resolve())
+    assert "arith_test" in result.stdout
