@@ -18,10 +18,10 @@ listed as skipped with the reason, never scored.
     accelerate launch --config_file configs/ddp_cpu.yaml eval.py --model PATH --out runs/eval/x.json
 
 Defaults follow the paper's protocol (arXiv 2510.01180, Table 1): k=16 samples, temperature 0.6,
-top-p 0.95, 32K-token responses (never more than the model's context). Every sample goes to
-`<out>.samples.jsonl` (benchmark, problem id, response, extracted answer, reward) so any score can
-be audited; an interrupted run started again with the same --out resumes from that file without
-redoing finished problems (the redone ones draw new samples: same distribution, not the same
+top-p 0.95, 32K-token responses (never more than the model's context). Every sample goes to `<out>`
+with `.samples.jsonl` for `.json` (benchmark, problem id, response, extracted answer, reward) so any
+score can be audited; an interrupted run started again with the same --out resumes from that file
+without redoing finished problems (the redone ones draw new samples: same distribution, not the same
 tokens), and refuses when the model, the sampling settings or a benchmark's data differ from the run
 that wrote it. Every score is printed and stored with the sampling settings that produced it (pass@1
 at T=1 and at T=0.6 are different numbers for one model).
@@ -39,7 +39,7 @@ import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Callable
@@ -213,6 +213,12 @@ class Shard:
         return cls(state.process_index, state.num_processes, lambda item: gather_object([item]))
 
 
+def response_limit(policy, settings: EvalSettings) -> int:
+    """The response length limit: max_new_tokens, never more than the model's context."""
+    return min(settings.max_new_tokens,
+               getattr(policy.config, "max_position_embeddings", settings.max_new_tokens))
+
+
 def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: EvalSettings,
                   log: SampleLog | None = None, shard: Shard | None = None) -> dict:
     """Sample `settings.samples` responses per problem (all k of a problem in one request), score
@@ -227,10 +233,9 @@ def run_benchmark(policy, tokenizer, name: str, records: list[dict], settings: E
     policy: a transformers model (the hf engine) or a rollout.VLLMEngine."""
     log = log or SampleLog(None, settings.samples)
     shard = shard or Shard()
-    context = getattr(policy.config, "max_position_embeddings", settings.max_new_tokens)
     params = rollout.SamplingParams(n=settings.samples, temperature=settings.temperature,
                                     top_p=settings.top_p,
-                                    max_new_tokens=min(settings.max_new_tokens, context),
+                                    max_new_tokens=response_limit(policy, settings),
                                     max_batch_seqs=settings.max_batch_seqs)
     stats = reward.VerifyStats()
     todo = [r for r in records if (name, r["id"]) not in log.done]
@@ -289,6 +294,8 @@ def evaluate_suite(policy, tokenizer, selected: list[benchmarks.Benchmark], sett
     result."""
     start = time.time()
     shard = shard or Shard()
+    # recorded as sampled: a 32K limit on a 4K-context model samples (and resumes) as a 4K one
+    settings = replace(settings, max_new_tokens=response_limit(policy, settings))
     result = {"settings": asdict(settings), "benchmarks": {}, "skipped": {}}
     loaded = [(name, records, {"suite": "", "source": "given", "note": "", "category": ""})
               for name, records in (extra or {}).items()]
@@ -505,7 +512,7 @@ def main() -> None:
                         help="without bubblewrap, run code benchmarks' programs under rlimits only "
                              "instead of refusing them")
     parser.add_argument("--out", type=Path,
-                        help="results JSON; per-sample records go to <out>.samples.jsonl "
+                        help="results JSON (x.json); per-sample records go to x.samples.jsonl "
                              "(resumable)")
     parser.add_argument("--plot", type=Path, help="write pass@k curves as a PNG here")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
