@@ -30,10 +30,10 @@ of Fig. 3 (ii)/(iii)). docs/revive.md has the design, how its sizes were chosen,
     # one seed from the start only: stage 1 is not run (one in --out is continued or read)
     python experiments/revive.py --seeds 2 --starts start --out runs/start-seed2
     # ... joined with another sitting's results (its run folders gone), skipping what it ran
-    python experiments/revive.py --seeds 2 --starts start --out runs/start-seed2 \
+    python experiments/revive.py --seeds 2 --starts start --out runs/start-seed2 \\
         --merge docs/broaden/results.json
     # only the results, from the finished runs and --merge
-    python experiments/revive.py --report-only --out runs/start-seed2 \
+    python experiments/revive.py --report-only --out runs/start-seed2 \\
         --merge docs/broaden/results.json
     # the whole pipeline in a few minutes
     python experiments/revive.py --quick --out /tmp/revive-quick
@@ -356,6 +356,14 @@ def branch_point(plan: Plan, out: Path, model: str, earlier: dict | None,
     return merged
 
 
+def plan_default(field: str) -> str:
+    """A Plan field's defaults as --help shows them: the full plan's, and --quick's where it
+    differs."""
+    full, quick = getattr(Plan(), field), getattr(QUICK, field)
+    show = lambda value: " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    return f"(default: {show(full)}" + (f"; --quick: {show(quick)})" if quick != full else ")")
+
+
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -375,13 +383,29 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
                         help="starting policy (default: the tiny model warmed up on the graded "
                              "task)")
     # Plan fields a flag may override (default: the plan's, full or --quick)
-    parser.add_argument("--advantage", choices=list(update.ADVANTAGES), help="Plan.advantage")
-    parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING), help="Plan.lr_scaling")
-    parser.add_argument("--budget-steps", type=int, help="Plan.budget_steps")
-    parser.add_argument("--max-decays", type=int, help="Plan.max_decays")
-    parser.add_argument("--seeds", type=int, nargs="+", help="Plan.seeds")
-    parser.add_argument("--starts", nargs="+", choices=STARTS, help="Plan.starts")
-    parser.add_argument("--lr-multipliers", type=float, nargs="+", help="Plan.lr_multipliers")
+    parser.add_argument("--advantage", choices=list(update.ADVANTAGES),
+                        help="advantage estimator of every run, stage 1 and branches "
+                             + plan_default("advantage"))
+    parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING),
+                        help="a branch's lr at N: constant, the start's lr at every N; sqrt, "
+                             "times sqrt(B / B0), the paper's rule " + plan_default("lr_scaling"))
+    parser.add_argument("--budget-steps", type=int,
+                        help="samples every branch generates, in stage-1 steps' worth "
+                             + plan_default("budget_steps"))
+    parser.add_argument("--max-decays", type=int,
+                        help="most times stage 1 goes on at a lower lr after a probe at it lifts "
+                             "the plateau " + plan_default("max_decays"))
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="seeds of the branches, each branch run once per seed (stage 1 is "
+                             "run once) " + plan_default("seeds"))
+    parser.add_argument("--starts", nargs="+", choices=STARTS,
+                        help="where the branches start: plateau, stage 1's branch point (runs "
+                             "stage 1); start, the warmed model before it "
+                             + plan_default("starts"))
+    parser.add_argument("--lr-multipliers", type=float, nargs="+",
+                        help="every branch runs at each lr m x η: η is stage 1's last lr (from the "
+                             "plateau) or η0, stage 1's first (from the start) "
+                             + plan_default("lr_multipliers"))
     args = parser.parse_args(argv)
     overrides = {field: getattr(args, field) for field in
                  ("advantage", "lr_scaling", "budget_steps", "max_decays", "seeds", "starts",
