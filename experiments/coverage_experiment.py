@@ -355,6 +355,14 @@ def write_results(results: dict, out: Path) -> None:
 
 # ---- the command ---------------------------------------------------------------------------------
 
+def plan_default(field: str) -> str:
+    """A Plan field's defaults as --help shows them: the full plan's, and --quick's where it
+    differs."""
+    full, quick = getattr(Plan(), field), getattr(QUICK, field)
+    show = lambda value: " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+    return f"(default: {show(full)}" + (f"; --quick: {show(quick)})" if quick != full else ")")
+
+
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -368,10 +376,14 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
                         help="write the results from the finished runs, running nothing")
     parser.add_argument("--model", help="starting policy (default: the tiny model warmed on the "
                                         "many-answers task's prior)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="Plan.seeds")
-    parser.add_argument("--steps", type=int, help="Plan.steps")
+    parser.add_argument("--seeds", type=int, nargs="+",
+                        help="seeds, each branch run once per seed " + plan_default("seeds"))
+    parser.add_argument("--steps", type=int,
+                        help="RL steps of every branch (all three at the same samples per step) "
+                             + plan_default("steps"))
     parser.add_argument("--keep-truncated-reward", action="store_true",
-                        help="Plan.zero_truncated_reward off: a cut response keeps its reward")
+                        help="a response cut at the token limit keeps its reward (default: it "
+                             "earns 0, ProRLv2's stop-properly penalty)")
     args = parser.parse_args(argv)
     overrides = {"seeds": tuple(args.seeds)} if args.seeds else {}
     overrides.update({"steps": args.steps} if args.steps else {})
