@@ -29,6 +29,9 @@ Sample = Callable[[list[int] | None], tuple[rollout.Rollouts, torch.Tensor]]
 
 def checks(cfg) -> list[tuple[bool, str]]:
     """The allocation's lines of train_brorl.validate: (ok, the one-line error)."""
+    default = type(cfg)()
+    knapsack_only = [name for name in ("screen_rollouts", "allocation_cap", "allocation_history")
+                     if getattr(cfg, name) != getattr(default, name)]
     return [
         (cfg.allocation == "fixed" or 2 <= cfg.screen_rollouts < cfg.n_rollouts,
          f"screen_rollouts must be in [2, n_rollouts={cfg.n_rollouts}) (a screened group needs two "
@@ -36,9 +39,9 @@ def checks(cfg) -> list[tuple[bool, str]]:
         (cfg.allocation == "fixed" or cfg.allocation_cap >= cfg.n_rollouts,
          f"allocation_cap must be >= n_rollouts={cfg.n_rollouts} (else the budget of "
          f"prompts_per_step x n_rollouts cannot be spent), got {cfg.allocation_cap}"),
-        (cfg.allocation == "knapsack" or not cfg.allocation_history,
-         "allocation_history is evidence for --allocation knapsack, and this run's allocation is "
-         "fixed"),
+        (cfg.allocation == "knapsack" or not knapsack_only,
+         f"{', '.join(knapsack_only)}: only --allocation knapsack reads it, and this run's "
+         "allocation is fixed"),
     ]
 
 

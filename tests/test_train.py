@@ -48,7 +48,9 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     # nothing left to allocate
     (["--allocation", "knapsack", "--screen-rollouts", "256"], "screen_rollouts must be in [2, "),
     (["--allocation", "knapsack", "--allocation-cap", "100"], "allocation_cap must be >= n_rol"),
-    (["--allocation-history"], "allocation_history is evidence for --allocation knapsack"),
+    (["--allocation-history"], "allocation_history: only --allocation knapsack reads it"),
+    (["--screen-rollouts", "8", "--allocation-cap", "64"],
+     "screen_rollouts, allocation_cap: only --allocation knapsack reads it, and this run's"),
     (["--lr", "inf", "--temperature", "nan"],
      "settings must be finite numbers, got temperature nan, lr inf"),
     (["--minibatches", "0"], "minibatches must be >= 1, got 0"),
