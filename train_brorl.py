@@ -742,10 +742,13 @@ def train(cfg: Config) -> Path:
 
         # ALGO LOGIC: the clipped policy-gradient step, watched by the knowledge-shrinkage monitor
         # (did any correct response lose probability?)
-        watched = monitor.monitor_rows(groups.rollouts, groups.rewards, cfg.shrink_monitor_samples)
-        watch = monitor.ShrinkageWatch(run.policy, rows_batch(groups.rollouts, watched), update_cfg)
+        watch = None
+        if cfg.shrink_monitor_samples:  # 0: no passes, and no shrink_* metrics rather than zeros
+            rows = monitor.monitor_rows(groups.rollouts, groups.rewards, cfg.shrink_monitor_samples)
+            watched = rows_batch(groups.rollouts, rows)
+            watch = monitor.ShrinkageWatch(run.policy, watched, update_cfg)
         update_stats = policy_update(run, batch, update_cfg)
-        shrink = watch.after(run.policy)
+        shrink = watch.after(run.policy) if watch else {}
         if run.ref_policy is not None and cfg.ref_reset_every and step % cfg.ref_reset_every == 0:
             # ProRL's reference reset; the optimizer state is kept
             run.reset_reference(step)

@@ -466,7 +466,10 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
         tmp_path):
     out = tmp_path / "run"
     run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
-               "--eval-every", "100")
+               "--eval-every", "100", "--shrink-monitor-samples", "0")
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [row for row in rows if "reward_mean" in row]
+    assert train_rows and not any("shrink_frac" in row for row in train_rows)  # off, not zero
     with open(out / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward_me')  # killed mid-write
     checkpoints = out / "checkpoints"
