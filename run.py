@@ -208,6 +208,9 @@ def setup(cfg) -> Run:
     if checkpoint and not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or "
                          "another --output-dir")
+    if checkpoint and read_trainer_state(checkpoint)["step"] > cfg.total_steps:
+        raise InputError(f"--total-steps {cfg.total_steps} is below the step of {checkpoint}: "
+                         "nothing to run (a larger one continues the run)")
     if cfg.resume and checkpoint is None and main_process:
         print(f"--resume: no checkpoint in {output_dir} yet, starting from scratch")
     if cfg.prompts_per_step % processes:

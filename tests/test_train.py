@@ -345,6 +345,13 @@ def test_smoke_run_logs_metrics_tensorboard_and_a_resumable_checkpoint(smoke_run
     resumed = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
                          "--total-steps", "3")
     assert "config.json: total_steps 2 -> 3" in resumed.stdout.splitlines()
+    saved = (out / "config.json").read_bytes()
+    behind = run_script("train_brorl.py", "--output-dir", str(out), "--resume", "--total-steps",
+                        "1", check=False)
+    assert behind.returncode != 0 and behind.stderr.strip().splitlines()[-1] == (
+        f"error: --total-steps 1 is below the step of {out / 'checkpoints' / 'step_000003'}: "
+        "nothing to run (a larger one continues the run)")
+    assert (out / "config.json").read_bytes() == saved
     assert (json.loads((out / "config.json").read_text())["n_rollouts"]
             == train_brorl.PRESETS["smoke"]["n_rollouts"])
     # one train row and one eval row per step (step 2's eval: the final eval of the 2-step run),
