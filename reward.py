@@ -114,7 +114,7 @@ class VerifyStats:
     items: int = 0
     answered: int = 0  # items with an extractable final answer / program
     fast_path: int = 0  # decided by the normalised exact match, no sympy
-    cache_hits: int = 0  # answered items that reused a check already made in their batch
+    cache_hits: int = 0  # items that needed a check and reused one already made in their batch
     checks: int = 0  # distinct checks run (verifier process or sandbox)
     timeouts: int = 0
     errors: int = 0  # verifier crash, memory limit, scorer exception
@@ -134,7 +134,7 @@ class VerifyStats:
             "verify/seconds": self.seconds,
             "verify/timeouts": self.timeouts,
             "verify/errors": self.errors,
-            "verify/cache_hit_rate": self.cache_hits / max(self.answered - self.fast_path, 1),
+            "verify/cache_hit_rate": self.cache_hits / max(self.cache_hits + self.checks, 1),
             "verify/fast_path_rate": self.fast_path / max(self.answered, 1),
             "verify/partial_credit": self.partial_credit,
             "verify/too_long": self.too_long,
