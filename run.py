@@ -299,6 +299,7 @@ def setup(cfg) -> Run:
         save_reference(output_dir, 0, ref_policy, accelerator)
     metrics = None
     if main_process:
+        print(f"run folder: {output_dir} (curves: tensorboard --logdir {output_dir})")
         write_config(output_dir, cfg)
         metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
         settings_text = "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items())

@@ -48,7 +48,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 import tyro
@@ -80,8 +80,9 @@ class Config:
     preset: str = "cpu-demo"
     """named overrides applied before the other flags: cpu-demo, smoke, brorl-paper, prorl-paper,
     brorl-1gpu"""
-    output_dir: str | None = None
-    """where logs and checkpoints go (default: runs/<preset>__<seed>__<unix time>)"""
+    output_dir: Annotated[str | None, tyro.conf.arg(
+        metavar="DIR", help_behavior_hint="(default: runs/<preset>__<seed>__<unix time>)")] = None
+    """where logs and checkpoints go"""
     resume: bool = False
     """continue from the latest checkpoint in --output-dir"""
     init_from: str | None = None

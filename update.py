@@ -28,9 +28,11 @@ Where to change things: an advantage estimator is one entry of `ADVANTAGES`; the
 micro-batches, DDP's no_sync, FSDP's lockstep passes).
 """
 
+import argparse
 import contextlib
 import functools
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -909,3 +911,46 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     stats["grad_norm"] /= max(steps, 1)  # the mean over the optimizer steps taken
     return stats
 
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description="One group's advantages under every estimator (ADVANTAGES), and the clipped "
+                    "token loss of per_token_loss at given ratios r = π_θ/π_old; the loss is in "
+                    "this module's docstring.")
+    parser.add_argument("--rewards", type=float, nargs="+", default=[1.0, 0.0, 0.0, 0.0],
+                        help="the rewards of one prompt's rollouts (one group)")
+    parser.add_argument("--ratios", type=float, nargs="+", default=[0.5, 0.8, 1.0, 1.2, 1.5],
+                        help="ratios π_θ/π_old at which to show a token's loss and gradient")
+    parser.add_argument("--eps-low", type=float, default=UpdateConfig.eps_low,
+                        help="clip below: r >= 1 - eps_low")
+    parser.add_argument("--eps-high", type=float, default=UpdateConfig.eps_high,
+                        help="clip above (clip-higher): r <= 1 + eps_high")
+    args = parser.parse_args(argv)
+    if len(args.rewards) < 2 or not all(map(math.isfinite, args.rewards)):
+        parser.error("--rewards: two or more finite numbers (one group)")
+    if not all(0 < r < math.inf for r in args.ratios) or not 0 <= args.eps_low < 1 <= (
+            1 + args.eps_high) < math.inf:
+        parser.error("--ratios must be finite and > 0, --eps-low in [0, 1), --eps-high >= 0")
+    rewards, group = torch.tensor(args.rewards), torch.zeros(len(args.rewards), dtype=torch.long)
+    print(f"the advantages of the group {args.rewards}:")
+    for name, estimator in ADVANTAGES.items():
+        values = " ".join(f"{a:+.3f}" for a in estimator(rewards, group).tolist())
+        print(f"  {name:<22} {values}")
+    cfg = UpdateConfig(eps_low=args.eps_low, eps_high=args.eps_high)
+    print(f"\na token's loss -min(r·A, clip(r, {1 - cfg.eps_low:g}, {1 + cfg.eps_high:g})·A) and "
+          "its gradient in log π_θ (0: clipped, the token no longer moves):")
+    header = f"{'loss':>7} {'gradient':>9}"
+    print(f"  {'r':>6} | A = +1: {header} | A = -1: {header}")
+    for r in args.ratios:
+        logprobs = torch.full((2, 1), math.log(r), requires_grad=True)
+        loss, _, _ = per_token_loss(logprobs, torch.zeros(2, 1), torch.tensor([1.0, -1.0]),
+                                    torch.ones(2, 1), cfg)
+        loss.sum().backward()
+        (up, down), (up_grad, down_grad) = loss.flatten().tolist(), logprobs.grad.flatten().tolist()
+        print(f"  {r:>6g} |         {up:>7.3f} {up_grad:>9.3f} |         {down:>7.3f} "
+              f"{down_grad:>9.3f}")
+
+
+if __name__ == "__main__":
+    main()

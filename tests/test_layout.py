@@ -71,7 +71,8 @@ def test_every_script_runs_alone_and_says_how_with_help():
     scripts = sorted(str(path.relative_to(ROOT)) for folder in ("", "experiments", "bench", "data")
                      for path in (ROOT / folder).glob("*.py")
                      if re.search(r'^if __name__ == "__main__":', path.read_text(), re.MULTILINE))
-    assert {"train_brorl.py", "eval.py", "simulate.py", "rollout.py", "reward.py"} <= set(scripts)
+    assert {"train_brorl.py", "eval.py", "simulate.py", "rollout.py", "reward.py",
+            "update.py"} <= set(scripts)
     helps = [json.loads(line) for line in
              run_script("tests/every_help.py", *scripts).stdout.splitlines()]
     assert [h["script"] for h in helps] == scripts

@@ -790,3 +790,15 @@ def test_a_varlen_kernel_without_a_scale_is_refused_for_a_model_with_its_own_sca
 
 def test_the_examples_in_update_docstrings_hold():
     assert doctest.testmod(update).failed == 0
+
+
+def test_the_command_line_shows_a_groups_advantages_and_where_the_clip_stops_a_token(capsys):
+    update.main(["--rewards", "1", "0", "0", "0", "--ratios", "1.5", "0.5"])
+    lines = capsys.readouterr().out.splitlines()
+    assert "  grpo                   +1.500 -0.500 -0.500 -0.500" in lines
+    assert "  dr_grpo                +0.750 -0.250 -0.250 -0.250" in lines
+    above, below = [line.split() for line in lines[-2:]]
+    # r = 1.5 > 1 + eps_high: a token with A = +1 is clipped (no gradient), one with A = -1 is not
+    assert above == ["1.5", "|", "-1.280", "0.000", "|", "1.500", "1.500"]
+    # r = 0.5 < 1 - eps_low: the other way round
+    assert below == ["0.5", "|", "-0.500", "-0.500", "|", "0.800", "0.000"]
