@@ -341,7 +341,9 @@ class _SavableTokenizer(IdTokenizer):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(line for line in __doc__.splitlines() if line.startswith("    python")))
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS),
                         help="run only these checks")
     parser.add_argument("--layers", type=int, default=QWEN2_1P5B["num_hidden_layers"],

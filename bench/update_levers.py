@@ -137,7 +137,9 @@ def measure(args, variant: str, policy, optimizer, model, batches, micro_batch_t
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n".join(line for line in __doc__.splitlines() if line.startswith("    python")))
     parser.add_argument("--only", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                         help="run only these variants")
     parser.add_argument("--rows", type=int, default=32, help="full-length rows in the batch")
