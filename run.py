@@ -14,7 +14,9 @@ Under `accelerate launch` every process runs all of this; only the main process 
 import copy
 import dataclasses
 import errno
+import fcntl
 import gc
+import io
 import itertools
 import json
 import math
@@ -65,6 +67,7 @@ class Run:
     # the shards after every update (like a vLLM engine's weights); None otherwise
     hf_sampler: torch.nn.Module | None = None
     reference_step: int = 0  # π_ref is the policy of this step (its last reset; 0: the start)
+    folder_lock: io.TextIOBase | None = None  # the main process's lock_run_folder, held to the end
 
     @property
     def sharded(self) -> bool:
@@ -149,6 +152,8 @@ class Run:
         policy = weakref.ref(self.policy)
         self.policy = self.ref_policy = self.hf_sampler = self.optimizer = None  # the run ends
         end_process_group(self.accelerator, policy)
+        if self.folder_lock is not None:
+            self.folder_lock.close()
 
 
 def clear_finished_frames(code: types.CodeType) -> None:
@@ -195,8 +200,10 @@ def setup(cfg) -> Run:
     check_launch(accelerator.distributed_type, processes)
     sharding = wants_fsdp()
     output_dir = Path(cfg.output_dir)
+    folder_lock = None
     if main_process:
         check_output_dir(output_dir)
+        folder_lock = lock_run_folder(output_dir)  # before anything in it is removed or written
         remove_leftovers(output_dir)
     checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
     saved = [p for p in sorted((output_dir / "checkpoints").glob("step_*"))
@@ -208,6 +215,10 @@ def setup(cfg) -> Run:
     if checkpoint and not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or "
                          "another --output-dir")
+    if checkpoint and (checkpoint / "state" / SHARDED).is_dir() != sharding:
+        saved_by, launched = ("a plain", "with FSDP2") if sharding else ("an FSDP2", "without FSDP")
+        raise InputError(f"{checkpoint} was saved by {saved_by} run and this one is launched "
+                         f"{launched}: resume it with the accelerate config it was started with")
     if checkpoint and read_trainer_state(checkpoint)["step"] > cfg.total_steps:
         raise InputError(f"--total-steps {cfg.total_steps} is below the step of {checkpoint}: "
                          "nothing to run (a larger one continues the run)")
@@ -308,7 +319,7 @@ def setup(cfg) -> Run:
         copy_full_weights(policy, hf_sampler)
     return Run(accelerator, output_dir, train_tasks, test_tasks, tokenizer, policy, ref_policy,
                optimizer, engine, step, data_position, metrics, allocation, hf_sampler,
-               reference_step)
+               reference_step, folder_lock)
 
 
 # ---- FSDP2: the project shards with torch's fully_shard itself, on CPU (gloo) and GPU alike ------
@@ -660,6 +671,30 @@ def remove_leftovers(output_dir: Path) -> None:
     for leftover in sorted(leftovers):
         print(f"removing {leftover}, left by an interrupted save or pruning")
         shutil.rmtree(leftover, ignore_errors=True)
+
+
+def lock_run_folder(output_dir: Path) -> io.TextIOBase:
+    """An exclusive lock on the run folder while the returned file is open (the kernel drops it
+    when the process ends, however it ends): a run or resume into a folder that another run is
+    still writing (ranks left running by a killed launcher, a second terminal) is refused instead
+    of pruning and overwriting the other's checkpoints."""
+    lock = open(output_dir / ".lock", "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise InputError(f"{output_dir} is being written by another run (process {holder}): stop "
+                         "it first, or pass another --output-dir") from None
+    except OSError:  # a file system without locks: the run goes on unguarded
+        print(f"{output_dir}: the file system cannot lock it; run one process on it at a time")
+        return lock
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def check_output_dir(output_dir: Path) -> None:

@@ -9,6 +9,7 @@ alike (run.fsdp2_models), so these runs take the GPU run's code path.
 """
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from torch.distributed.checkpoint import FileSystemReader
 import rollout
 import update
 from checkpoints import latest_checkpoint
-from conftest import ROOT, accelerate_launch, free_port, signal_tree
+from conftest import ROOT, accelerate_launch, free_port, run_script, signal_tree
 from tasks import load_tasks
 from tiny_model import DEFAULT_TRAIN_DATA, TinySpec, ensure_tiny_model, warm_up
 
@@ -175,6 +176,16 @@ def test_fsdp2_in_bf16_follows_the_fp32_run_within_bf16_error(ddp_run, fsdp2_bf1
     # AdamW's step m / sqrt(v) carries the gradient's error twice (2 * BF16_REL = 1/4), doubled for
     # 8 optimizer steps compounding it; a lost update (bf16 master weights) is apart ~ moved
     assert apart < 4 * BF16_REL * moved, (apart, moved)
+
+
+def test_an_fsdp2_run_resumed_without_fsdp_is_refused_in_one_line(fsdp2_bf16_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(fsdp2_bf16_run, copy)
+    refused = run_script("train_brorl.py", "--output-dir", str(copy), "--resume", check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"error: {latest_checkpoint(copy)} was saved by an FSDP2 run and this one is launched "
+        "without FSDP: resume it with the accelerate config it was started with")
 
 
 def four_process_config(tmp_path, hybrid: bool) -> str:

@@ -516,6 +516,24 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert sorted(p for p in checkpoints.rglob("*")) == before  # none overwritten or pruned
 
 
+def test_a_run_folder_another_run_is_writing_is_refused_and_free_once_it_ends(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    other = run.lock_run_folder(out)  # as a run still going holds it
+    try:
+        refused = run_script("train_brorl.py", "--preset", "smoke", "--output-dir", str(out),
+                             "--resume", check=False)
+    finally:
+        other.close()
+    assert refused.returncode != 0 and refused.stderr.strip().splitlines()[-1] == (
+        f"error: {out} is being written by another run (process {os.getpid()}): stop it first, "
+        "or pass another --output-dir")
+    assert not (out / "checkpoints").exists()  # nothing written
+    mine = run.lock_run_folder(out)  # released by the refused run's exit, and by close()
+    mine.close()
+    run.lock_run_folder(out).close()
+
+
 def test_a_trainer_state_that_is_not_one_is_a_damaged_checkpoint_passed_over(tmp_path):
     checkpoints = tmp_path / "checkpoints"
     not_one = "is not a trainer state"
