@@ -586,7 +586,8 @@ def saved_config(output_dir: Path, config_class: type):
     missing = sorted(set(defaults) - set(saved))
     if missing:  # a default would change the run unseen
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise InputError(f"{path} lacks {', '.join(missing[:3])}{more}: restore it, or resume "
+        raise InputError(f"{path} lacks {', '.join(missing[:3])}{more}: restore it (a setting "
+                         "added since the run began: add it with the value the run had), or resume "
                          "into a new --output-dir")
     hints = typing.get_type_hints(config_class)
     for key, value in saved.items():

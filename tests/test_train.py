@@ -241,7 +241,7 @@ def test_a_config_json_with_unknown_keys_wrong_types_or_not_json_is_refused_in_o
         with pytest.raises(tasks.InputError,
                            match=re.escape(f"config.json: {key} is {value!r}, not {expected}")):
             run.saved_config(tmp_path, train_brorl.Config)
-    for lacking, named in [({"n_rollouts"}, "lacks n_rollouts: restore it"),
+    for lacking, named in [({"n_rollouts"}, "lacks n_rollouts: restore it (a setting added since"),
                            (set(saved), f"lacks {min(saved)}, ")]:
         (tmp_path / "config.json").write_text(
             json.dumps({k: v for k, v in saved.items() if k not in lacking}))
