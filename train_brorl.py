@@ -281,7 +281,6 @@ PAPER_RECIPE = dict(
     eval_every=20, eval_samples=4, eval_temperature=0.6, eval_top_p=0.95, eval_max_problems=64,
     eval_benchmarks=("aime2024", "aime2025", "amc2023", "math500", "minerva", "olympiadbench",
                      "humaneval"),
-    save_every=10,  # a 1.5B checkpoint with optimizer state is ~27 GB: not every step
     shrink_monitor_samples=256,
     verify_workers=16,
 )
