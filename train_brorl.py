@@ -222,6 +222,9 @@ class Config:
     """limit per distinct math / Reasoning Gym answer, seconds (a timeout scores 0)"""
     code_test_timeout: float = reward.VerifyConfig.test_timeout
     """limit per code test case, seconds (CPU and wall clock)"""
+    verify_step_timeout: float = reward.VerifyConfig.step_timeout
+    """wall-clock budget for scoring one round of rollouts, shared equally by its prompts: a check
+    past its prompt's share scores 0 (verify/over_budget > 0: raise it)"""
     unsafe_no_sandbox: bool = reward.VerifyConfig.unsafe_no_sandbox
     """without bubblewrap, run code tasks' programs under rlimits only (no isolation)"""
 
@@ -348,8 +351,8 @@ def validate(cfg: Config) -> None:
         (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
         (cfg.process_group_timeout_min > 0,
          f"process_group_timeout_min must be > 0, got {cfg.process_group_timeout_min}"),
-        (cfg.verify_timeout > 0 and cfg.code_test_timeout > 0,
-         "verify_timeout and code_test_timeout must be > 0"),
+        (min(cfg.verify_timeout, cfg.code_test_timeout, cfg.verify_step_timeout) > 0,
+         "verify_timeout, code_test_timeout and verify_step_timeout must be > 0"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
         (cfg.output_dir != "", "--output-dir must not be empty (it would be this folder)"),
         (not cfg.eval_data_dir or Path(cfg.eval_data_dir).is_dir(),
@@ -432,7 +435,7 @@ def component_configs(cfg: Config) -> tuple[rollout.SamplingParams, update.Updat
         return component(**{**{name: getattr(cfg, name) for name in shared}, **renamed})
 
     verify_cfg = take(reward.VerifyConfig, timeout=cfg.verify_timeout,
-                      test_timeout=cfg.code_test_timeout)
+                      test_timeout=cfg.code_test_timeout, step_timeout=cfg.verify_step_timeout)
     return (take(rollout.SamplingParams, n=cfg.n_rollouts, max_batch_seqs=cfg.gen_batch_seqs),
             take(update.UpdateConfig),
             verify_cfg,

@@ -57,6 +57,7 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--seed", "-1"], "seed must be in [0, 2^32), got -1"),
     (["--threads", "-1"], "threads must be >= 0 (0: torch's default), got -1"),
     (["--max-grad-norm", "0"], "max_grad_norm must be > 0, got 0.0"),
+    (["--verify-step-timeout", "0"], "and verify_step_timeout must be > 0"),
     (["--weight-decay", "-0.1"], "weight_decay must be >= 0, got -0.1"),
     (["--eval-max-problems", "-1"], "and eval_max_problems must be >= 0"),
     (["--output-dir", ""], "--output-dir must not be empty"),
@@ -514,6 +515,14 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert (f"error: {out} holds checkpoints and none is complete (the newest, step_000003: "
             in refused.stderr.strip().splitlines()[-1])
     assert sorted(p for p in checkpoints.rglob("*")) == before  # none overwritten or pruned
+
+
+def test_the_verifier_settings_reach_the_verifier_under_their_own_names():
+    cfg = train_brorl.parse_config(["--verify-timeout", "2", "--code-test-timeout", "1",
+                                    "--verify-step-timeout", "30", "--verify-workers", "3"])
+    verify = train_brorl.component_configs(cfg)[2]
+    assert (verify.timeout, verify.test_timeout, verify.step_timeout) == (2.0, 1.0, 30.0)
+    assert train_brorl.component_configs(cfg)[3].verify_workers == 3
 
 
 def test_a_run_folder_another_run_is_writing_is_refused_and_free_once_it_ends(tmp_path):
