@@ -563,11 +563,14 @@ def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
     float32's rounding of exp(Δ) - 1, which would give k3 a random sign."""
     live = mask.bool()
     delta = (old_logprobs - sampler_logprobs)[live].double()
-    if delta.numel() == 0:
-        return {"mismatch_abs_mean": 0.0, "mismatch_abs_max": 0.0, "mismatch_kl": 0.0}
-    return {"mismatch_abs_mean": float(delta.abs().mean()),
-            "mismatch_abs_max": float(delta.abs().max()),
-            "mismatch_kl": float((torch.expm1(delta) - delta).mean())}
+    # over every process's tokens (each holds a different number after deal_rows)
+    abs_sum, kl_sum, tokens = all_sum(torch.stack([
+        delta.abs().sum(), (torch.expm1(delta) - delta).sum(),
+        torch.tensor(delta.numel(), dtype=torch.float64)])).tolist()
+    largest = float(all_max(torch.cat([delta.abs(), delta.new_zeros(1)]).max()))  # 0: no token
+    tokens = max(tokens, 1.0)
+    return {"mismatch_abs_mean": abs_sum / tokens, "mismatch_abs_max": largest,
+            "mismatch_kl": kl_sum / tokens}
 
 
 def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
@@ -843,7 +846,7 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     keeps the number of mini-batches per step fixed when N grows), or over the split that
     `merge_duplicates` recorded. Rows of weight w count w times (in the token mean and the
     statistics alike); a mini-batch holds about 1/minibatches of the total weight. Returns
-    token-mean statistics and the mean gradient norm.
+    token-mean statistics (over every process's tokens) and the mean gradient norm.
 
     policy: a `Policy`, or its DDP/FSDP wrapper with this process's share of the batch (token counts
     are then summed over processes). Every process runs the same
@@ -906,8 +909,12 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         tokens_seen, steps = tokens_seen + float(local_tokens), steps + 1
     optimizer.zero_grad(set_to_none=True)  # the gradients' memory goes to the sampler, not idle
     policy.eval()
-    for key in ("loss", "clip_frac", "kl", "entropy"):
-        stats[key] /= max(tokens_seen, 1)
+    # token means over every process's tokens, as the loss is (each holds a different number)
+    token_means = ("loss", "clip_frac", "kl", "entropy")
+    *sums, tokens_seen = all_sum(torch.tensor([*(stats[key] for key in token_means), tokens_seen],
+                                              dtype=torch.float64)).tolist()
+    for key, total in zip(token_means, sums):
+        stats[key] = total / max(tokens_seen, 1)
     stats["grad_norm"] /= max(steps, 1)  # the mean over the optimizer steps taken
     return stats
 

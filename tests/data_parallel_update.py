@@ -69,10 +69,14 @@ def main() -> None:
     own = update.row_costs(batch, linear_cost)
     batch = update.deal_rows(batch, linear_cost)
     dealt = update.row_costs(batch, linear_cost)
-    out.with_name(f"{out.stem}.rank{rank}.json").write_text(json.dumps(
-        {"rows": [len(own), len(dealt)], "cost": [float(own.sum()), float(dealt.sum())]}))
     old = update.batch_logprobs(policy, batch, cfg)
-    update.ppo_update(policy, optimizer, batch, old - 0.1, cfg)  # ratios != 1: clipping acts
+    # a sampler whose gap to π_old differs from token to token
+    sampler = old - 0.01 * batch.response_ids.float()
+    mismatch = update.sampler_mismatch(old, sampler, batch.response_mask)
+    stats = update.ppo_update(policy, optimizer, batch, old - 0.1, cfg)  # ratios != 1: clipping
+    out.with_name(f"{out.stem}.rank{rank}.json").write_text(json.dumps(
+        {"rows": [len(own), len(dealt)], "cost": [float(own.sum()), float(dealt.sum())],
+         "tokens": int(batch.response_mask.sum()), "stats": {**stats, **mismatch}}))
     if accelerator.is_main_process:
         torch.save({k: v.detach().clone()
                     for k, v in accelerator.unwrap_model(policy).model.state_dict().items()}, out)

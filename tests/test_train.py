@@ -706,6 +706,14 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
     before, after = ([s["cost"][k] for s in shares] for k in (0, 1))
     assert sum(before) == pytest.approx(sum(after))
     assert max(after) - min(after) < max(before) - min(before)
+    # every statistic is the whole batch's (a token mean over both processes' tokens), as one
+    # process computes it: sums of <= 156 fp32 terms in another order
+    alone = json.loads((tmp_path / "one.rank0.json").read_text())["stats"]
+    assert shares[0]["tokens"] != shares[1]["tokens"]
+    for key in ("loss", "clip_frac", "entropy", "mismatch_abs_mean", "mismatch_abs_max",
+                "mismatch_kl"):
+        for share in shares:
+            assert share["stats"][key] == pytest.approx(alone[key], rel=156 * 2**-24), key
     start = rollout.load_policy(str(untrained_model_dir))[0].state_dict()
     # the update moved something
     assert any(not torch.equal(start[name], one[name]) for name in one)
