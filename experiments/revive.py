@@ -313,12 +313,13 @@ def branches(plan: Plan, stage1_result: dict | None, starts: tuple[str, ...]) ->
 
 
 def folder_results(plan: Plan, out: Path, model: str, stage1_result: dict | None,
-                   earlier: dict | None = None) -> dict:
+                   earlier: dict | None = None, quick: bool = False) -> dict:
     """results.json of every branch `out` may hold, whichever sitting ran it, with the seeds of
-    `earlier` (--merge) it does not hold (see summarise)."""
+    `earlier` (--merge) it does not hold (see summarise); `quick`: a --quick plan's, which its
+    report says is a test of the pipeline."""
     starts = STARTS if stage1_result else ("start",)
-    return summarise(plan, branches(plan, stage1_result, starts), out, model, stage1_result,
-                     earlier)
+    return {**summarise(plan, branches(plan, stage1_result, starts), out, model, stage1_result,
+                        earlier), "quick": quick}
 
 
 def branch_jobs(plan: Plan, out: Path, stage1_result: dict | None, earlier: dict | None,
@@ -449,8 +450,9 @@ def main(argv: list[str] | None = None) -> None:
             run_branch(plan, model, job["checkpoint"], job["run_dir"], shape, seed)
             print(f"[revive] {label}: took {time.time() - began:.0f}s, pass@1 "
                   f"{seed_summary(job['run_dir'], shape)['eval_pass1'][-1]:.3f}", flush=True)
-            write_results(folder_results(plan, args.out, model, stage1_result, earlier), args.out)
-        results = folder_results(plan, args.out, model, stage1_result, earlier)
+            write_results(folder_results(plan, args.out, model, stage1_result, earlier,
+                                         args.quick), args.out)
+        results = folder_results(plan, args.out, model, stage1_result, earlier, args.quick)
         results["wall_s"] = time.time() - start_time  # this invocation's
         write_results(results, args.out)
     except InputError as e:

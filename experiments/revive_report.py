@@ -368,6 +368,9 @@ def report(results: dict) -> str:
     plan, stage1_result = results["plan"], results["stage1"]
     steps_worth = plan["stage1_n"] * plan["stage1_prompts"]  # samples of one stage-1 step
     lines = ["## Stage 1 (ProRL)", ""]
+    if results.get("quick"):
+        lines = ["**`--quick`: the pipeline at toy sizes, a test that it runs; no number here is a "
+                 "result.**", ""] + lines
     if stage1_result is None:
         lines.append("Not run: only the start's branches were asked for.")
     else:

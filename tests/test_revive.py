@@ -263,6 +263,8 @@ def test_quick_runs_stage1_then_the_branches_and_writes_the_schema(
     # stage 1 ran, then a probe at a third of its lr decided whether it was saturated
     assert stage1["checkpoint"] and stage1["probe"]["lr"] == pytest.approx(stage1["lr"] / 3)
     assert list(results["starts"]) == ["plateau"] and results["plan"]["seeds"] == [0]
+    # its report says first that a --quick sitting's numbers are no result
+    assert results["quick"] and (out / "results.md").read_text().startswith("**`--quick`: ")
     plateau = results["starts"]["plateau"]
     assert set(plateau["branches"]) == {"N4@lr3", "knapsack4+history@lr3"}
     assert plateau["frontier"][-1]["compute"] == 128  # equal samples for every branch
