@@ -54,7 +54,8 @@ def test_groups_of_different_sizes_in_any_row_order_get_their_own_statistics():
 
 def test_every_advantage_in_the_table_takes_rewards_and_groups_and_keeps_the_shape():
     rewards, group = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]), torch.tensor([0, 0, 0, 1, 1, 1])
-    assert set(update.ADVANTAGES) == {"grpo", "dr_grpo", "reinforce_pp_baseline", "focal_grpo"}
+    # these four, and any a fork adds, which this test then holds to the same properties
+    assert {"grpo", "dr_grpo", "reinforce_pp_baseline", "focal_grpo"} <= set(update.ADVANTAGES)
     for name, advantage in update.ADVANTAGES.items():
         advantages = advantage(rewards, group)
         assert advantages.shape == rewards.shape, name
