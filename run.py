@@ -679,7 +679,10 @@ def lock_run_folder(output_dir: Path) -> io.TextIOBase:
     when the process ends, however it ends): a run or resume into a folder that another run is
     still writing (ranks left running by a killed launcher, a second terminal) is refused instead
     of pruning and overwriting the other's checkpoints."""
-    lock = open(output_dir / ".lock", "a+")
+    try:
+        lock = open(output_dir / ".lock", "a+")
+    except OSError as e:  # a folder or an unreadable file by that name
+        raise InputError(f"{output_dir / '.lock'}: {e.strerror}: move it away") from None
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -541,6 +541,10 @@ def test_a_run_folder_another_run_is_writing_is_refused_and_free_once_it_ends(tm
     mine = run.lock_run_folder(out)  # released by the refused run's exit, and by close()
     mine.close()
     run.lock_run_folder(out).close()
+    (out / ".lock").unlink()
+    (out / ".lock").mkdir()  # not a file: one line, not a traceback
+    with pytest.raises(tasks.InputError, match=r"\.lock: Is a directory: move it away"):
+        run.lock_run_folder(out)
 
 
 def test_a_trainer_state_that_is_not_one_is_a_damaged_checkpoint_passed_over(tmp_path):
