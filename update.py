@@ -934,11 +934,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eps-high", type=float, default=UpdateConfig.eps_high,
                         help="clip above (clip-higher): r <= 1 + eps_high")
     args = parser.parse_args(argv)
-    if len(args.rewards) < 2 or not all(map(math.isfinite, args.rewards)):
-        parser.error("--rewards: two or more finite numbers (one group)")
-    if not all(0 < r < math.inf for r in args.ratios) or not 0 <= args.eps_low < 1 <= (
-            1 + args.eps_high) < math.inf:
-        parser.error("--ratios must be finite and > 0, --eps-low in [0, 1), --eps-high >= 0")
+    if len(args.rewards) < 2 or not all(abs(r) <= 1e6 for r in args.rewards):
+        parser.error("--rewards: two or more numbers in [-1e6, 1e6] (one group)")
+    if not all(1e-3 <= r <= 1e3 for r in args.ratios) or not (
+            0 <= args.eps_low < 1 and 0 <= args.eps_high <= 1e3):
+        parser.error("--ratios must be in [1e-3, 1e3], --eps-low in [0, 1), --eps-high in "
+                     "[0, 1e3]")
     rewards, group = torch.tensor(args.rewards), torch.zeros(len(args.rewards), dtype=torch.long)
     print(f"the advantages of the group {args.rewards}:")
     for name, estimator in ADVANTAGES.items():

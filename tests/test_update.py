@@ -803,3 +803,8 @@ def test_the_command_line_shows_a_groups_advantages_and_where_the_clip_stops_a_t
     assert above == ["1.5", "|", "-1.280", "0.000", "|", "1.500", "1.500"]
     # r = 0.5 < 1 - eps_low: the other way round
     assert below == ["0.5", "|", "-0.500", "-0.500", "|", "0.800", "0.000"]
+    for argv in (["--rewards", "1"], ["--rewards", "1e308", "0"], ["--rewards", "nan", "0"],
+                 ["--ratios", "0"], ["--ratios", "1e308"], ["--eps-high", "nan"]):
+        with pytest.raises(SystemExit) as exit:  # numbers that would print nan or inf
+            update.main(argv)
+        assert exit.value.code == 2 and "error: --r" in capsys.readouterr().err
