@@ -36,9 +36,11 @@ def checks(cfg) -> list[tuple[bool, str]]:
         (cfg.allocation == "fixed" or 2 <= cfg.screen_rollouts < cfg.n_rollouts,
          f"screen_rollouts must be in [2, n_rollouts={cfg.n_rollouts}) (a screened group needs two "
          f"rollouts, and some of the budget must be left to allocate), got {cfg.screen_rollouts}"),
-        (cfg.allocation == "fixed" or cfg.allocation_cap >= cfg.n_rollouts,
-         f"allocation_cap must be >= n_rollouts={cfg.n_rollouts} (else the budget of "
-         f"prompts_per_step x n_rollouts cannot be spent), got {cfg.allocation_cap}"),
+        (cfg.allocation == "fixed"
+         or cfg.n_rollouts <= cfg.allocation_cap <= cfg.n_rollouts * cfg.prompts_per_step,
+         f"allocation_cap must be in [n_rollouts, n_rollouts x prompts_per_step] (else the budget "
+         f"cannot be spent, or a prompt could be given more than all of it), got "
+         f"{cfg.allocation_cap}"),
         (cfg.allocation == "knapsack" or not knapsack_only,
          f"{', '.join(knapsack_only)}: only --allocation knapsack reads it, and this run's "
          "allocation is fixed"),

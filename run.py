@@ -23,6 +23,7 @@ import math
 import os
 import random
 import shutil
+import stat
 import types
 import typing
 import weakref
@@ -679,10 +680,16 @@ def lock_run_folder(output_dir: Path) -> io.TextIOBase:
     when the process ends, however it ends): a run or resume into a folder that another run is
     still writing (ranks left running by a killed launcher, a second terminal) is refused instead
     of pruning and overwriting the other's checkpoints."""
-    try:
-        lock = open(output_dir / ".lock", "a+")
-    except OSError as e:  # a folder or an unreadable file by that name
-        raise InputError(f"{output_dir / '.lock'}: {e.strerror}: move it away") from None
+    path = output_dir / ".lock"
+    try:  # never through a link: its target is not the run's to write
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:  # a link, a folder or an unreadable file by that name
+        why = "a symbolic link" if e.errno == errno.ELOOP else e.strerror
+        raise InputError(f"{path}: {why}: move it away") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InputError(f"{path} is not a plain file: move it away")
+    lock = os.fdopen(fd, "r+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -305,10 +305,11 @@ PRESETS["brorl-1gpu"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=
 
 def validate(cfg: Config) -> None:
     """One clear line per bad value, before any work starts."""
+    # within float32's range, where the update computes
     not_finite = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
-                  if isinstance(value, float) and not math.isfinite(value)]
+                  if isinstance(value, float) and not abs(value) <= torch.finfo().max]
     checks = [
-        (not not_finite, f"settings must be finite numbers, got {', '.join(not_finite)}"),
+        (not not_finite, f"settings must be finite float32 numbers, got {', '.join(not_finite)}"),
         (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
         (cfg.n_rollouts >= 2,
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
@@ -349,10 +350,11 @@ def validate(cfg: Config) -> None:
          "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
         (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
         (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
-        (cfg.process_group_timeout_min > 0,
-         f"process_group_timeout_min must be > 0, got {cfg.process_group_timeout_min}"),
-        (min(cfg.verify_timeout, cfg.code_test_timeout, cfg.verify_step_timeout) > 0,
-         "verify_timeout, code_test_timeout and verify_step_timeout must be > 0"),
+        (0 < cfg.process_group_timeout_min <= 60 * 24 * 7,
+         f"process_group_timeout_min must be in (0, a week], got {cfg.process_group_timeout_min}"),
+        (min(cfg.verify_timeout, cfg.code_test_timeout) > 0 and cfg.verify_step_timeout >= 1,
+         "verify_timeout and code_test_timeout must be > 0, verify_step_timeout >= 1 (seconds; "
+         "checks past it score 0)"),
         (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
         (cfg.output_dir != "", "--output-dir must not be empty (it would be this folder)"),
         (not cfg.eval_data_dir or Path(cfg.eval_data_dir).is_dir(),

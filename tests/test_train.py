@@ -47,17 +47,20 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--allocation", "knapsack", "--screen-rollouts", "1"], "screen_rollouts must be in [2, "),
     # nothing left to allocate
     (["--allocation", "knapsack", "--screen-rollouts", "256"], "screen_rollouts must be in [2, "),
-    (["--allocation", "knapsack", "--allocation-cap", "100"], "allocation_cap must be >= n_rol"),
+    (["--allocation", "knapsack", "--allocation-cap", "100"], "allocation_cap must be in [n_rol"),
+    (["--allocation", "knapsack", "--allocation-cap", "2000000000"], "allocation_cap must be in"),
     (["--allocation-history"], "allocation_history: only --allocation knapsack reads it"),
     (["--screen-rollouts", "8", "--allocation-cap", "64"],
      "screen_rollouts, allocation_cap: only --allocation knapsack reads it, and this run's"),
     (["--lr", "inf", "--temperature", "nan"],
-     "settings must be finite numbers, got temperature nan, lr inf"),
+     "settings must be finite float32 numbers, got temperature nan, lr inf"),
+    (["--eps-high", "1e39"], "settings must be finite float32 numbers, got eps_high 1e+39"),
     (["--minibatches", "0"], "minibatches must be >= 1, got 0"),
     (["--seed", "-1"], "seed must be in [0, 2^32), got -1"),
     (["--threads", "-1"], "threads must be >= 0 (0: torch's default), got -1"),
     (["--max-grad-norm", "0"], "max_grad_norm must be > 0, got 0.0"),
-    (["--verify-step-timeout", "0"], "and verify_step_timeout must be > 0"),
+    (["--verify-step-timeout", "1e-9"], "verify_step_timeout >= 1 (seconds; checks past it"),
+    (["--process-group-timeout-min", "1e9"], "process_group_timeout_min must be in (0, a week]"),
     (["--weight-decay", "-0.1"], "weight_decay must be >= 0, got -0.1"),
     (["--eval-max-problems", "-1"], "and eval_max_problems must be >= 0"),
     (["--output-dir", ""], "--output-dir must not be empty"),
@@ -542,9 +545,17 @@ def test_a_run_folder_another_run_is_writing_is_refused_and_free_once_it_ends(tm
     mine.close()
     run.lock_run_folder(out).close()
     (out / ".lock").unlink()
-    (out / ".lock").mkdir()  # not a file: one line, not a traceback
-    with pytest.raises(tasks.InputError, match=r"\.lock: Is a directory: move it away"):
-        run.lock_run_folder(out)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept")
+    for make, said in [(lambda lock: lock.mkdir(), "Is a directory"),
+                       (lambda lock: lock.symlink_to(victim), "a symbolic link"),
+                       (lambda lock: lock.symlink_to(tmp_path / "nothing"), "a symbolic link"),
+                       (lambda lock: os.mkfifo(lock), "is not a plain file")]:
+        make(out / ".lock")  # one line, and nothing it points to is written
+        with pytest.raises(tasks.InputError, match=rf"\.lock:? {said}"):
+            run.lock_run_folder(out)
+        (out / ".lock").rmdir() if (out / ".lock").is_dir() else (out / ".lock").unlink()
+    assert victim.read_text() == "kept"
 
 
 def test_a_trainer_state_that_is_not_one_is_a_damaged_checkpoint_passed_over(tmp_path):
