@@ -404,6 +404,15 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def is_result(path: Path) -> bool:
+    """Whether `path` holds a results JSON eval.py wrote."""
+    try:
+        read_result(path)
+    except InputError:
+        return False
+    return True
+
+
 def read_result(path: Path) -> dict:
     """A results JSON eval.py wrote (--out), or InputError in one line."""
     try:
@@ -538,6 +547,11 @@ def main() -> None:
                              "--process-group-timeout-min > 0")
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
+        if args.max_problems < 0:
+            raise InputError(f"--max-problems must be >= 0 (0: all), got {args.max_problems}")
+        if args.out and (args.out.is_dir() or args.out.is_file() and not is_result(args.out)):
+            raise InputError(f"--out {args.out} exists and is not an eval.py result: it would be "
+                             "written over; pass another --out")
         if args.model == "tiny":
             import tiny_model  # 1 s of imports that only this model needs
 

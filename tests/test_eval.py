@@ -363,6 +363,20 @@ def test_eval_cli_missing_model_is_one_clear_line(tmp_path):
     assert result.stderr.strip().startswith("error: model path does not exist: data/nope (there is")
 
 
+def test_an_out_that_is_not_an_eval_result_and_a_negative_max_problems_are_refused(tmp_path):
+    config = tmp_path / "config.json"  # a run's, say
+    config.write_text('{"lr": 0.0001}')
+    for flags, said in [(["--out", str(config)], f"--out {config} exists and is not an eval.py "
+                         "result: it would be written over"),
+                        (["--out", str(tmp_path)], "is not an eval.py result"),
+                        (["--max-problems", "-3"], "--max-problems must be >= 0")]:
+        refused = run_script("eval.py", "--model", "tiny", "--data", "data/arith_test.jsonl",
+                             *flags, check=False)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert said in refused.stderr.strip().splitlines()[-1]
+    assert config.read_text() == '{"lr": 0.0001}'
+
+
 def test_eval_scores_the_trainers_default_model_by_its_name(tmp_path):
     out = tmp_path / "x.json"
     result = run_script("eval.py", "--model", "tiny", "--data", "data/arith_test.jsonl",
