@@ -648,7 +648,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out {args.out} holds a simulation with other settings: move it away, or "
                      "pass another --out")
     start = time.time()
-    summary = write_outputs(simulate(cfg, args.workers), cfg, args.out)
+    results = simulate(cfg, args.workers)
+    try:
+        summary = write_outputs(results, cfg, args.out)
+    except OSError as e:  # a full disk, say
+        sys.exit(f"error: writing {e.filename or args.out}: {e.strerror}")
     budget = f"{cfg.samples} draws" if cfg.samples else f"{cfg.steps} steps"
     print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {budget} in "
           f"{time.time() - start:.1f}s -> {args.out}")
