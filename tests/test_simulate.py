@@ -2,6 +2,7 @@
 Lemma 2 by Monte Carlo, the Fig. 3 simulator and its files."""
 
 import csv
+import errno
 import json
 import math
 
@@ -232,3 +233,14 @@ def test_check_estimators_command_passes_with_a_row_per_estimator():
     assert "PASS" in result.stdout
     rows = {line.split("|")[0].strip() for line in result.stdout.splitlines() if "|" in line}
     assert set(simulate.ESTIMATOR_ROWS) <= rows
+
+
+def test_outputs_that_cannot_be_written_are_one_line(tmp_path, monkeypatch):
+    def full_disk(results, cfg, out):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out / "curves.csv"))
+
+    monkeypatch.setattr(simulate, "write_outputs", full_disk)
+    with pytest.raises(SystemExit) as exit:
+        simulate.main(["--out", str(tmp_path), "--vocab", "300", "--n-correct", "20", "--steps",
+                       "2", "--ns", "4", "--seeds", "1", "--workers", "1"])
+    assert exit.value.code == f"error: writing {tmp_path / 'curves.csv'}: No space left on device"
