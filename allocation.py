@@ -36,11 +36,9 @@ def checks(cfg) -> list[tuple[bool, str]]:
         (cfg.allocation == "fixed" or 2 <= cfg.screen_rollouts < cfg.n_rollouts,
          f"screen_rollouts must be in [2, n_rollouts={cfg.n_rollouts}) (a screened group needs two "
          f"rollouts, and some of the budget must be left to allocate), got {cfg.screen_rollouts}"),
-        (cfg.allocation == "fixed"
-         or cfg.n_rollouts <= cfg.allocation_cap <= cfg.n_rollouts * cfg.prompts_per_step,
-         f"allocation_cap must be in [n_rollouts, n_rollouts x prompts_per_step] (else the budget "
-         f"cannot be spent, or a prompt could be given more than all of it), got "
-         f"{cfg.allocation_cap}"),
+        (cfg.allocation == "fixed" or cfg.n_rollouts <= cfg.allocation_cap <= 2**24,
+         f"allocation_cap must be in [n_rollouts={cfg.n_rollouts}, 2^24] (else the budget of "
+         f"prompts_per_step x n_rollouts cannot be spent), got {cfg.allocation_cap}"),
         (cfg.allocation == "knapsack" or not knapsack_only,
          f"{', '.join(knapsack_only)}: only --allocation knapsack reads it, and this run's "
          "allocation is fixed"),
@@ -80,7 +78,9 @@ class Knapsack(Fixed):
 
     def __init__(self, cfg, n_tasks: int, pad_id: int):
         super().__init__(cfg, n_tasks, pad_id)
-        self.screen, self.cap, self.pad_id = cfg.screen_rollouts, cfg.allocation_cap, pad_id
+        # a prompt never gets more than the whole step's budget, whatever the cap
+        self.screen, self.pad_id = cfg.screen_rollouts, pad_id
+        self.cap = min(cfg.allocation_cap, cfg.n_rollouts * cfg.prompts_per_step)
         self.train_data = cfg.train_data
         # --allocation-history: [T, 2] right and all rollouts at each training task's latest visit
         # (zeros: not drawn yet), the same on every process

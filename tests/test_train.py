@@ -48,7 +48,7 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     # nothing left to allocate
     (["--allocation", "knapsack", "--screen-rollouts", "256"], "screen_rollouts must be in [2, "),
     (["--allocation", "knapsack", "--allocation-cap", "100"], "allocation_cap must be in [n_rol"),
-    (["--allocation", "knapsack", "--allocation-cap", "2000000000"], "allocation_cap must be in"),
+    (["--allocation", "knapsack", "--allocation-cap", "2000000000"], "2^24] (else the budget"),
     (["--allocation-history"], "allocation_history: only --allocation knapsack reads it"),
     (["--screen-rollouts", "8", "--allocation-cap", "64"],
      "screen_rollouts, allocation_cap: only --allocation knapsack reads it, and this run's"),
