@@ -220,7 +220,8 @@ def setup(cfg) -> Run:
         saved_by, launched = ("a plain", "with FSDP2") if sharding else ("an FSDP2", "without FSDP")
         raise InputError(f"{checkpoint} was saved by {saved_by} run and this one is launched "
                          f"{launched}: resume it with the accelerate config it was started with")
-    if checkpoint and read_trainer_state(checkpoint)["step"] > cfg.total_steps:
+    state = read_trainer_state(checkpoint) if checkpoint else None
+    if state is not None and state["step"] > cfg.total_steps:
         raise InputError(f"--total-steps {cfg.total_steps} is below the step of {checkpoint}: "
                          "nothing to run (a larger one continues the run)")
     if cfg.resume and checkpoint is None and main_process:
@@ -297,7 +298,6 @@ def setup(cfg) -> Run:
         # policy, optimizer, this process's RNG
         load_training_state(accelerator, checkpoint, sharding, policy, optimizer,
                             "move the checkpoint away to resume from the one before it")
-        state = read_trainer_state(checkpoint)
         step, data_position = state["step"], state["data_position"]
         allocation.load_state_dict(state["allocation"], str(checkpoint))
         if ref_policy is not None:

@@ -919,7 +919,6 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     return stats
 
 
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description="One group's advantages under every estimator (ADVANTAGES), and the clipped "
