@@ -36,6 +36,7 @@ the results.
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -48,7 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "experiments"))
 sys.path.insert(0, str(ROOT))  # ahead of experiments/: the project's modules first
 
-from revive import run  # noqa: E402
+from revive import plan_defaults, run  # noqa: E402
 from revive_report import (mean, mean_of_curves, read_metrics, read_origin,  # noqa: E402
                            run_origin, seed_spread)
 from tasks import InputError  # noqa: E402
@@ -355,15 +356,8 @@ def write_results(results: dict, out: Path) -> None:
 
 # ---- the command ---------------------------------------------------------------------------------
 
-def plan_default(field: str) -> str:
-    """A Plan field's defaults as --help shows them: the full plan's, and --quick's where it
-    differs."""
-    full, quick = getattr(Plan(), field), getattr(QUICK, field)
-    show = lambda value: " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
-    return f"(default: {show(full)}" + (f"; --quick: {show(quick)})" if quick != full else ")")
-
-
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
+    plan_default = functools.partial(plan_defaults, Plan(), QUICK)
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "coverage",

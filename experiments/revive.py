@@ -44,6 +44,7 @@ experiments/revive_report.py's.
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -357,15 +358,18 @@ def branch_point(plan: Plan, out: Path, model: str, earlier: dict | None,
     return merged
 
 
-def plan_default(field: str) -> str:
-    """A Plan field's defaults as --help shows them: the full plan's, and --quick's where it
-    differs."""
-    full, quick = getattr(Plan(), field), getattr(QUICK, field)
-    show = lambda value: " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+def plan_defaults(full, quick, field: str) -> str:
+    """A plan field's defaults as --help shows them: the full plan's, and the --quick plan's where
+    it differs (this script's plans, and coverage_experiment.py's)."""
+    def show(value) -> str:
+        return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+    full, quick = getattr(full, field), getattr(quick, field)
     return f"(default: {show(full)}" + (f"; --quick: {show(quick)})" if quick != full else ")")
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
+    plan_default = functools.partial(plan_defaults, Plan(), QUICK)
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "revive",
