@@ -62,11 +62,16 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     return None
 
 
+def checkpoint_folders(output_dir: Path) -> list[Path]:
+    """A training run's checkpoints/step_NNNNNN folders, oldest first, complete or not."""
+    root = output_dir / "checkpoints"
+    return sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
+
+
 def latest_checkpoint(output_dir: Path, say=print) -> Path | None:
     """The newest complete checkpoint of a training run (trainer_state.pt is written last); a
     damaged one is passed over for the one before it, saying so."""
-    root = output_dir / "checkpoints"
-    found = sorted(p for p in root.iterdir() if CHECKPOINT.match(p.name)) if root.is_dir() else []
+    found = checkpoint_folders(output_dir)
     for checkpoint in reversed([p for p in found if (p / "trainer_state.pt").is_file()]):
         problem = checkpoint_problem(checkpoint)
         if problem is None:

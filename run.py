@@ -42,7 +42,8 @@ import reward
 import rollout
 import update
 from allocation import ALLOCATIONS, Fixed
-from checkpoints import CHECKPOINT, checkpoint_problem, latest_checkpoint, read_trainer_state
+from checkpoints import (CHECKPOINT, checkpoint_folders, checkpoint_problem, latest_checkpoint,
+                         read_trainer_state)
 from tasks import InputError, check_answers, error_line, load_tasks
 from tiny_model import ensure_tiny_model
 
@@ -207,8 +208,7 @@ def setup(cfg) -> Run:
         folder_lock = lock_run_folder(output_dir)  # before anything in it is removed or written
         remove_leftovers(output_dir)
     checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
-    saved = [p for p in sorted((output_dir / "checkpoints").glob("step_*"))
-             if CHECKPOINT.match(p.name)]
+    saved = checkpoint_folders(output_dir)
     if checkpoint is None and saved:  # a new run would overwrite and prune them
         raise InputError(f"{output_dir} holds checkpoints and none is complete (the newest, "
                          f"{saved[-1].name}: {checkpoint_problem(saved[-1]) or 'not one'}): move "
@@ -550,8 +550,7 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
 def prune_references(output_dir: Path) -> None:
     """Remove the reference/ versions that no kept checkpoint uses (a damaged one, which a resume
     passes over, uses none)."""
-    checkpoints = [p for p in (output_dir / "checkpoints").iterdir()
-                   if CHECKPOINT.match(p.name) and checkpoint_problem(p) is None]
+    checkpoints = [p for p in checkpoint_folders(output_dir) if checkpoint_problem(p) is None]
     used = {f"step_{read_trainer_state(p)['reference_step']:06d}"
             for p in checkpoints}
     for folder in (output_dir / REFERENCE).iterdir():
