@@ -20,6 +20,8 @@ def read_plain_data(path: Path):
     pickle allowed to build any object runs whatever code it names."""
     try:
         return torch.load(path, weights_only=True)
+    except PermissionError:  # not the file's fault: never passed over as damaged
+        raise
     except Exception as e:  # a damaged or hostile pickle raises any of several types
         raise InputError(f"{path} does not load as plain data ({error_line(e)})") from None
 

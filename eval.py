@@ -112,6 +112,8 @@ class EvalSettings:
     verify_config: reward.VerifyConfig = field(default_factory=reward.VerifyConfig)
 
 
+MAX_SAMPLES = 2**16  # per problem: pass@k far beyond any reported, each sample held in memory
+
 # Settings that change what a sample is (its distribution or its reward). The seed and the batching
 # are not among them: a resumed run redraws unfinished problems anyway (same distribution, new
 # tokens).
@@ -404,6 +406,13 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def listed(names) -> str:
+    """Benchmark names for a one-line message: the first four, and how many more."""
+    names = sorted(names)
+    more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+    return ", ".join(names[:4]) + more
+
+
 def is_result(path: Path) -> bool:
     """Whether `path` holds a results JSON eval.py wrote."""
     try:
@@ -535,10 +544,13 @@ def main() -> None:
             return
         if not args.model:
             raise InputError("--model is required (or --compare A.json B.json)")
-        if (args.samples < 1 or not 0 < args.temperature < math.inf or not 0 < args.top_p <= 1
-                or args.max_new_tokens < 1 or not 0 <= args.seed < 2**63):
-            raise InputError("need --samples >= 1, a finite --temperature > 0, 0 < --top-p <= 1, "
-                             "--max-new-tokens >= 1 and 0 <= --seed < 2^63")
+        if (not 1 <= args.samples <= MAX_SAMPLES
+                or not rollout.MIN_TEMPERATURE <= args.temperature < math.inf
+                or not 0 < args.top_p <= 1 or args.max_new_tokens < 1
+                or not 0 <= args.seed < 2**63):
+            raise InputError(f"need 1 <= --samples <= {MAX_SAMPLES}, a finite --temperature >= "
+                             f"{rollout.MIN_TEMPERATURE}, 0 < --top-p <= 1, --max-new-tokens >= 1 "
+                             "and 0 <= --seed < 2^63")
         if (args.verify_workers < 1 or not 0 < args.verify_timeout < math.inf
                 or args.problems_per_batch < 0
                 or args.max_batch_seqs < 1 or args.process_group_timeout_min <= 0):
@@ -564,6 +576,13 @@ def main() -> None:
             extra[Path(args.data).stem] = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
         selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
+        if args.out and args.out.is_file():  # its results would be replaced by others
+            earlier = read_result(args.out)
+            held = [*earlier["benchmarks"], *earlier.get("skipped", {})]
+            asked = [*extra, *(b.name for b in selected)]
+            if set(held) != set(asked):
+                raise InputError(f"--out {args.out} holds results of {listed(held)}, not of "
+                                 f"{listed(asked)}: pass another --out")
         task_kinds = {b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts}
         reward.require_sandbox(task_kinds, args.unsafe_no_sandbox)
         if args.device == "auto":

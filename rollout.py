@@ -43,6 +43,9 @@ from tasks import MAX_TASK_LINE_BYTES, InputError, error_line, read_jsonl
 # per-call "Loading weights" bars drown the training log
 transformers.utils.logging.disable_progress_bar()
 HUB_NAME = re.compile(r"^[\w.-]+/[\w.-]+$")
+# vLLM samples at 0.01 when asked for less (its SamplingParams): the trainer's log-probs would then
+# be taken at another temperature than the tokens were drawn at
+MIN_TEMPERATURE = 0.01
 
 
 @dataclass(kw_only=True)
@@ -615,7 +618,8 @@ def main() -> None:
     for ok, problem in [(args.n >= 1 and args.max_new_tokens >= 1,
                          "-n and --max-new-tokens must be >= 1"),
                         (args.n * len(args.prompt) <= 2**24, "-n times the prompts is over 2^24"),
-                        (0 < args.temperature < math.inf, "--temperature must be > 0 and finite"),
+                        (MIN_TEMPERATURE <= args.temperature < math.inf,
+                         f"--temperature must be >= {MIN_TEMPERATURE} and finite"),
                         (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
                         (0 <= args.seed < 2**63, "--seed must be in [0, 2^63)"),
                         (all(args.prompt), "--prompt must not be empty")]:

@@ -1,9 +1,9 @@
 """TRY NOT TO MODIFY: the plumbing of a training run, kept out of the step in train_brorl.py.
 
-- `setup(cfg) -> Run`: the process group, the data, the policy (and the reference policy for the KL
-  term), the optimizer, the rollout engine, and where the run starts: step 0, a resumed checkpoint
-  (bit-identical continuation: every process's RNG, the data position, the optimizer) or another
-  run's checkpoint (--init-from);
+- `setup(cfg) -> Run`: the process group, the run folder (locked), the data, the policy (and the
+  reference policy for the KL term), the optimizer, the rollout engine, and where the run starts:
+  step 0, a resumed checkpoint (bit-identical continuation: every process's RNG, the data position,
+  the optimizer) or another run's checkpoint (--init-from);
 - the run folder: config.json and the rules for resuming, atomic checkpoints (written to a temp
   folder, fsynced, renamed; pruned by rename), metrics.jsonl and tensorboard (`MetricsLog`);
 - launch checks and the one-line failures `main()` prints (a full disk, a killed run).
@@ -34,7 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, InitProcessGroupKwargs
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, broadcast_object_list
+from accelerate.utils import load as accelerate_load
+from accelerate.utils.constants import RNG_STATE_NAME
 from torch.utils.tensorboard import SummaryWriter
 
 import benchmarks
@@ -185,8 +187,9 @@ def seed_everything(seed: int) -> None:
 
 
 def setup(cfg) -> Run:
-    """Everything before the first step, for a train_brorl.Config: refuses a bad launch, folder,
-    data file or model in one line before loading anything large."""
+    """Everything before the first step, for a train_brorl.Config: the process group, the run
+    folder (locked), then `load_run`. A bad launch, folder, data file or model is refused in one
+    line before anything large is loaded, and a folder made for this run is removed again."""
     if cfg.device == "auto":
         rollout.check_gpus_usable()
     process_group = InitProcessGroupKwargs(timeout=timedelta(minutes=cfg.process_group_timeout_min))
@@ -197,16 +200,43 @@ def setup(cfg) -> Run:
     accelerator = Accelerator(cpu=cfg.device == "cpu" or not torch.cuda.is_available(),
                               mixed_precision=None if cfg.mixed_precision == "auto"
                               else cfg.mixed_precision, kwargs_handlers=[process_group])
+    main_process, processes = accelerator.is_main_process, accelerator.num_processes
+    check_launch(accelerator.distributed_type, processes)
+    output_dir = Path(cfg.output_dir)
+    new_folder = not output_dir.exists()
+    folder_lock, refusal = None, None
+    if main_process:
+        try:
+            check_output_dir(output_dir)
+            folder_lock = lock_run_folder(output_dir)  # before anything in it is removed or written
+            remove_leftovers(output_dir)
+        except InputError as e:
+            refusal = str(e)
+    if processes > 1:  # the others stop with the main process's line, not in its next collective
+        refusal = broadcast_object_list([refusal])[0]
+    if refusal:
+        raise InputError(refusal)
+    try:
+        return load_run(cfg, accelerator, folder_lock)
+    except BaseException:
+        if new_folder and folder_lock is not None:
+            remove_if_empty(output_dir)
+        raise
+
+
+def remove_if_empty(output_dir: Path) -> None:
+    """Remove a run folder holding nothing but its lock."""
+    if [path.name for path in output_dir.iterdir()] == [".lock"]:
+        (output_dir / ".lock").unlink()
+        output_dir.rmdir()
+
+
+def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -> Run:
+    """The run in its folder (on the main process, locked): the data, the policy (and the reference
+    policy for the KL term), the optimizer, the engine, the checkpoint resumed from."""
     main_process = accelerator.is_main_process
     rank, processes = accelerator.process_index, accelerator.num_processes
-    check_launch(accelerator.distributed_type, processes)
-    sharding = wants_fsdp()
-    output_dir = Path(cfg.output_dir)
-    folder_lock = None
-    if main_process:
-        check_output_dir(output_dir)
-        folder_lock = lock_run_folder(output_dir)  # before anything in it is removed or written
-        remove_leftovers(output_dir)
+    sharding, output_dir = wants_fsdp(), Path(cfg.output_dir)
     checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
     saved = checkpoint_folders(output_dir)
     if checkpoint is None and saved:  # a new run would overwrite and prune them
@@ -482,6 +512,9 @@ def load_training_state(accelerator: Accelerator, checkpoint: Path, sharded: boo
     process's RNG (accelerate's state, which holds all three without FSDP2); or one line with
     `advice` when a file damaged at its saved size does not load."""
     try:
+        if rng:  # accelerate passes over an RNG file that does not load: the run would differ
+            accelerate_load(checkpoint / "state" / f"{RNG_STATE_NAME}_{accelerator.process_index}"
+                            ".pkl")
         if rng or not sharded:
             accelerator.load_state(checkpoint / "state")
         if sharded:
@@ -576,8 +609,9 @@ def saved_config(output_dir: Path, config_class: type):
         return None
     try:
         saved = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise InputError(f"{path} is not valid JSON ({e}): fix it, or resume into a new "
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+        why = "nested too deep" if isinstance(e, RecursionError) else e
+        raise InputError(f"{path} is not valid JSON ({why}): fix it, or resume into a new "
                          "--output-dir") from None
     defaults = dataclasses.asdict(config_class())
     if not isinstance(saved, dict) or set(saved) - set(defaults):
@@ -608,12 +642,14 @@ def holds(annotation, value) -> bool:
         return any(holds(arg, value) for arg in args)
     if origin is tuple:
         return isinstance(value, list) and all(holds(args[0], item) for item in value)
-    if annotation is float:
-        return type(value) in (int, float)
+    if annotation is float:  # JSON's NaN and Infinity included, which no setting can be
+        return type(value) in (int, float) and math.isfinite(value)
     return type(value) is annotation  # NoneType for None
 
 
 def type_name(annotation) -> str:
+    if annotation is float:
+        return "a finite float"
     return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace(
         "typing.", "")
 
@@ -879,8 +915,11 @@ def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_polic
 def where_to_resume(output_dir: str | None) -> str:
     """What an interrupted run left: the checkpoint it continues from, and the command that does
     it."""
-    checkpoint = (latest_checkpoint(Path(output_dir), say=lambda message: None) if output_dir
-                  else None)
+    try:
+        checkpoint = (latest_checkpoint(Path(output_dir), say=lambda message: None) if output_dir
+                      else None)
+    except OSError:  # the failure itself, said before this
+        return "its checkpoints cannot all be read"
     if checkpoint is None:
         return "no checkpoint was saved yet (a rerun starts from step 0)"
     return (f"the last complete checkpoint is {checkpoint}; continue with: "
@@ -889,17 +928,19 @@ def where_to_resume(output_dir: str | None) -> str:
 
 # Environment failures that deserve one line, not a traceback: the disk, the folder, the
 # permissions.
-ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
-                      errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device writing",
+                      errno.EDQUOT: "disk quota exceeded writing",
+                      errno.EROFS: "read-only file system writing",
+                      errno.EACCES: "permission denied on", errno.EPERM: "not permitted on"}
 
 
-def write_failure(e: Exception) -> str | None:
-    """The one-line name of a failed write, or None for any other error. Python reports a full disk
-    as an OSError with errno ENOSPC; torch.save as a RuntimeError from its zip writer, with no errno
-    (on a full device: "unexpected pos 704 vs 598", or "PytorchStreamWriter failed writing file
-    ...")."""
+def file_failure(e: Exception) -> str | None:
+    """The one-line name of a failed write or read of the run's files, or None for any other
+    error. Python reports a full disk as an OSError with errno ENOSPC; torch.save as a RuntimeError
+    from its zip writer, with no errno (on a full device: "unexpected pos 704 vs 598", or
+    "PytorchStreamWriter failed writing file ...")."""
     if isinstance(e, OSError) and e.errno in ONE_LINE_OS_ERRORS:
-        return f"{ONE_LINE_OS_ERRORS[e.errno]} writing {e.filename or 'a file'}"
+        return f"{ONE_LINE_OS_ERRORS[e.errno]} {e.filename or 'a file'}"
     if isinstance(e, RuntimeError) and any(sign in str(e) for sign in ("PytorchStreamWriter",
                                                                        "unexpected pos")):
         return "a checkpoint file could not be written (no space left on device?)"

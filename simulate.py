@@ -401,6 +401,17 @@ class TokenSampler:
                                   out=self.tokens).clamp_(max=p.shape[1] - 1)
 
 
+def memory_needed(cfg: SimConfig) -> int:
+    """Bytes the sweep holds at its largest, about: the [seeds, V] float32 logits, probabilities,
+    gradient and two AdamW moments, the sampler's float64 buffers for a large N, and the curves of
+    every N (3 float32 metrics per step and seed)."""
+    largest_n = max(cfg.ns)
+    sampler = (8 * (cfg.vocab + 3 * largest_n + 1) if largest_n > TokenSampler.MULTINOMIAL_MAX
+               else 8 * largest_n)
+    curves = sum(12 * (steps_at(cfg, n) + 1) for n in cfg.ns)
+    return cfg.seeds * (20 * cfg.vocab + sampler + curves)
+
+
 def steps_at(cfg: SimConfig, n: int) -> int:
     """Steps at N: cfg.steps (equal steps, Fig. 3), or cfg.samples / N (equal samples)."""
     return cfg.samples // n if cfg.samples else cfg.steps
@@ -465,6 +476,9 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
             if not cfg.train_anchor:
                 z[:, -1] = cfg.anchor_logit  # held fixed (AdamW's weight decay would move it)
             record(softmax_(z, p, cfg.temperature))
+            if not math.isfinite(history["correct_mass"][-1].sum()):
+                raise FloatingPointError(f"N={n}: the logits left the float range at step "
+                                         f"{len(history['correct_mass']) - 1}: a lower --lr?")
     return {name: torch.stack(values) for name, values in history.items()}
 
 
@@ -489,10 +503,14 @@ def simulate(cfg: SimConfig, workers: int = 1) -> dict[int, dict[str, torch.Tens
 
     slices = [part.tolist()
               for part in torch.arange(cfg.seeds).tensor_split(min(workers, cfg.seeds))]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=len(slices)) as pool:
         futures = {n: [pool.submit(_simulate_one, cfg, n, part, 1) for part in slices]
                    for n in sorted(cfg.ns, key=lambda n: -steps_at(cfg, n) * (cfg.vocab + n))}
-        parts = {n: [f.result() for f in futures[n]] for n in cfg.ns}
+        try:
+            parts = {n: [f.result() for f in futures[n]] for n in cfg.ns}
+        except BaseException:  # a run that diverged, or Ctrl-C: the rest need not run
+            pool.shutdown(cancel_futures=True)
+            raise
     return {n: {name: torch.cat([part[name] for part in parts[n]], dim=1) for name in parts[n][0]}
             for n in cfg.ns}
 
@@ -567,7 +585,7 @@ def earlier_settings(path: Path) -> dict | None:
         return json.loads(path.read_bytes())
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
@@ -634,6 +652,7 @@ def main(argv: list[str] | None = None) -> None:
         (args.samples >= 0 and min(args.ns) >= 1 and all(args.samples % n == 0 for n in args.ns),
          "--equal-samples must be 0 or a positive multiple of every N in --ns"),
         (args.workers >= 1, "--workers must be >= 1"),
+        (0 <= args.seed < 2**32, "--seed must be in [0, 2^32)"),
     ]
     for ok, message in problems:
         if not ok:
@@ -643,16 +662,25 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         parser.error(f"--out {args.out}: {e.strerror}")
     cfg = SimConfig(**{k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__})
+    needed, memory = memory_needed(cfg), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if needed > memory:
+        parser.error(f"these sizes (--vocab, --seeds, --ns, steps) need about {needed / 2**30:.3g} "
+                     f"GiB, more than this machine's {memory / 2**30:.3g} GiB")
     earlier = earlier_settings(args.out / "config.json")
     if earlier is not None and earlier != json.loads(json.dumps(asdict(cfg))):
         parser.error(f"--out {args.out} holds a simulation with other settings: move it away, or "
                      "pass another --out")
     start = time.time()
-    results = simulate(cfg, args.workers)
-    try:
+    try:  # first: another simulation started into this --out is refused from now on
+        (args.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        results = simulate(cfg, args.workers)
         summary = write_outputs(results, cfg, args.out)
     except OSError as e:  # a full disk, say
         sys.exit(f"error: writing {e.filename or args.out}: {e.strerror}")
+    except FloatingPointError as e:
+        if earlier is None:  # nothing of it was written: --out is free for other settings
+            (args.out / "config.json").unlink()
+        sys.exit(f"error: {e}")
     budget = f"{cfg.samples} draws" if cfg.samples else f"{cfg.steps} steps"
     print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {budget} in "
           f"{time.time() - start:.1f}s -> {args.out}")
@@ -660,7 +688,6 @@ def main(argv: list[str] | None = None) -> None:
     for n, s in summary.items():
         print(f"{n:>6} | {s['correct_mass']:12.5f} | {s['frac_increased']:14.4f} | "
               f"{s['worst_change']:12.3e} | {s['shrink_seed_frac']:16.2f}")
-    (args.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ averaged over processes, evaluation is sharded over processes, and only the main
 writes files.
 """
 
+import contextlib
 import argparse
 import dataclasses
 import json
@@ -63,8 +64,8 @@ import rollout
 import sandbox
 import update
 from allocation import ALLOCATIONS, checks as allocation_checks
-from run import (RESUME_MAY_CHANGE, Run, config_changes, remove_leftovers, saved_config, setup,
-                 where_to_resume, write_failure)
+from run import (RESUME_MAY_CHANGE, Run, config_changes, file_failure, remove_leftovers,
+                 saved_config, setup, where_to_resume)
 from tasks import InputError
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -325,7 +326,9 @@ def validate(cfg: Config) -> None:
          f"into {cfg.minibatches} mini-batches"),
         (0 <= cfg.eps_low < 1, f"eps_low must be in [0, 1), got {cfg.eps_low}"),
         (cfg.eps_high >= 0, f"eps_high must be >= 0, got {cfg.eps_high}"),
-        (cfg.temperature > 0 and cfg.eval_temperature > 0, "temperatures must be > 0"),
+        (cfg.temperature >= rollout.MIN_TEMPERATURE
+         and cfg.eval_temperature >= rollout.MIN_TEMPERATURE,
+         f"temperatures must be >= {rollout.MIN_TEMPERATURE} (vLLM samples a lower one at it)"),
         (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
         (cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay}"),
@@ -791,12 +794,13 @@ def main() -> None:
         sys.exit(f"error: {e} (a lower --lr or --max-grad-norm?); "
                  f"{where_to_resume(cfg and cfg.output_dir)}")
     except (OSError, RuntimeError) as e:
-        failure = write_failure(e)
+        failure = file_failure(e)
         if failure is None:
             raise
         if cfg is not None and cfg.output_dir:
-            # the half-written checkpoint: free its space now
-            remove_leftovers(Path(cfg.output_dir))
+            # the half-written checkpoint: free its space now (unless the folder is what failed)
+            with contextlib.suppress(OSError):
+                remove_leftovers(Path(cfg.output_dir))
         sys.exit(f"error: {failure}; {where_to_resume(cfg and cfg.output_dir)}")
     if PartialState().is_main_process:
         print(f"done: {output_dir}/metrics.jsonl, checkpoints in {output_dir}/checkpoints, "

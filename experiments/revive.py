@@ -368,6 +368,24 @@ def plan_defaults(full, quick, field: str) -> str:
     return f"(default: {show(full)}" + (f"; --quick: {show(quick)})" if quick != full else ")")
 
 
+def at_least(minimum: int):
+    """An argparse type: an integer >= minimum."""
+    def count(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+    return count
+
+
+def positive(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    value = float(text)
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
     plan_default = functools.partial(plan_defaults, Plan(), QUICK)
     parser = argparse.ArgumentParser(description=__doc__,
@@ -394,10 +412,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
     parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING),
                         help="a branch's lr at N: constant, the start's lr at every N; sqrt, "
                              "times sqrt(B / B0), the paper's rule " + plan_default("lr_scaling"))
-    parser.add_argument("--budget-steps", type=int,
+    parser.add_argument("--budget-steps", type=at_least(1),
                         help="samples every branch generates, in stage-1 steps' worth "
                              + plan_default("budget_steps"))
-    parser.add_argument("--max-decays", type=int,
+    parser.add_argument("--max-decays", type=at_least(0),
                         help="most times stage 1 goes on at a lower lr after a probe at it lifts "
                              "the plateau " + plan_default("max_decays"))
     parser.add_argument("--seeds", type=int, nargs="+",
@@ -407,7 +425,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
                         help="where the branches start: plateau, stage 1's branch point (runs "
                              "stage 1); start, the warmed model before it "
                              + plan_default("starts"))
-    parser.add_argument("--lr-multipliers", type=float, nargs="+",
+    parser.add_argument("--lr-multipliers", type=positive, nargs="+",
                         help="every branch runs at each lr m x η: η is stage 1's last lr (from the "
                              "plateau) or η0, stage 1's first (from the start) "
                              + plan_default("lr_multipliers"))
@@ -436,6 +454,10 @@ def main(argv: list[str] | None = None) -> None:
         earlier = read_results(args.merge) if args.merge else None
         if earlier is not None:
             check_merge(earlier, plan, model)
+        ours = args.out / "results.json"
+        if holds_runs and ours.is_file():  # its finished runs would be reported under this plan
+            check_merge(read_results(ours), plan, model,
+                        source=f"{ours} (pass the flags it was run with)")
         start_time = time.time()
         stage1_result = branch_point(plan, args.out, model, earlier, args.report_only)
         args.out.mkdir(parents=True, exist_ok=True)

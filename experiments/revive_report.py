@@ -139,23 +139,23 @@ def origins(branches: dict) -> str:
 
 # ---- --merge: another sitting's results.json, its run folders possibly gone ----------------------
 
-def check_merge(earlier: object, plan, model: str) -> None:
-    """Another sitting's results join this one's (`plan`, the experiment's Plan) only if they are
-    of the same experiment: the same warmed model (by its cache name: the spec and data it was built
-    from) and the same plan but for what a sitting chooses to run (seeds, starts, lr
-    multipliers)."""
+def check_merge(earlier: object, plan, model: str, source: str = "--merge") -> None:
+    """Another sitting's results (`source`: --merge, or the results.json of the experiment resumed)
+    join this one's (`plan`, the experiment's Plan) only if they are of the same experiment: the
+    same warmed model (by its cache name: the spec and data it was built from) and the same plan
+    but for what a sitting chooses to run (seeds, starts, lr multipliers)."""
     if not isinstance(earlier, dict) or not {"plan", "model", "stage1", "starts"} <= set(earlier):
-        raise InputError("--merge: not a results.json of this experiment (it needs plan, model, "
+        raise InputError(f"{source}: not a results.json of this experiment (it needs plan, model, "
                          "stage1 and starts)")
     if Path(earlier["model"]).name != Path(model).name:
-        raise InputError(f"--merge: its runs started from {earlier['model']}, this one from "
+        raise InputError(f"{source}: its runs started from {earlier['model']}, this one from "
                          f"{model}")
     ours = json.loads(json.dumps(dataclasses.asdict(plan)))
     differs = sorted(field for field, value in ours.items()
                      if field not in ("seeds", "starts", "lr_multipliers")
                      and earlier["plan"].get(field) != value)
     if differs:
-        raise InputError(f"--merge: its plan differs from this one in {', '.join(differs)}")
+        raise InputError(f"{source}: its plan differs from this one in {', '.join(differs)}")
 
 
 def merged_seeds(earlier: dict | None, start: str, key: str, shape: dict) -> dict[int, dict]:

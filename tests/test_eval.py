@@ -363,18 +363,25 @@ def test_eval_cli_missing_model_is_one_clear_line(tmp_path):
     assert result.stderr.strip().startswith("error: model path does not exist: data/nope (there is")
 
 
-def test_an_out_that_is_not_an_eval_result_and_a_negative_max_problems_are_refused(tmp_path):
+def test_an_out_that_is_not_an_eval_result_of_these_benchmarks_and_bad_counts_are_refused(
+        tmp_path):
     config = tmp_path / "config.json"  # a run's, say
     config.write_text('{"lr": 0.0001}')
+    other = tmp_path / "aime.json"  # an eval of other benchmarks: its numbers would be replaced
+    other.write_text(json.dumps({"benchmarks": {"aime2024": {"pass1": 0.3}},
+                                 "suites": {"math": 0.3}, "skipped": {"aime2025": "no data"}}))
     for flags, said in [(["--out", str(config)], f"--out {config} exists and is not an eval.py "
                          "result: it would be written over"),
                         (["--out", str(tmp_path)], "is not an eval.py result"),
-                        (["--max-problems", "-3"], "--max-problems must be >= 0")]:
+                        (["--out", str(other)], f"--out {other} holds results of aime2024, "
+                         "aime2025, not of arith_test: pass another --out"),
+                        (["--max-problems", "-3"], "--max-problems must be >= 0"),
+                        (["--samples", str(2**16 + 1)], "need 1 <= --samples <= 65536")]:
         refused = run_script("eval.py", "--model", "tiny", "--data", "data/arith_test.jsonl",
                              *flags, check=False)
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
         assert said in refused.stderr.strip().splitlines()[-1]
-    assert config.read_text() == '{"lr": 0.0001}'
+    assert config.read_text() == '{"lr": 0.0001}' and "aime2025" in other.read_text()
 
 
 def test_eval_scores_the_trainers_default_model_by_its_name(tmp_path):

@@ -281,9 +281,19 @@ def test_quick_runs_stage1_then_the_branches_and_writes_the_schema(
     assert "| pass@1 | pass@2 | pass@2 − N4 | pass@1 − N4 |" in (out / "results.md").read_text()
 
 
-def test_a_second_sitting_in_an_experiment_folder_needs_resume(quick_sitting):
+def test_a_second_sitting_in_an_experiment_folder_needs_resume_and_the_same_plan(quick_sitting):
     with pytest.raises(SystemExit, match="already holds an experiment: pass --resume"):
         revive.main(quick_sitting.flags)
+    # its finished runs would be reported under the other estimator, or the full plan's sizes
+    kept = (quick_sitting.out / "results.json").read_text()
+    for other, differs in [(["--advantage", "grpo"], "advantage"),
+                           (["--budget-steps", "3"], "budget_steps")]:
+        for sitting in ("--resume", "--report-only"):
+            with pytest.raises(SystemExit, match=rf"results.json \(pass the flags it was run "
+                                                 rf"with\): its plan differs from this one in "
+                                                 rf"{differs}$"):
+                revive.main([*quick_sitting.flags, sitting, *other])
+    assert (quick_sitting.out / "results.json").read_text() == kept
 
 
 def test_resume_keeps_stage1_and_the_finished_runs(quick_sitting, capsys):
@@ -466,7 +476,10 @@ def test_merged_results_are_not_run_again_and_a_report_joins_them_with_this_sitt
 
 def test_a_report_builds_no_model_it_only_names_the_default_one(tmp_path, fake_training,
                                                                 monkeypatch):
-    quick(tmp_path, "--seeds", "0", "--starts", "start", "--lr-multipliers", "1")
+    # a sitting from the default model (named here, not built), then its report
+    monkeypatch.setattr(revive, "ensure_tiny_model", revive.tiny_model_path)
+    revive.main(["--quick", "--out", str(tmp_path), "--seeds", "0", "--starts", "start",
+                 "--lr-multipliers", "1"])
     monkeypatch.setattr(revive, "ensure_tiny_model", lambda **spec: pytest.fail("built a model"))
     revive.main(["--quick", "--out", str(tmp_path), "--report-only"])
     results = json.loads((tmp_path / "results.json").read_text())

@@ -172,7 +172,8 @@ def test_non_finite_sampler_logprobs_stop_the_step_naming_the_rows(untrained_pol
 def test_the_command_refuses_sampling_settings_it_cannot_sample_with_in_one_line(monkeypatch):
     for argv, message in [(["-n", "0"], "-n and --max-new-tokens must be >= 1"),
                           (["--max-new-tokens", "-1"], "-n and --max-new-tokens must be >= 1"),
-                          (["--temperature", "nan"], "--temperature must be > 0 and finite"),
+                          (["--temperature", "nan"], "--temperature must be >= 0.01 and finite"),
+                          (["--temperature", "0.001"], "--temperature must be >= 0.01 and"),
                           (["--top-p", "0"], "--top-p must be in (0, 1]"),
                           (["--prompt", ""], "--prompt must not be empty")]:
         monkeypatch.setattr(sys, "argv", ["rollout.py", "--model", "m", "--prompt", "1+1=", *argv])

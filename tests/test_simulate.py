@@ -5,6 +5,7 @@ import csv
 import errno
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -191,6 +192,43 @@ def test_a_simulation_with_other_settings_is_refused_where_one_is_written(tmp_pa
     assert (tmp_path / "summary.json").read_bytes() == written["summary.json"]
 
 
+def test_a_simulation_started_while_another_runs_into_its_out_is_refused(tmp_path, monkeypatch,
+                                                                         capsys):
+    argv = ["--out", str(tmp_path), "--vocab", "300", "--n-correct", "20", "--steps", "3",
+            "--ns", "4", "--seeds", "1", "--workers", "1"]
+    run_first = simulate.simulate
+
+    def another_starts_meanwhile(cfg, workers):
+        with pytest.raises(SystemExit) as exit:
+            simulate.main(argv + ["--lr", "0.5"])
+        assert exit.value.code == 2 and "holds a simulation with other settings" in (
+            capsys.readouterr().err)
+        return run_first(cfg, workers)
+
+    monkeypatch.setattr(simulate, "simulate", another_starts_meanwhile)
+    simulate.main(argv)
+    assert json.loads((tmp_path / "config.json").read_text())["lr"] == simulate.SimConfig().lr
+    # a config.json nested past the parser's depth is settings of its own, not a traceback
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SystemExit) as exit:
+        simulate.main(argv)
+    assert exit.value.code == 2 and "holds a simulation with other settings" in (
+        capsys.readouterr().err)
+
+
+def test_a_simulation_that_diverges_stops_in_one_line_and_leaves_its_out_free(tmp_path):
+    argv = ["--out", str(tmp_path), "--vocab", "300", "--n-correct", "20", "--steps", "100",
+            "--ns", "4", "--seeds", "2", "--workers", "2"]
+    # AdamW's decay multiplies the logits by 1 - lr * 0.01 = -9 a step
+    with pytest.raises(SystemExit) as exit:
+        simulate.main(argv + ["--lr", "1000"])
+    assert re.fullmatch(r"error: N=4: the logits left the float range at step \d+: a lower --lr\?",
+                        exit.value.code)
+    assert list(tmp_path.iterdir()) == []
+    simulate.main(argv + ["--lr", "0.1"])
+    assert (tmp_path / "summary.json").is_file()
+
+
 def test_equal_samples_cli_runs_every_n_for_the_same_draws(tmp_path):
     simulate.main(["--out", str(tmp_path), "--vocab", "3000", "--n-correct", "200",
                    "--equal-samples", "400", "--ns", "4", "40", "--optimizer", "sgd", "--lr", "5",
@@ -222,6 +260,10 @@ def test_n_of_zero_a_number_that_is_not_finite_and_an_out_that_is_a_file_are_one
     (tmp_path / "file").write_text("")
     for argv, message in [(["--ns", "0", "4"], "every N in --ns must be >= 1"),
                           (["--correct-logit", "nan"], "every number must be finite"),
+                          (["--seed", "-1"], "--seed must be in [0, 2^32)"),
+                          (["--vocab", str(10**13)], "these sizes (--vocab, --seeds, --ns, steps) "
+                                                     "need about "),
+                          (["--steps", str(10**15)], "these sizes"),
                           (["--out", str(tmp_path / "file")], f"--out {tmp_path / 'file'}: ")]:
         with pytest.raises(SystemExit) as exit:
             simulate.main(argv)

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -54,6 +55,7 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
      "screen_rollouts, allocation_cap: only --allocation knapsack reads it, and this run's"),
     (["--lr", "inf", "--temperature", "nan"],
      "settings must be finite float32 numbers, got temperature nan, lr inf"),
+    (["--eval-temperature", "1e-40"], "temperatures must be >= 0.01 (vLLM samples a lower one"),
     (["--eps-high", "1e39"], "settings must be finite float32 numbers, got eps_high 1e+39"),
     (["--minibatches", "0"], "minibatches must be >= 1, got 0"),
     (["--seed", "-1"], "seed must be in [0, 2^32), got -1"),
@@ -234,11 +236,13 @@ def test_a_config_json_with_unknown_keys_wrong_types_or_not_json_is_refused_in_o
     with pytest.raises(tasks.InputError, match=r"not a train_brorl.py config \(unknown keys: "
                                                r"\['dtype'\]\)"):
         run.saved_config(tmp_path, train_brorl.Config)
-    (tmp_path / "config.json").write_text("{")
-    with pytest.raises(tasks.InputError, match="config.json is not valid JSON"):
-        run.saved_config(tmp_path, train_brorl.Config)
+    for text in ("{", "[" * 100_000 + "]" * 100_000):  # the second past the parser's depth
+        (tmp_path / "config.json").write_text(text)
+        with pytest.raises(tasks.InputError, match="config.json is not valid JSON"):
+            run.saved_config(tmp_path, train_brorl.Config)
     saved.pop("dtype")
-    for key, value, expected in [("n_rollouts", "many", "int"), ("lr", None, "float"),
+    for key, value, expected in [("n_rollouts", "many", "int"), ("lr", None, "a finite float"),
+                                 ("lr", math.nan, "a finite float"),
                                  ("eval_benchmarks", "aime2024", "tuple[str, ...]"),
                                  ("advantage", "ppo", "Literal["), ("dynamic_sampling", 1, "bool")]:
         (tmp_path / "config.json").write_text(json.dumps({**saved, key: value}))
@@ -503,12 +507,17 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert (checkpoints / "step_000003.damaged" / "model").is_dir()
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
     optimizer = checkpoints / "step_000003" / "state" / "optimizer.bin"
-    optimizer.write_bytes(bytes(optimizer.stat().st_size))  # damaged at its saved size
-    refused = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
-                         "--total-steps", "4", check=False)
-    assert refused.returncode != 0 and "Traceback" not in refused.stderr
-    assert (f"error: {checkpoints / 'step_000003'}/state does not load (" in refused.stderr
-            and "move the checkpoint away" in refused.stderr.strip().splitlines()[-1])
+    rng = checkpoints / "step_000003" / "state" / "random_states_0.pkl"
+    intact = optimizer.read_bytes()
+    # damaged at its saved size: the optimizer, then the RNG alone (accelerate passes over it)
+    for damaged in (optimizer, rng):
+        optimizer.write_bytes(intact)
+        damaged.write_bytes(bytes(damaged.stat().st_size))
+        refused = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
+                             "--total-steps", "4", check=False)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
+        assert (f"error: {checkpoints / 'step_000003'}/state does not load (" in refused.stderr
+                and "move the checkpoint away" in refused.stderr.strip().splitlines()[-1])
     for state in checkpoints.glob("step_*/trainer_state.pt"):  # every checkpoint damaged
         state.write_bytes(b"not a pickle")
     before = sorted(p for p in checkpoints.rglob("*"))
@@ -672,6 +681,55 @@ def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
     assert result.returncode != 0
     assert result.stderr.strip() == (f"error: cannot write to --output-dir {read_only / 'run'}: "
                                      "Read-only file system")
+
+
+def test_a_checkpoint_this_user_cannot_read_is_one_line_not_a_damaged_checkpoint(smoke_run):
+    """A run folder of another user's (as if: root reads everything, so an unprivileged user
+    namespace reads it here)."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bwrap is needed to drop root's right to read every file")
+    newest = latest_checkpoint(smoke_run)
+    unreadable = newest / "trainer_state.pt"
+    unreadable.chmod(0)
+    as_a_user = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--uid", "1234"]
+    result = subprocess.run([*as_a_user, sys.executable, "train_brorl.py", "--output-dir",
+                             str(smoke_run), "--resume", "--total-steps", "3"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == (f"error: permission denied on {unreadable}; its checkpoints "
+                                     "cannot all be read")
+    assert "damaged" not in result.stdout and newest.is_dir()  # not passed over, nor renamed
+    (smoke_run / "checkpoints").chmod(0)
+    result = subprocess.run([*as_a_user, sys.executable, "train_brorl.py", "--output-dir",
+                             str(smoke_run), "--resume"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().startswith("error: permission denied on ")
+    (smoke_run / "checkpoints").chmod(0o755)
+
+
+def test_a_refusal_of_the_main_process_alone_stops_every_process_with_its_line(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    refused = accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(taken),
+                                check=False)
+    refusal = f"error: --output-dir is a file, not a folder: {taken}"
+    assert refused.returncode != 0 and refused.stderr.count(refusal) == 2, refused.stderr
+    assert "[rank1]: Traceback" not in refused.stderr
+
+
+def test_a_start_refused_after_making_its_folder_leaves_no_folder(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n")
+    out = tmp_path / "new" / "run"
+    refused = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad),
+                         "--output-dir", str(out), check=False)
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: {bad}:1: not valid JSON")
+    assert not out.exists()
+    out.mkdir()  # a folder that was there before stays
+    run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad), "--output-dir",
+               str(out), check=False)
+    assert out.is_dir()
 
 
 def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_path):
