@@ -151,8 +151,8 @@ class Run:
             # before the process group goes: vLLM tears down its own groups first
             self.engine.close()
             # vLLM's constructor keeps the frames that called it alive (from outside Python's gc),
-            # and with them setup's locals: the prepared policy among them
-            clear_finished_frames(setup.__code__)
+            # and with them load_run's locals: the prepared policy among them
+            clear_finished_frames(load_run.__code__)
         policy = weakref.ref(self.policy)
         self.policy = self.ref_policy = self.hf_sampler = self.optimizer = None  # the run ends
         end_process_group(self.accelerator, policy)

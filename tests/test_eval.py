@@ -5,12 +5,14 @@ import json
 import math
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 import torch
 
+import eval as evaluation
 import tiny_model
 from checkpoints import resolve_model_dir
 from conftest import ROOT, a_trainer_state, accelerate_launch, run_script
@@ -364,7 +366,7 @@ def test_eval_cli_missing_model_is_one_clear_line(tmp_path):
 
 
 def test_an_out_that_is_not_an_eval_result_of_these_benchmarks_and_bad_counts_are_refused(
-        tmp_path):
+        tmp_path, monkeypatch):
     config = tmp_path / "config.json"  # a run's, say
     config.write_text('{"lr": 0.0001}')
     other = tmp_path / "aime.json"  # an eval of other benchmarks: its numbers would be replaced
@@ -377,10 +379,11 @@ def test_an_out_that_is_not_an_eval_result_of_these_benchmarks_and_bad_counts_ar
                          "aime2025, not of arith_test: pass another --out"),
                         (["--max-problems", "-3"], "--max-problems must be >= 0"),
                         (["--samples", str(2**16 + 1)], "need 1 <= --samples <= 65536")]:
-        refused = run_script("eval.py", "--model", "tiny", "--data", "data/arith_test.jsonl",
-                             *flags, check=False)
-        assert refused.returncode != 0 and "Traceback" not in refused.stderr
-        assert said in refused.stderr.strip().splitlines()[-1]
+        monkeypatch.setattr(sys, "argv", ["eval.py", "--model", "tiny", "--data",
+                                          "data/arith_test.jsonl", *flags])
+        with pytest.raises(SystemExit) as refused:
+            evaluation.main()
+        assert refused.value.code.startswith("error: ") and said in refused.value.code
     assert config.read_text() == '{"lr": 0.0001}' and "aime2025" in other.read_text()
 
 

@@ -321,13 +321,17 @@ def test_a_prompt_whose_last_answer_overruns_pays_its_workers_replacement_in_its
 
 def test_math_checked_first_leaves_a_code_prompt_of_the_same_step_its_share():
     """The step's math is checked before its programs run: one budget for both, so a prompt's
-    slow math answers cannot spend a code prompt's share."""
-    config = reward.VerifyConfig(timeout=1.5, step_timeout=6.0)
-    # 18 worker-seconds of math for a step of 12: before, they took it all
-    towers = [("math", f"\\boxed{{{k}^{{{k}^{{{k}^{{9}}}}}}}}", "1/2") for k in range(3, 15)]
+    slow math answers cannot spend a code prompt's share. (A prompt can overrun its share by its
+    last checks' worker replacements, ~0.7 s each on an idle 2-core machine and several times that
+    under load: a step of 9 s leaves the program, 0.1 s alone, seconds to spare.)"""
+    config = reward.VerifyConfig(timeout=1.5, step_timeout=9.0)
+    # 27 worker-seconds of math for a step of 18: before, they took it all
+    towers = [("math", f"\\boxed{{{k}^{{{k}^{{{k}^{{9}}}}}}}}", "1/2") for k in range(3, 21)]
     program = "```python\nn = int(input())\nprint(sum(map(int, input().split())))\n```"
     code = [("code", program, {"inputs": ["3\n1 2 3\n"], "outputs": ["6\n"]})] * 2
-    assert reward.score_batch(towers + code, workers=2, config=config)[-2:] == [1.0, 1.0]
+    stats = reward.VerifyStats()
+    rewards = reward.score_batch(towers + code, workers=2, config=config, stats=stats)
+    assert rewards[-2:] == [1.0, 1.0], stats
 
 
 # ---- Reasoning Gym -------------------------------------------------------------------------------

@@ -722,13 +722,13 @@ def test_a_start_refused_after_making_its_folder_leaves_no_folder(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text("not json\n")
     out = tmp_path / "new" / "run"
-    refused = run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad),
-                         "--output-dir", str(out), check=False)
-    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: {bad}:1: not valid JSON")
+    flags = ["--preset", "smoke", "--train-data", str(bad), "--output-dir", str(out)]
+    with pytest.raises(tasks.InputError, match=re.escape(f"{bad}:1: not valid JSON")):
+        train_brorl.train(train_brorl.parse_config(flags))
     assert not out.exists()
     out.mkdir()  # a folder that was there before stays
-    run_script("train_brorl.py", "--preset", "smoke", "--train-data", str(bad), "--output-dir",
-               str(out), check=False)
+    with pytest.raises(tasks.InputError):
+        train_brorl.train(train_brorl.parse_config(flags))
     assert out.is_dir()
 
 
