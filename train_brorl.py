@@ -40,8 +40,8 @@ averaged over processes, evaluation is sharded over processes, and only the main
 writes files.
 """
 
-import contextlib
 import argparse
+import contextlib
 import dataclasses
 import json
 import math
@@ -328,7 +328,8 @@ def validate(cfg: Config) -> None:
         (cfg.eps_high >= 0, f"eps_high must be >= 0, got {cfg.eps_high}"),
         (cfg.temperature >= rollout.MIN_TEMPERATURE
          and cfg.eval_temperature >= rollout.MIN_TEMPERATURE,
-         f"temperatures must be >= {rollout.MIN_TEMPERATURE} (vLLM samples a lower one at it)"),
+         f"temperatures must be >= {rollout.MIN_TEMPERATURE} (vLLM samples any lower one at "
+         f"{rollout.MIN_TEMPERATURE})"),
         (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
         (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
         (cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay}"),
