@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from accelerate import Accelerator
-from accelerate.utils import DistributedType, InitProcessGroupKwargs, broadcast_object_list
+from accelerate.utils import DistributedType, InitProcessGroupKwargs, gather_object
 from accelerate.utils import load as accelerate_load
 from accelerate.utils.constants import RNG_STATE_NAME
 from torch.utils.tensorboard import SummaryWriter
@@ -212,16 +212,27 @@ def setup(cfg) -> Run:
             remove_leftovers(output_dir)
         except InputError as e:
             refusal = str(e)
-    if processes > 1:  # the others stop with the main process's line, not in its next collective
-        refusal = broadcast_object_list([refusal])[0]
-    if refusal:
-        raise InputError(refusal)
+    stop_together(accelerator, refusal)
     try:
         return load_run(cfg, accelerator, folder_lock)
     except BaseException:
         if new_folder and folder_lock is not None:
             remove_if_empty(output_dir)
         raise
+
+
+def one_line(e: InputError | OSError) -> str:
+    """A refusal's line: bad input, or a file of the run that cannot be read or written."""
+    return str(e) if isinstance(e, InputError) else file_failure(e) or f"{e.strerror}: {e.filename}"
+
+
+def stop_together(accelerator: Accelerator, refusal: str | None) -> None:
+    """InputError on every process when any has a `refusal` (the first process's that has one): a
+    process stopping alone would leave the others to die in their next collective."""
+    if accelerator.num_processes > 1:
+        refusal = next(filter(None, gather_object([refusal])), None)
+    if refusal:
+        raise InputError(refusal)
 
 
 def remove_if_empty(output_dir: Path) -> None:
@@ -251,6 +262,15 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
         raise InputError(f"{checkpoint} was saved by {saved_by} run and this one is launched "
                          f"{launched}: resume it with the accelerate config it was started with")
     state = read_trainer_state(checkpoint) if checkpoint else None
+    changed = trained_otherwise(state["config"], cfg) if state is not None else []
+    if changed:  # config.json edited or lost since: the run would go on as another
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise InputError(f"{checkpoint} was trained with other settings than these: "
+                         f"{'; '.join(changed[:3])}{more} (config.json edited or lost? restore "
+                         "it, or start a new --output-dir)")
+    if checkpoint:  # every file it lists can be read: a permission is not damage
+        for name in state["files"]:
+            open(checkpoint / name, "rb").close()
     if state is not None and state["step"] > cfg.total_steps:
         raise InputError(f"--total-steps {cfg.total_steps} is below the step of {checkpoint}: "
                          "nothing to run (a larger one continues the run)")
@@ -325,9 +345,14 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
     allocation = ALLOCATIONS[cfg.allocation](cfg, len(train_tasks), tokenizer.pad_token_id)
     seed_everything(cfg.seed)
     if checkpoint:
-        # policy, optimizer, this process's RNG
-        load_training_state(accelerator, checkpoint, sharding, policy, optimizer,
-                            "move the checkpoint away to resume from the one before it")
+        # policy, optimizer, this process's RNG (one process's own file can be the damaged one)
+        refusal = None
+        try:
+            load_training_state(accelerator, checkpoint, sharding, policy, optimizer,
+                                "move the checkpoint away to resume from the one before it")
+        except (InputError, OSError) as e:
+            refusal = one_line(e)
+        stop_together(accelerator, refusal)
         step, data_position = state["step"], state["data_position"]
         allocation.load_state_dict(state["allocation"], str(checkpoint))
         if ref_policy is not None:
@@ -339,11 +364,16 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
         start_from_checkpoint(accelerator, policy, optimizer, ref_policy, Path(cfg.init_from), cfg)
     if ref_policy is not None and not checkpoint:  # π_ref of a new run: its start
         save_reference(output_dir, 0, ref_policy, accelerator)
-    metrics = None
+    metrics, refusal = None, None
     if main_process:
         print(f"run folder: {output_dir} (curves: tensorboard --logdir {output_dir})")
-        write_config(output_dir, cfg)
-        metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
+        try:  # the metrics first: a refused resume leaves config.json as it was
+            metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
+            write_config(output_dir, cfg)
+        except (InputError, OSError) as e:
+            refusal = one_line(e)
+    stop_together(accelerator, refusal)
+    if metrics is not None:
         settings_text = "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items())
         metrics.writer.add_text("config", settings_text)
     if hf_sampler is not None:
@@ -519,6 +549,8 @@ def load_training_state(accelerator: Accelerator, checkpoint: Path, sharded: boo
             accelerator.load_state(checkpoint / "state")
         if sharded:
             load_sharded_state(checkpoint / "state" / SHARDED, policy, optimizer)
+    except PermissionError:  # not damage: never advise moving it away
+        raise
     except load_errors() as e:
         raise InputError(f"{checkpoint}/state does not load ({error_line(e)}): {advice}") from None
 
@@ -598,7 +630,7 @@ def prune_references(output_dir: Path) -> None:
 # and saves, and how many threads and verifier processes do the work. Everything else defines the
 # run.
 RESUME_MAY_CHANGE = ("total_steps", "eval_every", "save_every", "keep_checkpoints", "threads",
-                     "verify_workers")
+                     "verify_workers", "process_group_timeout_min")
 
 
 def saved_config(output_dir: Path, config_class: type):
@@ -609,7 +641,7 @@ def saved_config(output_dir: Path, config_class: type):
         return None
     try:
         saved = json.loads(path.read_bytes())
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # not JSON, not UTF-8, an integer of 4,300 digits
         why = "nested too deep" if isinstance(e, RecursionError) else e
         raise InputError(f"{path} is not valid JSON ({why}): fix it, or resume into a new "
                          "--output-dir") from None
@@ -652,6 +684,15 @@ def type_name(annotation) -> str:
         return "a finite float"
     return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace(
         "typing.", "")
+
+
+def trained_otherwise(trained: dict, cfg) -> list[str]:
+    """The settings of `cfg` that differ from `trained` (the config a checkpoint was saved with),
+    but for those a resume may change ("lr 0.0001 -> 0.5")."""
+    now, trained = (json.loads(json.dumps(config)) for config in (dataclasses.asdict(cfg), trained))
+    return [f"{name} {trained[name]!r} -> {now[name]!r}" for name in now
+            if name in trained and name not in (*RESUME_MAY_CHANGE, "resume", "output_dir")
+            and trained[name] != now[name]]
 
 
 def config_changes(before, after) -> list[str]:
@@ -914,16 +955,19 @@ def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_polic
 
 def where_to_resume(output_dir: str | None) -> str:
     """What an interrupted run left: the checkpoint it continues from, and the command that does
-    it."""
+    it (None: it stopped before its settings were read)."""
+    if output_dir is None:
+        return "nothing ran"
     try:
-        checkpoint = (latest_checkpoint(Path(output_dir), say=lambda message: None) if output_dir
-                      else None)
+        checkpoint = latest_checkpoint(Path(output_dir), say=lambda message: None)
     except OSError:  # the failure itself, said before this
         return "its checkpoints cannot all be read"
     if checkpoint is None:
         return "no checkpoint was saved yet (a rerun starts from step 0)"
+    launch = ("python train_brorl.py" if os.environ.get("WORLD_SIZE", "1") == "1"
+              else "the same accelerate launch of train_brorl.py")
     return (f"the last complete checkpoint is {checkpoint}; continue with: "
-            f"python train_brorl.py --output-dir {output_dir} --resume")
+            f"{launch} --output-dir {output_dir} --resume")
 
 
 # Environment failures that deserve one line, not a traceback: the disk, the folder, the

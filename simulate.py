@@ -453,6 +453,9 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
         history["correct_mass"].append(correct_p.sum(-1))
         history["frac_increased"].append((change > 0).float().mean(-1))
         history["worst_change"].append(change.min(-1).values)
+        if not math.isfinite(history["correct_mass"][-1].sum()):  # before anything samples from p
+            raise FloatingPointError(f"N={n}: the logits left the float range at step "
+                                     f"{len(history['correct_mass']) - 1}: a lower --lr?")
 
     with torch.no_grad():
         record(softmax_(z, p, cfg.temperature))
@@ -476,9 +479,6 @@ def simulate_n(cfg: SimConfig, n: int, seed_indices: list[int]) -> dict[str, tor
             if not cfg.train_anchor:
                 z[:, -1] = cfg.anchor_logit  # held fixed (AdamW's weight decay would move it)
             record(softmax_(z, p, cfg.temperature))
-            if not math.isfinite(history["correct_mass"][-1].sum()):
-                raise FloatingPointError(f"N={n}: the logits left the float range at step "
-                                         f"{len(history['correct_mass']) - 1}: a lower --lr?")
     return {name: torch.stack(values) for name, values in history.items()}
 
 
@@ -643,12 +643,14 @@ def main(argv: list[str] | None = None) -> None:
     problems = [
         (args.vocab >= 2, "--vocab must be >= 2"), (0 < args.n_correct < args.vocab,
          "--n-correct must be in [1, vocab - 1] (the last token is the anchor)"),
-        (args.temperature > 0 and args.lr > 0, "--temperature and --lr must be > 0"),
+        (args.temperature >= 0.01 and args.lr > 0,
+         "--temperature must be >= 0.01 (the trainer's least) and --lr > 0"),
         (args.weight_decay >= 0, "--weight-decay must be >= 0"),
         (args.steps >= 1 and args.seeds >= 1, "--steps and --seeds must be >= 1"),
         (min(args.ns) >= 1, "every N in --ns must be >= 1"),
-        (all(math.isfinite(v) for v in vars(args).values() if isinstance(v, float)),
-         "every number must be finite"),
+        (all(abs(v) <= torch.finfo().max for v in vars(args).values() if isinstance(v, float))
+         and args.lr * (max(args.ns) if args.lr_scaling == "linear" else 1) <= torch.finfo().max,
+         "every number must be finite in float32, the simulator's precision (--lr x N too)"),
         (args.samples >= 0 and min(args.ns) >= 1 and all(args.samples % n == 0 for n in args.ns),
          "--equal-samples must be 0 or a positive multiple of every N in --ns"),
         (args.workers >= 1, "--workers must be >= 1"),
@@ -657,15 +659,15 @@ def main(argv: list[str] | None = None) -> None:
     for ok, message in problems:
         if not ok:
             parser.error(message)
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        parser.error(f"--out {args.out}: {e.strerror}")
     cfg = SimConfig(**{k: v for k, v in vars(args).items() if k in SimConfig.__dataclass_fields__})
     needed, memory = memory_needed(cfg), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     if needed > memory:
         parser.error(f"these sizes (--vocab, --seeds, --ns, steps) need about {needed / 2**30:.3g} "
                      f"GiB, more than this machine's {memory / 2**30:.3g} GiB")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        parser.error(f"--out {args.out}: {e.strerror}")
     earlier = earlier_settings(args.out / "config.json")
     if earlier is not None and earlier != json.loads(json.dumps(asdict(cfg))):
         parser.error(f"--out {args.out} holds a simulation with other settings: move it away, or "
@@ -675,12 +677,14 @@ def main(argv: list[str] | None = None) -> None:
         (args.out / "config.json").write_text(json.dumps(asdict(cfg), indent=2))
         results = simulate(cfg, args.workers)
         summary = write_outputs(results, cfg, args.out)
-    except OSError as e:  # a full disk, say
-        sys.exit(f"error: writing {e.filename or args.out}: {e.strerror}")
-    except FloatingPointError as e:
-        if earlier is None:  # nothing of it was written: --out is free for other settings
-            (args.out / "config.json").unlink()
-        sys.exit(f"error: {e}")
+    except BaseException as e:
+        if earlier is None and not (args.out / "summary.json").exists():  # free for other settings
+            (args.out / "config.json").unlink(missing_ok=True)
+        if isinstance(e, OSError):  # a full disk, say
+            sys.exit(f"error: writing {e.filename or args.out}: {e.strerror}")
+        if isinstance(e, FloatingPointError):
+            sys.exit(f"error: {e}")
+        raise
     budget = f"{cfg.samples} draws" if cfg.samples else f"{cfg.steps} steps"
     print(f"{len(cfg.ns)} values of N x {cfg.seeds} seeds x {budget} in "
           f"{time.time() - start:.1f}s -> {args.out}")

@@ -309,8 +309,11 @@ def validate(cfg: Config) -> None:
     # within float32's range, where the update computes
     not_finite = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
                   if isinstance(value, float) and not abs(value) <= torch.finfo().max]
+    too_large = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
+                 if type(value) is int and not -2**63 <= value < 2**63]
     checks = [
         (not not_finite, f"settings must be finite float32 numbers, got {', '.join(not_finite)}"),
+        (not too_large, f"whole-number settings must be below 2^63, got {', '.join(too_large)}"),
         (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
         (cfg.n_rollouts >= 2,
          f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
@@ -335,7 +338,8 @@ def validate(cfg: Config) -> None:
         (cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay}"),
         (cfg.max_grad_norm > 0, f"max_grad_norm must be > 0, got {cfg.max_grad_norm}"),
         (0 <= cfg.seed < 2**32, f"seed must be in [0, 2^32), got {cfg.seed}"),
-        (cfg.threads >= 0, f"threads must be >= 0 (0: torch's default), got {cfg.threads}"),
+        (0 <= cfg.threads <= 2**16,
+         f"threads must be in [0, 2^16] (0: torch's default), got {cfg.threads}"),
         (min(cfg.ref_reset_every, cfg.shrink_monitor_samples, cfg.eval_max_problems) >= 0,
          "ref_reset_every, shrink_monitor_samples and eval_max_problems must be >= 0 (0: off, "
          "off, all)"),
@@ -353,7 +357,8 @@ def validate(cfg: Config) -> None:
         (cfg.total_steps >= 0 and min(cfg.eval_every, cfg.save_every, cfg.keep_checkpoints) >= 1,
          "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
         (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
-        (cfg.verify_workers >= 1, f"verify_workers must be >= 1, got {cfg.verify_workers}"),
+        (1 <= cfg.verify_workers < sandbox.PROBE_SLOT,
+         f"verify_workers must be in [1, {sandbox.PROBE_SLOT}), got {cfg.verify_workers}"),
         (0 < cfg.process_group_timeout_min <= 60 * 24 * 7,
          f"process_group_timeout_min must be in (0, a week], got {cfg.process_group_timeout_min}"),
         (min(cfg.verify_timeout, cfg.code_test_timeout) > 0 and cfg.verify_step_timeout >= 1,

@@ -368,21 +368,21 @@ def plan_defaults(full, quick, field: str) -> str:
     return f"(default: {show(full)}" + (f"; --quick: {show(quick)})" if quick != full else ")")
 
 
-def at_least(minimum: int):
-    """An argparse type: an integer >= minimum."""
+def count_in(low: int, high: int):
+    """An argparse type: an integer in [low, high]."""
     def count(text: str) -> int:
         value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not in [{low}, {high}]")
         return value
     return count
 
 
-def positive(text: str) -> float:
-    """An argparse type: a finite number > 0."""
+def lr_multiplier(text: str) -> float:
+    """An argparse type: a learning-rate multiplier, in (0, 1000]."""
     value = float(text)
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number above 0")
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1000]")
     return value
 
 
@@ -412,10 +412,10 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
     parser.add_argument("--lr-scaling", choices=sorted(LR_SCALING),
                         help="a branch's lr at N: constant, the start's lr at every N; sqrt, "
                              "times sqrt(B / B0), the paper's rule " + plan_default("lr_scaling"))
-    parser.add_argument("--budget-steps", type=at_least(1),
+    parser.add_argument("--budget-steps", type=count_in(1, 10**6),
                         help="samples every branch generates, in stage-1 steps' worth "
                              + plan_default("budget_steps"))
-    parser.add_argument("--max-decays", type=at_least(0),
+    parser.add_argument("--max-decays", type=count_in(0, 100),
                         help="most times stage 1 goes on at a lower lr after a probe at it lifts "
                              "the plateau " + plan_default("max_decays"))
     parser.add_argument("--seeds", type=int, nargs="+",
@@ -425,7 +425,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Plan]:
                         help="where the branches start: plateau, stage 1's branch point (runs "
                              "stage 1); start, the warmed model before it "
                              + plan_default("starts"))
-    parser.add_argument("--lr-multipliers", type=positive, nargs="+",
+    parser.add_argument("--lr-multipliers", type=lr_multiplier, nargs="+",
                         help="every branch runs at each lr m x η: η is stage 1's last lr (from the "
                              "plateau) or η0, stage 1's first (from the start) "
                              + plan_default("lr_multipliers"))

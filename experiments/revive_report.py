@@ -144,7 +144,8 @@ def check_merge(earlier: object, plan, model: str, source: str = "--merge") -> N
     join this one's (`plan`, the experiment's Plan) only if they are of the same experiment: the
     same warmed model (by its cache name: the spec and data it was built from) and the same plan
     but for what a sitting chooses to run (seeds, starts, lr multipliers)."""
-    if not isinstance(earlier, dict) or not {"plan", "model", "stage1", "starts"} <= set(earlier):
+    if (not isinstance(earlier, dict) or not {"plan", "model", "stage1", "starts"} <= set(earlier)
+            or not isinstance(earlier["plan"], dict) or not isinstance(earlier["model"], str)):
         raise InputError(f"{source}: not a results.json of this experiment (it needs plan, model, "
                          "stage1 and starts)")
     if Path(earlier["model"]).name != Path(model).name:
@@ -518,8 +519,8 @@ def plot_frontier(results: dict, path: Path) -> None:
 def read_results(path: Path) -> dict:
     try:
         results = json.loads(path.read_bytes())
-    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
-        raise InputError(f"cannot read results from {path}: {e}") from None
+    except (OSError, ValueError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
+        raise InputError(f"cannot read results from {path}: {e or 'nested too deep'}") from None
     if not isinstance(results, dict):
         raise InputError(f"cannot read results from {path}: not a JSON object")
     return results

@@ -259,7 +259,9 @@ def test_n_of_zero_a_number_that_is_not_finite_and_an_out_that_is_a_file_are_one
         tmp_path, capsys):
     (tmp_path / "file").write_text("")
     for argv, message in [(["--ns", "0", "4"], "every N in --ns must be >= 1"),
-                          (["--correct-logit", "nan"], "every number must be finite"),
+                          (["--correct-logit", "nan"], "every number must be finite in float32"),
+                          (["--correct-logit", "1e300"], "every number must be finite in float32"),
+                          (["--temperature", "1e-300"], "--temperature must be >= 0.01"),
                           (["--seed", "-1"], "--seed must be in [0, 2^32)"),
                           (["--vocab", str(10**13)], "these sizes (--vocab, --seeds, --ns, steps) "
                                                      "need about "),

@@ -60,14 +60,17 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--eps-high", "1e39"], "settings must be finite float32 numbers, got eps_high 1e+39"),
     (["--minibatches", "0"], "minibatches must be >= 1, got 0"),
     (["--seed", "-1"], "seed must be in [0, 2^32), got -1"),
-    (["--threads", "-1"], "threads must be >= 0 (0: torch's default), got -1"),
+    (["--threads", "-1"], "threads must be in [0, 2^16] (0: torch's default), got -1"),
     (["--max-grad-norm", "0"], "max_grad_norm must be > 0, got 0.0"),
+    (["--verify-workers", "100000"], "verify_workers must be in [1, 255), got 100000"),
+    (["--threads", "100000000000000000000"], "whole-number settings must be below 2^63, got "
+                                             "threads 100000000000000000000"),
     (["--verify-step-timeout", "1e-9"], "verify_step_timeout >= 1 (seconds; checks past it"),
     (["--process-group-timeout-min", "1e9"], "process_group_timeout_min must be in (0, a week]"),
     (["--weight-decay", "-0.1"], "weight_decay must be >= 0, got -0.1"),
     (["--eval-max-problems", "-1"], "and eval_max_problems must be >= 0"),
     (["--output-dir", ""], "--output-dir must not be empty"),
-    (["--n-rollouts", "99999999999999999999"], "samples is over 2^24"),
+    (["--n-rollouts", "9999999999"], "samples is over 2^24"),
     (["--model", __file__], f"model path is a file, not a model folder: {__file__}"),
     (["--eval-data-dir", "/no/such/folder"], "--eval-data-dir is not a folder: /no/such/folder"),
 ])
@@ -228,6 +231,24 @@ def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the
                                                r"n_rollouts 16 -> 32 "):
         train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32",
                                   "--preset", "cpu-demo"])
+
+
+def test_a_config_json_edited_or_lost_since_the_checkpoint_is_refused_on_resume(smoke_run):
+    """The checkpoint keeps the settings it was trained with: a resume must not go on as another
+    run because config.json changed under it."""
+    saved = json.loads((smoke_run / "config.json").read_text())
+    (smoke_run / "config.json").write_text(json.dumps({**saved, "lr": 0.5, "n_rollouts": 32,
+                                                       "threads": 1}))
+    resume = ["--output-dir", str(smoke_run), "--resume", "--total-steps", "3"]
+    with pytest.raises(tasks.InputError, match=re.escape(
+            f"{latest_checkpoint(smoke_run)} was trained with other settings than these: "
+            "n_rollouts 16 -> 32; lr 0.0001 -> 0.5 (config.json edited or lost? restore it")):
+        train_brorl.train(train_brorl.parse_config(resume))  # threads: a resume may change them
+    (smoke_run / "config.json").unlink()  # the default preset's settings instead
+    with pytest.raises(tasks.InputError, match="was trained with other settings than these: "
+                                               "preset 'smoke' -> 'cpu-demo'; "):
+        train_brorl.train(train_brorl.parse_config(resume))
+    assert not (smoke_run / "config.json").exists()
 
 
 def test_a_config_json_with_unknown_keys_wrong_types_or_not_json_is_refused_in_one_line(
@@ -690,23 +711,24 @@ def test_a_checkpoint_this_user_cannot_read_is_one_line_not_a_damaged_checkpoint
     if shutil.which("bwrap") is None:
         pytest.skip("bwrap is needed to drop root's right to read every file")
     newest = latest_checkpoint(smoke_run)
-    unreadable = newest / "trainer_state.pt"
-    unreadable.chmod(0)
-    as_a_user = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--uid", "1234"]
-    result = subprocess.run([*as_a_user, sys.executable, "train_brorl.py", "--output-dir",
-                             str(smoke_run), "--resume", "--total-steps", "3"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip() == (f"error: permission denied on {unreadable}; its checkpoints "
-                                     "cannot all be read")
-    assert "damaged" not in result.stdout and newest.is_dir()  # not passed over, nor renamed
-    (smoke_run / "checkpoints").chmod(0)
-    result = subprocess.run([*as_a_user, sys.executable, "train_brorl.py", "--output-dir",
-                             str(smoke_run), "--resume"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600)
-    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip().startswith("error: permission denied on ")
-    (smoke_run / "checkpoints").chmod(0o755)
+    as_a_user = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--uid", "1234",
+                 sys.executable, "train_brorl.py", "--output-dir", str(smoke_run), "--resume"]
+    resumes_from = (f"the last complete checkpoint is {newest}; continue with: python "
+                    f"train_brorl.py --output-dir {smoke_run} --resume")
+    for unreadable, after in [(newest / "trainer_state.pt", "its checkpoints cannot all be read"),
+                              (newest / "state" / "optimizer.bin", resumes_from),
+                              (smoke_run / "config.json", "nothing ran"),
+                              (smoke_run / "checkpoints", "its checkpoints cannot all be read")]:
+        unreadable.chmod(0)
+        result = subprocess.run(as_a_user, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        said = f"error: permission denied on {unreadable}"
+        if unreadable.is_dir():  # its listing fails on the first entry it opens, or on itself
+            assert result.stderr.strip().startswith(said), result.stderr
+        else:
+            assert result.stderr.strip() == f"{said}; {after}", result.stderr
+        assert "damaged" not in result.stdout and newest.is_dir()  # not passed over, nor renamed
+        unreadable.chmod(0o755 if unreadable.is_dir() else 0o644)
 
 
 def test_a_refusal_of_the_main_process_alone_stops_every_process_with_its_line(tmp_path):
@@ -740,6 +762,18 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert (state / "random_states_0.pkl").is_file() and (state / "random_states_1.pkl").is_file()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 2]  # one writer: the main process
+    # one process's own RNG file damaged: both stop with its line, nothing rewritten
+    rng, config = state / "random_states_1.pkl", (out / "config.json").read_text()
+    intact = rng.read_bytes()
+    rng.write_bytes(bytes(len(intact)))
+    refused = accelerate_launch("train_brorl.py", "--output-dir", str(out), "--resume",
+                                "--total-steps", "3", check=False)
+    refusal = f"error: {state.parent}/state does not load ("
+    assert refused.returncode != 0 and refused.stderr.count(refusal) == 2, refused.stderr
+    assert "[rank0]: Traceback" not in refused.stderr  # not left to die in a collective
+    assert "[rank1]: Traceback" not in refused.stderr
+    assert (out / "config.json").read_text() == config
+    rng.write_bytes(intact)
     accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume",
                       "--total-steps", "3")
     assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
