@@ -153,7 +153,9 @@ def test_an_interrupted_eval_resumes_without_redoing_finished_problems(untrained
 
 # the FSDP configs load a model's weights on rank 0 only unless eval.py loads before the launch's
 # process group exists
-@pytest.mark.parametrize("config", ["configs/ddp_cpu.yaml", "configs/fsdp_cpu.yaml"])
+@pytest.mark.parametrize("config", [
+    # DDP's launched eval also runs in test_a_launched_eval_resumes... and test_train's sharded eval
+    pytest.param("configs/ddp_cpu.yaml", marks=pytest.mark.slow), "configs/fsdp_cpu.yaml"])
 def test_under_accelerate_launch_two_processes_split_the_problems_and_write_what_one_would(
         config, untrained_model_dir, eval_copy, tmp_path):
     alone_out, launched_out = eval_copy, tmp_path / "launched" / "result.json"

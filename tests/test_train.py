@@ -529,17 +529,12 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert (checkpoints / "step_000003.damaged" / "model").is_dir()
     assert logged_steps(out) == [(0, "eval"), (1, "train"), (2, "train"), (3, "train"), (3, "eval")]
     optimizer = checkpoints / "step_000003" / "state" / "optimizer.bin"
-    rng = checkpoints / "step_000003" / "state" / "random_states_0.pkl"
-    intact = optimizer.read_bytes()
-    # damaged at its saved size: the optimizer, then the RNG alone (accelerate passes over it)
-    for damaged in (optimizer, rng):
-        optimizer.write_bytes(intact)
-        damaged.write_bytes(bytes(damaged.stat().st_size))
-        refused = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
-                             "--total-steps", "4", check=False)
-        assert refused.returncode != 0 and "Traceback" not in refused.stderr
-        assert (f"error: {checkpoints / 'step_000003'}/state does not load (" in refused.stderr
-                and "move the checkpoint away" in refused.stderr.strip().splitlines()[-1])
+    optimizer.write_bytes(bytes(optimizer.stat().st_size))  # damaged at its saved size
+    refused = run_script("train_brorl.py", "--output-dir", str(out), "--resume",
+                         "--total-steps", "4", check=False)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert (f"error: {checkpoints / 'step_000003'}/state does not load (" in refused.stderr
+            and "move the checkpoint away" in refused.stderr.strip().splitlines()[-1])
     for state in checkpoints.glob("step_*/trainer_state.pt"):  # every checkpoint damaged
         state.write_bytes(b"not a pickle")
     before = sorted(p for p in checkpoints.rglob("*"))
@@ -762,7 +757,8 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert (state / "random_states_0.pkl").is_file() and (state / "random_states_1.pkl").is_file()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 2]  # one writer: the main process
-    # one process's own RNG file damaged: both stop with its line, nothing rewritten
+    # one process's own RNG file damaged at its saved size (accelerate alone would pass over it):
+    # both processes stop with its line, nothing rewritten
     rng, config = state / "random_states_1.pkl", (out / "config.json").read_text()
     intact = rng.read_bytes()
     rng.write_bytes(bytes(len(intact)))
@@ -833,10 +829,10 @@ def test_one_update_on_two_processes_equals_one_process_on_the_same_global_batch
 
 def test_data_parallel_runs_end_without_hanging_round_after_round(tmp_path):
     """Run.close frees the DDP module before the process group (tests/teardown_rounds.py); freed
-    after it, round 0 or 1 hung in each of 3 tries, so 8 rounds catch it. A run that still holds
+    after it, round 0 or 1 hung in each of 3 tries, so 5 rounds catch it. A run that still holds
     it is not ended."""
-    ended = run_script("tests/teardown_rounds.py", str(tmp_path), "8", timeout=300)
-    assert ended.stdout.count("round 7 ended") == 2
+    ended = run_script("tests/teardown_rounds.py", str(tmp_path), "5", timeout=300)
+    assert ended.stdout.count("round 4 ended") == 2
 
     kept = run_script("tests/teardown_rounds.py", str(tmp_path / "kept"), "1", "--keep-policy",
                       check=False, timeout=300)
