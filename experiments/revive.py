@@ -316,8 +316,8 @@ def branches(plan: Plan, stage1_result: dict | None, starts: tuple[str, ...]) ->
 def folder_results(plan: Plan, out: Path, model: str, stage1_result: dict | None,
                    earlier: dict | None = None, quick: bool = False) -> dict:
     """results.json of every branch `out` may hold, whichever sitting ran it, with the seeds of
-    `earlier` (--merge) it does not hold (see summarise); `quick`: a --quick plan's, which its
-    report says is a test of the pipeline."""
+    `earlier` (--merge, or out's own results.json) it does not hold (see summarise); `quick`: a
+    --quick plan's, which its report says is a test of the pipeline."""
     starts = STARTS if stage1_result else ("start",)
     return {**summarise(plan, branches(plan, stage1_result, starts), out, model, stage1_result,
                         earlier), "quick": quick}
@@ -454,10 +454,12 @@ def main(argv: list[str] | None = None) -> None:
         earlier = read_results(args.merge) if args.merge else None
         if earlier is not None:
             check_merge(earlier, plan, model)
-        ours = args.out / "results.json"
+        ours, kept = args.out / "results.json", None
         if holds_runs and ours.is_file():  # its finished runs would be reported under this plan
-            check_merge(read_results(ours), plan, model,
-                        source=f"{ours} (pass the flags it was run with)")
+            kept = read_results(ours)
+            check_merge(kept, plan, model, source=f"{ours} (pass the flags it was run with)")
+        # seeds an earlier sitting merged in, their folders elsewhere or gone, stay in the results
+        reported = earlier or kept
         start_time = time.time()
         stage1_result = branch_point(plan, args.out, model, earlier, args.report_only)
         args.out.mkdir(parents=True, exist_ok=True)
@@ -476,9 +478,9 @@ def main(argv: list[str] | None = None) -> None:
             run_branch(plan, model, job["checkpoint"], job["run_dir"], shape, seed)
             print(f"[revive] {label}: took {time.time() - began:.0f}s, pass@1 "
                   f"{seed_summary(job['run_dir'], shape)['eval_pass1'][-1]:.3f}", flush=True)
-            write_results(folder_results(plan, args.out, model, stage1_result, earlier,
+            write_results(folder_results(plan, args.out, model, stage1_result, reported,
                                          args.quick), args.out)
-        results = folder_results(plan, args.out, model, stage1_result, earlier, args.quick)
+        results = folder_results(plan, args.out, model, stage1_result, reported, args.quick)
         results["wall_s"] = time.time() - start_time  # this invocation's
         write_results(results, args.out)
     except InputError as e:

@@ -4,6 +4,7 @@ pipeline, not the science)."""
 import dataclasses
 import json
 import math
+import shutil
 import sys
 from types import SimpleNamespace
 
@@ -472,6 +473,10 @@ def test_merged_results_are_not_run_again_and_a_report_joins_them_with_this_sitt
         assert branch["seeds"]["0"] == ours["starts"]["start"]["branches"][key]["seeds"]["0"]
         assert branch["seeds"]["1"] == earlier["starts"]["start"]["branches"][key]["seeds"]["1"]
         assert branch["final_eval_pass1"]["per_seed"] == {"0": 0.8, "1": 0.6}
+    # the other sitting's folder gone, a report without --merge keeps the seeds it brought
+    shutil.rmtree(earlier_dir)
+    again = quick(here, "--report-only")
+    assert again["starts"] == joined["starts"] and again["plan"]["seeds"] == [0, 1]
 
 
 def test_a_report_builds_no_model_it_only_names_the_default_one(tmp_path, fake_training,
