@@ -56,7 +56,7 @@ import rollout
 import sandbox
 from checkpoints import resolve_model_dir
 from rollout import load_policy, load_tokenizer, model_fingerprint
-from tasks import InputError, check_answers, load_tasks
+from tasks import InputError, check_answers, first_of, load_tasks
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -406,22 +406,6 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def listed(names) -> str:
-    """Benchmark names for a one-line message: the first four, and how many more."""
-    names = sorted(names)
-    more = f" and {len(names) - 4} more" if len(names) > 4 else ""
-    return ", ".join(names[:4]) + more
-
-
-def is_result(path: Path) -> bool:
-    """Whether `path` holds a results JSON eval.py wrote."""
-    try:
-        read_result(path)
-    except InputError:
-        return False
-    return True
-
-
 def read_result(path: Path) -> dict:
     """A results JSON eval.py wrote (--out), or InputError in one line."""
     try:
@@ -561,9 +545,13 @@ def main() -> None:
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
         if args.max_problems < 0:
             raise InputError(f"--max-problems must be >= 0 (0: all), got {args.max_problems}")
-        if args.out and (args.out.is_dir() or args.out.is_file() and not is_result(args.out)):
-            raise InputError(f"--out {args.out} exists and is not an eval.py result: it would be "
-                             "written over; pass another --out")
+        earlier = None  # the result already at --out
+        if args.out and (args.out.is_dir() or args.out.is_file()):
+            try:
+                earlier = read_result(args.out)
+            except InputError:
+                raise InputError(f"--out {args.out} exists and is not an eval.py result: it would "
+                                 "be written over; pass another --out") from None
         if args.model == "tiny":
             import tiny_model  # 1 s of imports that only this model needs
 
@@ -576,13 +564,12 @@ def main() -> None:
             extra[Path(args.data).stem] = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
         selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
                     benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
-        if args.out and args.out.is_file():  # its results would be replaced by others
-            earlier = read_result(args.out)
-            held = [*earlier["benchmarks"], *earlier.get("skipped", {})]
-            asked = [*extra, *(b.name for b in selected)]
-            if set(held) != set(asked):
-                raise InputError(f"--out {args.out} holds results of {listed(held)}, not of "
-                                 f"{listed(asked)}: pass another --out")
+        if earlier is not None:  # its results would be replaced by others
+            held = sorted({*earlier["benchmarks"], *earlier.get("skipped", {})})
+            asked = sorted({*extra, *(b.name for b in selected)})
+            if held != asked:
+                raise InputError(f"--out {args.out} holds results of {first_of(held, 4)}, not of "
+                                 f"{first_of(asked, 4)}: pass another --out")
         task_kinds = {b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts}
         reward.require_sandbox(task_kinds, args.unsafe_no_sandbox)
         if args.device == "auto":

@@ -46,7 +46,7 @@ import update
 from allocation import ALLOCATIONS, Fixed
 from checkpoints import (CHECKPOINT, checkpoint_folders, checkpoint_problem, latest_checkpoint,
                          read_trainer_state)
-from tasks import InputError, check_answers, error_line, load_tasks
+from tasks import InputError, check_answers, error_line, first_of, load_tasks
 from tiny_model import ensure_tiny_model
 
 
@@ -264,10 +264,9 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
     state = read_trainer_state(checkpoint) if checkpoint else None
     changed = trained_otherwise(state["config"], cfg) if state is not None else []
     if changed:  # config.json edited or lost since: the run would go on as another
-        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
         raise InputError(f"{checkpoint} was trained with other settings than these: "
-                         f"{'; '.join(changed[:3])}{more} (config.json edited or lost? restore "
-                         "it, or start a new --output-dir)")
+                         f"{first_of(changed, 3, '; ')} (config.json edited or lost? restore it, "
+                         "or start a new --output-dir)")
     if checkpoint:  # every file it lists can be read: a permission is not damage
         for name in state["files"]:
             open(checkpoint / name, "rb").close()
@@ -651,8 +650,7 @@ def saved_config(output_dir: Path, config_class: type):
         raise InputError(f"{path} is not a train_brorl.py config (unknown keys: {unknown!r})")
     missing = sorted(set(defaults) - set(saved))
     if missing:  # a default would change the run unseen
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise InputError(f"{path} lacks {', '.join(missing[:3])}{more}: restore it (a setting "
+        raise InputError(f"{path} lacks {first_of(missing, 3)}: restore it (a setting "
                          "added since the run began: add it with the value the run had), or resume "
                          "into a new --output-dir")
     hints = typing.get_type_hints(config_class)

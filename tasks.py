@@ -25,6 +25,12 @@ def error_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
 
 
+def first_of(items: list[str], shown: int, sep: str = ", ") -> str:
+    """The first `shown` items joined, and how many more, for a one-line message."""
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return sep.join(items[:shown]) + more
+
+
 # A task line longer than this is refused before it is parsed: the largest real records (code tasks
 # with their tests inline) are far smaller, and a runaway line (a binary file, a missing newline)
 # would otherwise be read whole into memory. Benchmark files in their sources' layouts are not
