@@ -51,16 +51,19 @@ def read_trainer_state(checkpoint: Path) -> dict:
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
     not load as a trainer state, or a file it lists (name and size, taken when the checkpoint was
-    written) is missing or changed size."""
+    written) is missing or changed size. A file this user may not read raises PermissionError: not
+    the checkpoint's fault, so never a reason to pass it over."""
     try:
         files = read_trainer_state(checkpoint)["files"]
     except InputError as e:
         return str(e)
     for name, size in files.items():
-        if not (checkpoint / name).is_file():
+        path = checkpoint / name
+        if not path.is_file():
             return f"{name} is missing"
-        if (checkpoint / name).stat().st_size != size:
-            return f"{name} is {(checkpoint / name).stat().st_size} bytes, {size} when saved"
+        if path.stat().st_size != size:
+            return f"{name} is {path.stat().st_size} bytes, {size} when saved"
+        open(path, "rb").close()
     return None
 
 

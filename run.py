@@ -267,9 +267,6 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
         raise InputError(f"{checkpoint} was trained with other settings than these: "
                          f"{first_of(changed, 3, '; ')} (config.json edited or lost? restore it, "
                          "or start a new --output-dir)")
-    if checkpoint:  # every file it lists can be read: a permission is not damage
-        for name in state["files"]:
-            open(checkpoint / name, "rb").close()
     if state is not None and state["step"] > cfg.total_steps:
         raise InputError(f"--total-steps {cfg.total_steps} is below the step of {checkpoint}: "
                          "nothing to run (a larger one continues the run)")

@@ -708,12 +708,11 @@ def test_a_checkpoint_this_user_cannot_read_is_one_line_not_a_damaged_checkpoint
     newest = latest_checkpoint(smoke_run)
     as_a_user = ["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--uid", "1234",
                  sys.executable, "train_brorl.py", "--output-dir", str(smoke_run), "--resume"]
-    resumes_from = (f"the last complete checkpoint is {newest}; continue with: python "
-                    f"train_brorl.py --output-dir {smoke_run} --resume")
-    for unreadable, after in [(newest / "trainer_state.pt", "its checkpoints cannot all be read"),
-                              (newest / "state" / "optimizer.bin", resumes_from),
+    unread = "its checkpoints cannot all be read"
+    for unreadable, after in [(newest / "trainer_state.pt", unread),
+                              (newest / "state" / "optimizer.bin", unread),
                               (smoke_run / "config.json", "nothing ran"),
-                              (smoke_run / "checkpoints", "its checkpoints cannot all be read")]:
+                              (smoke_run / "checkpoints", unread)]:
         unreadable.chmod(0)
         result = subprocess.run(as_a_user, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
@@ -724,6 +723,11 @@ def test_a_checkpoint_this_user_cannot_read_is_one_line_not_a_damaged_checkpoint
             assert result.stderr.strip() == f"{said}; {after}", result.stderr
         assert "damaged" not in result.stdout and newest.is_dir()  # not passed over, nor renamed
         unreadable.chmod(0o755 if unreadable.is_dir() else 0o644)
+    weights = newest / "model" / "model.safetensors"  # eval.py reads the run the same way
+    weights.chmod(0)
+    result = subprocess.run([*as_a_user[:-4], "eval.py", "--model", str(smoke_run)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.stderr.strip() == f"error: Permission denied: {weights}", result.stderr
 
 
 def test_a_refusal_of_the_main_process_alone_stops_every_process_with_its_line(tmp_path):
