@@ -262,7 +262,7 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
         raise InputError(f"{checkpoint} was saved by {saved_by} run and this one is launched "
                          f"{launched}: resume it with the accelerate config it was started with")
     state = read_trainer_state(checkpoint) if checkpoint else None
-    changed = trained_otherwise(state["config"], cfg) if state is not None else []
+    changed = resume_changes(state["config"], cfg) if state is not None else []
     if changed:  # config.json edited or lost since: the run would go on as another
         raise InputError(f"{checkpoint} was trained with other settings than these: "
                          f"{first_of(changed, 3, '; ')} (config.json edited or lost? restore it, "
@@ -681,21 +681,20 @@ def type_name(annotation) -> str:
         "typing.", "")
 
 
-def trained_otherwise(trained: dict, cfg) -> list[str]:
-    """The settings of `cfg` that differ from `trained` (the config a checkpoint was saved with),
-    but for those a resume may change ("lr 0.0001 -> 0.5")."""
-    now, trained = (json.loads(json.dumps(config)) for config in (dataclasses.asdict(cfg), trained))
-    return [f"{name} {trained[name]!r} -> {now[name]!r}" for name in now
-            if name in trained and name not in (*RESUME_MAY_CHANGE, "resume", "output_dir")
-            and trained[name] != now[name]]
-
-
 def config_changes(before, after) -> list[str]:
     """The settings that differ ("total_steps 2 -> 3"), leaving out --resume and how the folder was
-    spelled."""
-    names = [f.name for f in dataclasses.fields(before) if f.name not in ("resume", "output_dir")]
-    return [f"{name} {getattr(before, name)!r} -> {getattr(after, name)!r}" for name in names
-            if getattr(before, name) != getattr(after, name)]
+    spelled. Either side is a config or its JSON (a checkpoint's copy, which lacks the settings
+    added since: those are not compared)."""
+    before, after = (json.loads(json.dumps(c if isinstance(c, dict) else dataclasses.asdict(c)))
+                     for c in (before, after))
+    return [f"{name} {before[name]!r} -> {value!r}" for name, value in after.items()
+            if name not in ("resume", "output_dir") and before.get(name, value) != value]
+
+
+def resume_changes(before, after) -> list[str]:
+    """The `config_changes` that make a resume another run (all but RESUME_MAY_CHANGE's)."""
+    return [change for change in config_changes(before, after)
+            if change.split()[0] not in RESUME_MAY_CHANGE]
 
 
 def write_config(output_dir: Path, cfg) -> None:

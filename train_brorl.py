@@ -64,8 +64,8 @@ import rollout
 import sandbox
 import update
 from allocation import ALLOCATIONS, checks as allocation_checks
-from run import (RESUME_MAY_CHANGE, Run, config_changes, file_failure, remove_leftovers,
-                 saved_config, setup, where_to_resume)
+from run import (Run, file_failure, remove_leftovers, resume_changes, saved_config, setup,
+                 where_to_resume)
 from tasks import InputError
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -422,8 +422,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
     defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
     cfg = tyro.cli(Config, default=defaults, args=argv, description=HELP)
     if saved is not None:
-        refused = [change for change in config_changes(saved, cfg)
-                   if change.split()[0] not in RESUME_MAY_CHANGE]
+        refused = resume_changes(saved, cfg)
         if refused:
             raise InputError(f"--resume continues the run in {known.output_dir} with its "
                              f"config.json, and these flags change what it is: "
