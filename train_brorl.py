@@ -632,19 +632,16 @@ def rows_batch(rollouts: rollout.Rollouts, rows: list[int], advantages: torch.Te
 
 
 def policy_update(run: Run, batch: update.TrainBatch, update_cfg: update.UpdateConfig) -> dict:
-    """The clipped policy-gradient step against π_old (and π_ref if β > 0), when any process kept
-    a row; with how far the sampler's log-probs were from the trainer's."""
-    stats = dict.fromkeys(update.UPDATE_STATS, 0.0)
+    """The clipped policy-gradient step against π_old (and π_ref if β > 0), with how far the
+    sampler's log-probs were from the trainer's (no rows on any process: no passes, zero stats)."""
     # every process gets about the same compute in each mini-batch (exact; FSDP runs in lockstep)
     batch = update.deal_rows(batch, run.accelerator.unwrap_model(run.policy).linear_cost)
     old_logprobs = update.batch_logprobs(run.policy, batch, update_cfg)
-    mismatch = update.sampler_mismatch(old_logprobs, batch.sampler_logprobs,
-                                       batch.response_mask * (batch.weights > 0)[:, None])
-    if float(update.all_sum(torch.tensor(float(len(batch.advantages))))) > 0:
-        ref_logprobs = (update.batch_logprobs(run.ref_policy, batch, update_cfg)
-                        if run.ref_policy is not None else None)
-        stats = update.ppo_update(run.policy, run.optimizer, batch, old_logprobs, update_cfg,
-                                  ref_logprobs)
+    mismatch = update.sampler_mismatch(old_logprobs, batch.sampler_logprobs, batch.response_mask)
+    ref_logprobs = (update.batch_logprobs(run.ref_policy, batch, update_cfg)
+                    if run.ref_policy is not None else None)
+    stats = update.ppo_update(run.policy, run.optimizer, batch, old_logprobs, update_cfg,
+                              ref_logprobs)
     return {**stats, **mismatch}
 
 
@@ -795,15 +792,16 @@ def main() -> None:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         sys.exit(f"\ninterrupted: {where_to_resume(cfg and cfg.output_dir)}")
-    except FloatingPointError as e:  # no weights were changed by it, none saved
+    except FloatingPointError as e:  # nothing of this step was saved
         sys.exit(f"error: {e} (a lower --lr or --max-grad-norm?); "
                  f"{where_to_resume(cfg and cfg.output_dir)}")
     except (OSError, RuntimeError) as e:
         failure = file_failure(e)
         if failure is None:
             raise
-        if cfg is not None and cfg.output_dir:
-            # the half-written checkpoint: free its space now (unless the folder is what failed)
+        if cfg is not None and cfg.output_dir and PartialState().is_main_process:
+            # the half-written checkpoint: free its space now (unless the folder is what failed);
+            # the main process alone, which holds the folder: another may still be writing into it
             with contextlib.suppress(OSError):
                 remove_leftovers(Path(cfg.output_dir))
         sys.exit(f"error: {failure}; {where_to_resume(cfg and cfg.output_dir)}")

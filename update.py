@@ -799,6 +799,17 @@ def lockstep_passes(local_passes: int) -> int:
     return int(all_max(torch.tensor(local_passes)))
 
 
+def in_lockstep(policy, chunks: list[list[int]], accumulate: bool = False):
+    """This process's micro-batches (row lists), then None for each pass it pads with (`idle_pass`)
+    up to `lockstep_passes`. `accumulate`: under DDP, all but the last pass in `no_sync`, so that
+    the gradients are all-reduced once, after the last."""
+    passes = lockstep_passes(len(chunks))
+    for i in range(passes):
+        no_sync = accumulate and i < passes - 1 and hasattr(policy, "no_sync")
+        with policy.no_sync() if no_sync else contextlib.nullcontext():
+            yield chunks[i] if i < len(chunks) else None
+
+
 def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
     """A forward over two placeholder tokens (id 0), for a process that has no rows left but must
     take part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
@@ -826,14 +837,37 @@ def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig) -> torch.Tensor
                                                               cfg.micro_batch_tokens)
               for mb in per_minibatch]
     with torch.no_grad():
-        for i in range(lockstep_passes(len(chunks))):
-            if i >= len(chunks):
+        for rows in in_lockstep(policy, chunks):
+            if rows is None:
                 idle_pass(policy, cfg, device)
                 continue
-            pack = pack_rows(batch, chunks[i])
+            pack = pack_rows(batch, rows)
             logprobs, _ = policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)
-            out[chunks[i], : pack.live.shape[1]] = logprobs.float().cpu()
+            out[rows, : pack.live.shape[1]] = logprobs.float().cpu()
     return out
+
+
+def micro_batch_loss(policy, batch: TrainBatch, rows: list[int], weights: torch.Tensor,
+                     old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
+                     cfg: UpdateConfig, device) -> tuple[torch.Tensor, dict]:
+    """`per_token_loss` summed over one micro-batch's tokens (a row of weight w counted w times),
+    and the sums of the statistics over them."""
+    pack = pack_rows(batch, rows)
+    r = pack.live.shape[1]
+    mask = batch.response_mask[rows, :r].to(device).float() * weights[rows, None].to(device)
+    logprobs, entropy = policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)
+    old = old_logprobs[rows, :r].to(device)
+    # copied to the device only for the terms that are on (TIS, KL)
+    sampler = batch.sampler_logprobs if cfg.tis_cap > 0 else None
+    sampler = None if sampler is None else sampler[rows, :r].to(device)
+    ref = ref_logprobs if cfg.kl_coef > 0 else None
+    ref = None if ref is None else ref[rows, :r].to(device)
+    loss_tok, was_clipped, kl = per_token_loss(logprobs, old, batch.advantages[rows].to(device),
+                                               mask, cfg, sampler, ref)
+    sums = {"loss": float(loss_tok.detach().sum()), "clip_frac": float((was_clipped * mask).sum()),
+            "entropy": float((entropy * mask).sum()),
+            "kl": float(kl.detach().sum()) if ref is not None else 0.0}
+    return loss_tok.sum(), sums
 
 
 UPDATE_STATS = ("loss", "clip_frac", "kl", "entropy", "grad_norm")  # what ppo_update returns
@@ -849,13 +883,14 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
     token-mean statistics (over every process's tokens) and the mean gradient norm.
 
     policy: a `Policy`, or its DDP/FSDP wrapper with this process's share of the batch (token counts
-    are then summed over processes). Every process runs the same
-    number of optimizer steps and, in each mini-batch, the same number of forward/backward passes:
-    as many as the process with the most micro-batches, the others padding with zero-gradient
-    passes (`lockstep_passes`), also when they have no rows in the mini-batch."""
+    are then summed over processes). Every process runs the same number of optimizer steps and,
+    in each mini-batch, the same number of forward/backward passes: as many as the process with the
+    most micro-batches, the others padding with zero-gradient passes (`in_lockstep`), also when
+    they have no rows in the mini-batch."""
     device = next(policy.parameters()).device
     weights, minibatch_of = row_weights_and_minibatches(batch, cfg.minibatches, generator)
-    processes = float(all_sum(torch.ones(())))  # DDP averages gradients over processes; undo it
+    # DDP averages gradients over processes; undo it
+    processes = dist.get_world_size() if dist.is_initialized() else 1
     stats = dict.fromkeys(UPDATE_STATS, 0.0)
     tokens_seen, steps = 0.0, 0
     per_minibatch = minibatch_micro_batches(batch, minibatch_of, cfg.minibatches,
@@ -868,42 +903,22 @@ def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor,
         if n_tokens == 0:  # no process has a row in this mini-batch
             continue
         optimizer.zero_grad(set_to_none=True)
-        passes = lockstep_passes(len(chunks))
-        for i in range(passes):
-            last = i == passes - 1  # DDP: all-reduce gradients once, after the last micro-batch
-            accumulate = not last and hasattr(policy, "no_sync")
-            with policy.no_sync() if accumulate else contextlib.nullcontext():
-                # no rows left here: a zero-gradient pass in step with the others
-                if i >= len(chunks):
-                    (idle_pass(policy, cfg, device).sum() * 0.0).backward()
-                    continue
-                mb = chunks[i]
-                pack = pack_rows(batch, mb)
-                r = pack.live.shape[1]
-                mask = batch.response_mask[mb, :r].to(device).float() * weights[mb, None].to(device)
-                logprobs, entropy = policy(pack.to(device), cfg.temperature,
-                                           cfg.logprob_chunk_tokens)
-                old = old_logprobs[mb, :r].to(device)
-                # copied to the device only for the terms that are on (TIS, KL)
-                sampler = batch.sampler_logprobs if cfg.tis_cap > 0 else None
-                sampler = None if sampler is None else sampler[mb, :r].to(device)
-                ref = ref_logprobs if cfg.kl_coef > 0 else None
-                ref = None if ref is None else ref[mb, :r].to(device)
-                loss_tok, was_clipped, kl = per_token_loss(
-                    logprobs, old, batch.advantages[mb].to(device), mask, cfg, sampler, ref)
-                token_mean = loss_tok.sum() * processes / n_tokens  # over the whole mini-batch
-                token_mean.backward()
-                if ref is not None:
-                    stats["kl"] += float(kl.detach().sum())
-            stats["loss"] += float(loss_tok.detach().sum())
-            stats["clip_frac"] += float((was_clipped * mask).sum())
-            stats["entropy"] += float((entropy * mask).sum())
+        for rows in in_lockstep(policy, chunks, accumulate=True):
+            if rows is None:  # no rows left here: a zero-gradient pass in step with the others
+                (idle_pass(policy, cfg, device).sum() * 0.0).backward()
+                continue
+            loss_sum, sums = micro_batch_loss(policy, batch, rows, weights, old_logprobs,
+                                              ref_logprobs, cfg, device)
+            token_mean = loss_sum * processes / n_tokens  # over the whole mini-batch
+            token_mean.backward()
+            for key, value in sums.items():
+                stats[key] += value
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
             grad_norm = grad_norm.full_tensor()
         if not torch.isfinite(grad_norm):  # the same norm on every process (all-reduced)
-            raise FloatingPointError(f"the gradient norm is {float(grad_norm)}: the update was not "
-                                     "applied")
+            raise FloatingPointError(f"mini-batch {k + 1} of {len(per_minibatch)}: the gradient "
+                                     f"norm is {float(grad_norm)}, not applied")
         stats["grad_norm"] += float(grad_norm)
         optimizer.step()
         tokens_seen, steps = tokens_seen + float(local_tokens), steps + 1

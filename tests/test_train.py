@@ -1,6 +1,7 @@
 """train_brorl.py end to end: config validation, a smoke run, resume after a crash."""
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -678,6 +680,28 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_last_good_checkpoin
         f"python train_brorl.py --output-dir {out} --resume")
     assert (latest_checkpoint(out) == last
             and not list((out / "checkpoints").glob(".step_*")))
+
+
+def test_a_process_other_than_the_main_one_leaves_the_checkpoint_in_progress_on_a_full_disk(
+        tmp_path, monkeypatch):
+    """Under a launch the main process may still be writing the checkpoint a full disk stopped
+    another process in: only the main process, which holds the run folder, removes it."""
+    out = tmp_path / "run"
+    in_progress = out / "checkpoints" / ".step_000002.tmp"
+    in_progress.mkdir(parents=True)
+
+    def disk_full(cfg):
+        raise OSError(errno.ENOSPC, "No space left on device", str(in_progress / "random_1.pkl"))
+
+    monkeypatch.setattr(train_brorl, "train", disk_full)
+    monkeypatch.setattr(sys, "argv", ["train_brorl.py", "--preset", "smoke", "--output-dir",
+                                      str(out)])
+    for main_process in (False, True):
+        monkeypatch.setattr(train_brorl, "PartialState",
+                            lambda: types.SimpleNamespace(is_main_process=main_process))
+        with pytest.raises(SystemExit, match="no space left on device writing"):
+            train_brorl.main()
+        assert in_progress.is_dir() != main_process
 
 
 def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
