@@ -528,23 +528,25 @@ def main() -> None:
             return
         if not args.model:
             raise InputError("--model is required (or --compare A.json B.json)")
-        if (not 1 <= args.samples <= MAX_SAMPLES
-                or not rollout.MIN_TEMPERATURE <= args.temperature < math.inf
-                or not 0 < args.top_p <= 1 or args.max_new_tokens < 1
-                or not 0 <= args.seed < 2**63):
-            raise InputError(f"need 1 <= --samples <= {MAX_SAMPLES}, a finite --temperature >= "
-                             f"{rollout.MIN_TEMPERATURE}, 0 < --top-p <= 1, --max-new-tokens >= 1 "
-                             "and 0 <= --seed < 2^63")
-        if (args.verify_workers < 1 or not 0 < args.verify_timeout < math.inf
-                or args.problems_per_batch < 0
-                or args.max_batch_seqs < 1 or args.process_group_timeout_min <= 0):
-            raise InputError("need --verify-workers >= 1, --verify-timeout > 0, "
-                             "--problems-per-batch >= 0, --max-batch-seqs >= 1 and "
-                             "--process-group-timeout-min > 0")
+        bounds = [
+            (1 <= args.samples <= MAX_SAMPLES, f"--samples must be in [1, {MAX_SAMPLES}]"),
+            (rollout.MIN_TEMPERATURE <= args.temperature < math.inf,
+             f"--temperature must be finite and >= {rollout.MIN_TEMPERATURE}"),
+            (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
+            (args.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
+            (0 <= args.seed < 2**32, "--seed must be in [0, 2^32)"),
+            (1 <= args.verify_workers < sandbox.PROBE_SLOT,
+             f"--verify-workers must be in [1, {sandbox.PROBE_SLOT})"),
+            (0 < args.verify_timeout < math.inf, "--verify-timeout must be finite and > 0"),
+            (args.problems_per_batch >= 0, "--problems-per-batch must be >= 0"),
+            (args.max_batch_seqs >= 1, "--max-batch-seqs must be >= 1"),
+            (args.process_group_timeout_min > 0, "--process-group-timeout-min must be > 0"),
+            (args.max_problems >= 0, "--max-problems must be >= 0 (0: all)")]
+        refused = [message for holds, message in bounds if not holds]
+        if refused:
+            raise InputError("; ".join(refused))
         if args.data_dir is not None and not args.data_dir.is_dir():
             raise InputError(f"--data-dir is not a directory: {args.data_dir}")
-        if args.max_problems < 0:
-            raise InputError(f"--max-problems must be >= 0 (0: all), got {args.max_problems}")
         earlier = None  # the result already at --out
         if args.out and (args.out.is_dir() or args.out.is_file()):
             try:

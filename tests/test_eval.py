@@ -380,7 +380,11 @@ def test_an_out_that_is_not_an_eval_result_of_these_benchmarks_and_bad_counts_ar
                         (["--out", str(other)], f"--out {other} holds results of aime2024, "
                          "aime2025, not of arith_test: pass another --out"),
                         (["--max-problems", "-3"], "--max-problems must be >= 0"),
-                        (["--samples", str(2**16 + 1)], "need 1 <= --samples <= 65536")]:
+                        (["--samples", str(2**16 + 1)], "--samples must be in [1, 65536]"),
+                        (["--seed", str(2**44)], "--seed must be in [0, 2^32)"),
+                        (["--verify-workers", "300"], "--verify-workers must be in [1, 255)"),
+                        (["--top-p", "0", "--max-batch-seqs", "0"],
+                         "--top-p must be in (0, 1]; --max-batch-seqs must be >= 1")]:
         monkeypatch.setattr(sys, "argv", ["eval.py", "--model", "tiny", "--data",
                                           "data/arith_test.jsonl", *flags])
         with pytest.raises(SystemExit) as refused:
