@@ -7,9 +7,10 @@ it happen in a real run:
 - every step, `ShrinkageWatch` re-scores up to `shrink_monitor_samples` distinct correct responses
   of the step after the update: `shrink_frac` is the share whose sequence log-prob fell;
 - at every eval, the probe set (correct responses drawn once at step 0 on held-out and training
-  prompts) is re-scored against its step-0 log-probs: the sampled / unsampled split of Fig. 3. A
-  task that lists its correct answers (coverage.py) is probed on every one of them, and the report
-  adds their exact coverage metrics (`coverage_held_out_pass@256`, ...).
+  prompts) is re-scored against its step-0 log-probs, split by whether the step sampled the
+  probe's prompt: the analog of Fig. 3's sampled / unsampled correct responses. A task that lists
+  its correct answers (coverage.py) is probed on every one of them, and the report adds their
+  exact coverage metrics (`coverage_held_out_pass@256`, ...).
 """
 
 import dataclasses
@@ -93,9 +94,9 @@ def draw_probes(sampler, tokenizer, train_tasks: list[dict], test_tasks: list[di
     """The fixed probe set, drawn once at step 0: for each of the first `count` held-out prompts
     and as many training prompts, the first correct response among `params.n` samples (a prompt
     with none has no probe). Fig. 3 of arXiv 2510.01180 follows correct responses the policy
-    already produced and asks whether training raises or lowers them; the held-out ones are never
-    trained on, the training ones are sampled by some steps, which is the paper's sampled /
-    unsampled split (Sec. 2.2, Fig. 3 (ii) vs (iii)). `score` gives each rollout's reward. A
+    already produced and asks whether training raises or lowers them; a held-out prompt is never
+    sampled by a step, a training prompt by some (`probe_report` splits by the step's prompts,
+    the analog of Fig. 3 (ii) vs (iii), Sec. 2.2). `score` gives each rollout's reward. A
     prompt whose task lists its correct answers (coverage.answer_rollouts) has every listed answer
     as a probe instead, marked in `listed`."""
     tasks = test_tasks[:count] + train_tasks[:count]
