@@ -321,12 +321,11 @@ def validate(cfg: Config) -> None:
         (cfg.n_rollouts * cfg.prompts_per_step <= 2**24,
          f"a step of {cfg.n_rollouts} x {cfg.prompts_per_step} samples is over 2^24 (the paper's "
          "is 512 x 128 = 2^16)"),
-        (cfg.minibatches >= 1, f"minibatches must be >= 1, got {cfg.minibatches}"),
+        (1 <= cfg.minibatches <= cfg.n_rollouts * cfg.prompts_per_step,
+         f"minibatches must be in [1, the {cfg.n_rollouts * cfg.prompts_per_step} rollouts of a "
+         f"step], got {cfg.minibatches}"),
         (cfg.checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {cfg.checkpoint_every}"),
         (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
-        (cfg.minibatches >= 1 and (cfg.n_rollouts * cfg.prompts_per_step) % cfg.minibatches == 0,
-         f"batch of {cfg.prompts_per_step} prompts x {cfg.n_rollouts} rollouts is not divisible "
-         f"into {cfg.minibatches} mini-batches"),
         (0 <= cfg.eps_low < 1, f"eps_low must be in [0, 1), got {cfg.eps_low}"),
         (cfg.eps_high >= 0, f"eps_high must be >= 0, got {cfg.eps_high}"),
         (cfg.temperature >= rollout.MIN_TEMPERATURE

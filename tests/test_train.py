@@ -39,8 +39,8 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
 @pytest.mark.parametrize("args, message", [
     (["--n-rollouts", "1"], "n_rollouts must be >= 2"),
     (["--eps-low", "-0.1"], "eps_low must be in [0, 1)"),
-    (["--prompts-per-step", "3", "--n-rollouts", "5", "--minibatches", "2"],
-     "not divisible into 2 mini-batches"),
+    (["--prompts-per-step", "3", "--n-rollouts", "2", "--minibatches", "7"],
+     "minibatches must be in [1, the 6 rollouts of a step], got 7"),
     (["--preset", "huge"], "unknown preset 'huge'"),
     (["--model", "/no/such/model"], "model path does not exist: /no/such/model"),
     (["--train-data", "/no/such.jsonl"], "data file not found: /no/such.jsonl"),
@@ -60,7 +60,7 @@ SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac"
     (["--eval-temperature", "1e-40"],
      "temperatures must be >= 0.01 (vLLM samples any lower one at 0.01)"),
     (["--eps-high", "1e39"], "settings must be finite float32 numbers, got eps_high 1e+39"),
-    (["--minibatches", "0"], "minibatches must be >= 1, got 0"),
+    (["--minibatches", "0"], "minibatches must be in [1, the 8192 rollouts of a step], got 0"),
     (["--seed", "-1"], "seed must be in [0, 2^32), got -1"),
     (["--threads", "-1"], "threads must be in [0, 2^16] (0: torch's default), got -1"),
     (["--max-grad-norm", "0"], "max_grad_norm must be > 0, got 0.0"),
@@ -91,6 +91,8 @@ def test_bad_config_on_the_command_line_prints_one_line_and_no_traceback():
 def test_presets_are_plain_overrides_and_flags_win():
     cfg = train_brorl.parse_config(["--preset", "smoke", "--total-steps", "5"])
     assert cfg.preset == "smoke" and cfg.n_rollouts == 16 and cfg.total_steps == 5
+    # mini-batches of about equal weight: the batch need not divide evenly
+    assert train_brorl.parse_config(["--preset", "smoke", "--minibatches", "3"]).minibatches == 3
 
 
 # The paper's recipe (arXiv 2510.01180, Sec. 3-4.2); a silent change to a preset fails here.
