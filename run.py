@@ -11,6 +11,7 @@
 Under `accelerate launch` every process runs all of this; only the main process writes files.
 """
 
+import contextlib
 import copy
 import dataclasses
 import errno
@@ -204,15 +205,12 @@ def setup(cfg) -> Run:
     check_launch(accelerator.distributed_type, processes)
     output_dir = Path(cfg.output_dir)
     new_folder = not output_dir.exists()
-    folder_lock, refusal = None, None
-    if main_process:
-        try:
+    folder_lock = None
+    with refused_together(accelerator):
+        if main_process:
             check_output_dir(output_dir)
             folder_lock = lock_run_folder(output_dir)  # before anything in it is removed or written
             remove_leftovers(output_dir)
-        except InputError as e:
-            refusal = str(e)
-    stop_together(accelerator, refusal)
     try:
         return load_run(cfg, accelerator, folder_lock)
     except BaseException:
@@ -226,9 +224,16 @@ def one_line(e: InputError | OSError) -> str:
     return str(e) if isinstance(e, InputError) else file_failure(e) or f"{e.strerror}: {e.filename}"
 
 
-def stop_together(accelerator: Accelerator, refusal: str | None) -> None:
-    """InputError on every process when any has a `refusal` (the first process's that has one): a
-    process stopping alone would leave the others to die in their next collective."""
+@contextlib.contextmanager
+def refused_together(accelerator: Accelerator):
+    """Every process stops with one line (InputError) when the block refuses (InputError, OSError)
+    on any (the first process's line): a process stopping alone would leave the others to die in
+    their next collective. Every process runs the block's end."""
+    refusal = None
+    try:
+        yield
+    except (InputError, OSError) as e:
+        refusal = one_line(e)
     if accelerator.num_processes > 1:
         refusal = next(filter(None, gather_object([refusal])), None)
     if refusal:
@@ -342,13 +347,9 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
     seed_everything(cfg.seed)
     if checkpoint:
         # policy, optimizer, this process's RNG (one process's own file can be the damaged one)
-        refusal = None
-        try:
+        with refused_together(accelerator):
             load_training_state(accelerator, checkpoint, sharding, policy, optimizer,
                                 "move the checkpoint away to resume from the one before it")
-        except (InputError, OSError) as e:
-            refusal = one_line(e)
-        stop_together(accelerator, refusal)
         step, data_position = state["step"], state["data_position"]
         allocation.load_state_dict(state["allocation"], str(checkpoint))
         if ref_policy is not None:
@@ -360,15 +361,13 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
         start_from_checkpoint(accelerator, policy, optimizer, ref_policy, Path(cfg.init_from), cfg)
     if ref_policy is not None and not checkpoint:  # π_ref of a new run: its start
         save_reference(output_dir, 0, ref_policy, accelerator)
-    metrics, refusal = None, None
-    if main_process:
-        print(f"run folder: {output_dir} (curves: tensorboard --logdir {output_dir})")
-        try:  # the metrics first: a refused resume leaves config.json as it was
+    metrics = None
+    with refused_together(accelerator):
+        if main_process:
+            print(f"run folder: {output_dir} (curves: tensorboard --logdir {output_dir})")
+            # the metrics first: a refused resume leaves config.json as it was
             metrics = MetricsLog(output_dir, start_step=step if checkpoint else -1)
             write_config(output_dir, cfg)
-        except (InputError, OSError) as e:
-            refusal = one_line(e)
-    stop_together(accelerator, refusal)
     if metrics is not None:
         settings_text = "\n".join(f"    {k} = {v!r}" for k, v in dataclasses.asdict(cfg).items())
         metrics.writer.add_text("config", settings_text)
