@@ -41,29 +41,6 @@ import torch.distributed as dist
 from torch.nn.functional import scaled_dot_product_attention
 from torch.utils.checkpoint import checkpoint
 
-# TRY NOT TO MODIFY: reductions over the processes of `accelerate launch` (the tensor itself when
-# there is one process) ----------------------------------------------------------------------------
-
-
-def _all_reduce(tensor: torch.Tensor, op) -> torch.Tensor:
-    if not dist.is_initialized() or dist.get_world_size() == 1:
-        return tensor
-    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
-    reduced = tensor.to(device, copy=True)
-    dist.all_reduce(reduced, op=op)
-    return reduced.cpu()
-
-
-def all_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """The sum of `tensor` over every process."""
-    return _all_reduce(tensor, dist.ReduceOp.SUM)
-
-
-def all_max(tensor: torch.Tensor) -> torch.Tensor:
-    """The largest value of `tensor` over every process."""
-    return _all_reduce(tensor, dist.ReduceOp.MAX)
-
-
 # The update's settings and its batch --------------------------------------------------------------
 
 
@@ -235,7 +212,340 @@ ADVANTAGES: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-# ALGO LOGIC: log-probs ----------------------------------------------------------------------------
+# ALGO LOGIC: loss ---------------------------------------------------------------------------------
+
+
+def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL penalty to the reference policy on tokens sampled from π_θ (Schulman,
+    "Approximating KL Divergence", 2020).
+
+    With log-ratio l = log π_θ - log π_ref, clamped to [-10, 10] as in ProRLv2:
+    k1 = l, k2 = l²/2 (ProRLv2's choice), k3 = exp(-l) - 1 + l (GRPO's).
+
+    As values, k1 and k3 are unbiased estimates of KL(π_θ || π_ref) and k2 a biased one. As losses,
+    what matters is their gradient with the samples held fixed, and in expectation over y ~ π_θ:
+      k1: E[∇ log π_θ(y)] = 0, zero expected gradient: it only adds noise;
+      k2: E[l · ∇ log π_θ(y)] = ∇ KL(π_θ || π_ref), the gradient of the KL it estimates;
+      k3: E[(1 - π_ref/π_θ) · ∇ log π_θ(y)] = ∇ KL(π_ref || π_θ), the other direction's gradient.
+    (tests/test_update.py checks all three on a small categorical distribution.)
+    """
+    log_ratio = (logprobs - ref_logprobs).clamp(-10.0, 10.0)
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio**2
+    if estimator == "k3":
+        return torch.exp(-log_ratio) - 1.0 + log_ratio
+    raise ValueError(f"unknown KL estimator '{estimator}' (k1, k2 or k3)")
+
+
+def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
+                     mask: torch.Tensor) -> dict:
+    """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean
+    and max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old),
+    estimated from the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance
+    estimator), in float64 with expm1: for an fp32 engine |Δ| is ~1e-6 and k3 ~1e-12, below
+    float32's rounding of exp(Δ) - 1, which would give k3 a random sign."""
+    live = mask.bool()
+    delta = (old_logprobs - sampler_logprobs)[live].double()
+    # over every process's tokens (each holds a different number after deal_rows)
+    abs_sum, kl_sum, tokens = all_sum(torch.stack([
+        delta.abs().sum(), (torch.expm1(delta) - delta).sum(),
+        torch.tensor(delta.numel(), dtype=torch.float64)])).tolist()
+    largest = float(all_max(torch.cat([delta.abs(), delta.new_zeros(1)]).max()))  # 0: no token
+    tokens = max(tokens, 1.0)
+    return {"mismatch_abs_mean": abs_sum / tokens, "mismatch_abs_max": largest,
+            "mismatch_kl": kl_sum / tokens}
+
+
+def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                   mask: torch.Tensor, cfg: UpdateConfig,
+                   sampler_logprobs: torch.Tensor | None = None,
+                   ref_logprobs: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss of each response token (arXiv 2510.01180 Sec. 3; DAPO, arXiv 2503.14476, eq. 8):
+
+        loss_t = -min(r_t·A, clip(r_t, 1 - ε_low, 1 + ε_high)·A) · w_t + β·KL_t,
+        r_t = π_θ(y_t) / π_old(y_t),   w_t = min(π_old(y_t) / π_sampler(y_t), C)  (TIS)
+
+    logprobs (with gradient), old_logprobs, sampler_logprobs, ref_logprobs, mask: [B, R];
+    advantages: [B], one per rollout, shared by its tokens. `mask` is 0 on padding and may carry row
+    weights (`merge_duplicates`). TIS applies when cfg.tis_cap > 0 and sampler log-probs are given,
+    the KL term when cfg.kl_coef > 0 and reference log-probs are given. `ppo_update` sums the result
+    and divides by the mini-batch's token count (the token mean).
+
+    Returns the loss [B, R], where the clipped branch is the active minimum [B, R] (bool), and the
+    masked KL_t [B, R] (zeros without a KL term).
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    adv = advantages[:, None]
+    unclipped = ratio * adv
+    # clip-higher: ε_high > ε_low
+    clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv
+    loss = -torch.minimum(unclipped, clipped) * mask
+    was_clipped = (clipped < unclipped) & mask.bool()
+    if cfg.tis_cap > 0 and sampler_logprobs is not None:
+        # no gradient
+        tis_weight = torch.exp(old_logprobs - sampler_logprobs).clamp(max=cfg.tis_cap)
+        loss = loss * tis_weight
+    kl = torch.zeros_like(loss)
+    if cfg.kl_coef > 0 and ref_logprobs is not None:
+        kl = kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator) * mask
+        loss = loss + cfg.kl_coef * kl
+    return loss, was_clipped, kl
+
+
+# ALGO LOGIC: the update ---------------------------------------------------------------------------
+
+
+def split_minibatches(weights: torch.Tensor, minibatches: int,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
+    """[B] mini-batch index of each row: the rows in a random order, cut into `minibatches` runs of
+    about equal total weight (equal row counts when every weight is 1).
+
+    >>> split_minibatches(torch.ones(6), 2, torch.Generator().manual_seed(0)).bincount().tolist()
+    [3, 3]
+    """
+    perm = torch.randperm(len(weights), generator=generator)
+    # float64: in float32 the 1e-9 below vanishes next to 1
+    cumulative = weights.double()[perm].cumsum(0)
+    share = torch.floor(cumulative * minibatches / cumulative[-1:].clamp(min=1e-9) - 1e-9)
+    index = torch.empty(len(weights), dtype=torch.long)
+    index[perm] = share.long().clamp(min=0, max=minibatches - 1)
+    return index
+
+
+def row_weights_and_minibatches(batch: TrainBatch, minibatches: int,
+                                generator: torch.Generator | None = None
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's weight (1 where the batch records none) and its PPO mini-batch (the split
+    `merge_duplicates` recorded, or a fresh `split_minibatches` draw): one rule for both callers,
+    since merging is exact only when it splits as the update does."""
+    weights = torch.ones(len(batch.advantages)) if batch.weights is None else batch.weights.float()
+    if batch.minibatch is not None:
+        if len(batch.minibatch) and int(batch.minibatch.max()) >= minibatches:
+            raise ValueError(f"the batch records {int(batch.minibatch.max()) + 1} mini-batches, "
+                             f"the update was asked for {minibatches}")
+        return weights, batch.minibatch
+    return weights, split_minibatches(weights, minibatches, generator)
+
+
+def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
+                     generator: torch.Generator | None = None) -> TrainBatch:
+    """Keep one row per distinct (prompt, response, advantage) within each PPO mini-batch, weighted
+    by how often it occurred there.
+
+    The rows are first split into `minibatches` mini-batches exactly as `ppo_update` would split
+    the unmerged batch (`split_minibatches` with the same generator), then merged within each, and
+    the result records each row's mini-batch. Exact: identical rows have identical log-probs and
+    advantages, so k copies in one mini-batch contribute k times one copy's gradient to that
+    mini-batch's optimizer step. (Merging first and splitting afterwards would put all k copies in
+    one mini-batch, a different update as soon as there are two.) With hundreds of rollouts per
+    prompt and short answers many responses repeat, and the update then costs what the distinct
+    responses cost. Rows keep the order of their first occurrence.
+    """
+    n_rows = len(batch.advantages)
+    weights, minibatch = row_weights_and_minibatches(batch, minibatches, generator)
+    prompt_length = batch.prompt_mask.sum(-1, keepdim=True)
+    response_length = batch.response_mask.sum(-1, keepdim=True)
+    # exact, as integers
+    advantage_bits = batch.advantages.float().view(torch.int32).long()[:, None]
+    key = torch.cat([batch.prompt_ids, batch.response_ids, prompt_length, response_length,
+                     advantage_bits, minibatch[:, None]], dim=-1)
+    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
+    n_unique = len(unique)  # 0 when dynamic sampling kept no group
+    first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows),
+                                                            "amin")
+    counts = torch.zeros(n_unique).scatter_add_(0, inverse, weights)
+    order = first.argsort()
+    rows = first[order]
+    return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
+                      batch.response_mask[rows], batch.advantages[rows], counts[order],
+                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows],
+                      minibatch[rows])
+
+
+def row_lengths(batch: TrainBatch) -> torch.Tensor:
+    """[B] each row's real tokens: its prompt's and its response's."""
+    return batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
+
+
+def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
+    """Split `rows` into micro-batches of at most `max_tokens` real tokens (prompt + response: a
+    micro-batch is one `Pack`, so nothing is padded), first-fit decreasing: rows longest first, each
+    into the first micro-batch with room; a row longer than the budget goes alone. Micro-batches
+    come in the order they were opened, the longest rows' first. A row without a response token is
+    left out: it has no log-prob and no loss (and a pack of such rows, nothing to backpropagate)."""
+    lengths = row_lengths(batch).tolist()
+    answered = batch.response_mask.any(-1).tolist()
+    batches, loads = [], []
+    # stable: equal lengths keep their order
+    for i in sorted((i for i in rows if answered[i]), key=lambda i: -lengths[i]):
+        fits = next((b for b, load in enumerate(loads) if load + lengths[i] <= max_tokens), None)
+        if fits is None:
+            batches.append([i])
+            loads.append(lengths[i])
+        else:
+            batches[fits].append(i)
+            loads[fits] += lengths[i]
+    return batches
+
+
+def minibatch_micro_batches(batch: TrainBatch, minibatch_of: torch.Tensor, minibatches: int,
+                            max_tokens: int) -> list[list[list[int]]]:
+    """[k]: the micro-batches of PPO mini-batch k (the rows with minibatch_of == k). The update
+    runs them, and π_old and π_ref are computed in the same ones, so that the first mini-batch's
+    ratio is exactly 1 (the same kernels on the same shapes) rather than off by what the batch's
+    shape moves (in bf16, ~1e-2)."""
+    return [micro_batches(batch, (minibatch_of == k).nonzero().squeeze(-1).tolist(), max_tokens)
+            for k in range(minibatches)]
+
+
+def lockstep_passes(local_passes: int) -> int:
+    """How many forward (and backward) passes every process runs: the most that any process needs.
+
+    Under FSDP every pass gathers each layer's shards from all processes, so a process that ran
+    fewer passes than another would leave it waiting in a collective until the process-group
+    timeout; the processes with fewer rows pad with `idle_pass`."""
+    return int(all_max(torch.tensor(local_passes)))
+
+
+def in_lockstep(policy, chunks: list[list[int]], accumulate: bool = False):
+    """This process's micro-batches (row lists), then None for each pass it pads with (`idle_pass`)
+    up to `lockstep_passes`. `accumulate`: under DDP, all but the last pass in `no_sync`, so that
+    the gradients are all-reduced once, after the last."""
+    passes = lockstep_passes(len(chunks))
+    for i in range(passes):
+        no_sync = accumulate and i < passes - 1 and hasattr(policy, "no_sync")
+        with policy.no_sync() if no_sync else contextlib.nullcontext():
+            yield chunks[i] if i < len(chunks) else None
+
+
+def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
+    """A forward over two placeholder tokens (id 0), for a process that has no rows left but must
+    take part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
+    backward with zero gradient that still runs DDP's all-reduce / FSDP's reduce-scatter."""
+    placeholder = torch.zeros(1, 1, dtype=torch.long)
+    pack = pack_rows(TrainBatch(placeholder, torch.ones_like(placeholder), placeholder,
+                                torch.ones_like(placeholder), torch.zeros(1)), [0])
+    return policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)[0]
+
+
+def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig) -> torch.Tensor:
+    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), in the update's
+    micro-batches (`minibatch_micro_batches` of the split `merge_duplicates` recorded; all rows
+    together when none is).
+
+    policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: every process runs as many
+    passes as the one with the most (padded with `idle_pass`), also a process with no rows at
+    all."""
+    out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
+    device = next(policy.parameters()).device
+    minibatch_of = (torch.zeros(len(batch.advantages), dtype=torch.long)
+                    if batch.minibatch is None else batch.minibatch)
+    minibatches = int(minibatch_of.max()) + 1 if len(minibatch_of) else 0
+    chunks = [mb for per_minibatch in minibatch_micro_batches(batch, minibatch_of, minibatches,
+                                                              cfg.micro_batch_tokens)
+              for mb in per_minibatch]
+    with torch.no_grad():
+        for rows in in_lockstep(policy, chunks):
+            if rows is None:
+                idle_pass(policy, cfg, device)
+                continue
+            pack = pack_rows(batch, rows)
+            logprobs, _ = policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)
+            out[rows, : pack.live.shape[1]] = logprobs.float().cpu()
+    return out
+
+
+def micro_batch_loss(policy, batch: TrainBatch, rows: list[int], weights: torch.Tensor,
+                     old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
+                     cfg: UpdateConfig, device) -> tuple[torch.Tensor, dict]:
+    """`per_token_loss` summed over one micro-batch's tokens (a row of weight w counted w times),
+    and the sums of the statistics over them."""
+    pack = pack_rows(batch, rows)
+    r = pack.live.shape[1]
+    mask = batch.response_mask[rows, :r].to(device).float() * weights[rows, None].to(device)
+    logprobs, entropy = policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)
+    old = old_logprobs[rows, :r].to(device)
+    # copied to the device only for the terms that are on (TIS, KL)
+    sampler = batch.sampler_logprobs if cfg.tis_cap > 0 else None
+    sampler = None if sampler is None else sampler[rows, :r].to(device)
+    ref = ref_logprobs if cfg.kl_coef > 0 else None
+    ref = None if ref is None else ref[rows, :r].to(device)
+    loss_tok, was_clipped, kl = per_token_loss(logprobs, old, batch.advantages[rows].to(device),
+                                               mask, cfg, sampler, ref)
+    sums = {"loss": float(loss_tok.detach().sum()), "clip_frac": float((was_clipped * mask).sum()),
+            "entropy": float((entropy * mask).sum()),
+            "kl": float(kl.detach().sum()) if ref is not None else 0.0}
+    return loss_tok.sum(), sums
+
+
+UPDATE_STATS = ("loss", "clip_frac", "kl", "entropy", "grad_norm")  # what ppo_update returns
+
+
+def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor, cfg: UpdateConfig,
+               ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None
+               ) -> dict:
+    """One BroRL step: `cfg.minibatches` optimizer steps over a random split of the batch (the paper
+    keeps the number of mini-batches per step fixed when N grows), or over the split that
+    `merge_duplicates` recorded. Rows of weight w count w times (in the token mean and the
+    statistics alike); a mini-batch holds about 1/minibatches of the total weight. Returns
+    token-mean statistics (over every process's tokens) and the mean gradient norm.
+
+    policy: a `Policy`, or its DDP/FSDP wrapper with this process's share of the batch (token counts
+    are then summed over processes). Every process runs the same number of optimizer steps and,
+    in each mini-batch, the same number of forward/backward passes: as many as the process with the
+    most micro-batches, the others padding with zero-gradient passes (`in_lockstep`), also when
+    they have no rows in the mini-batch."""
+    device = next(policy.parameters()).device
+    weights, minibatch_of = row_weights_and_minibatches(batch, cfg.minibatches, generator)
+    # DDP averages gradients over processes; undo it
+    processes = dist.get_world_size() if dist.is_initialized() else 1
+    stats = dict.fromkeys(UPDATE_STATS, 0.0)
+    tokens_seen, steps = 0.0, 0
+    per_minibatch = minibatch_micro_batches(batch, minibatch_of, cfg.minibatches,
+                                            cfg.micro_batch_tokens)
+    policy.train()
+    for k, chunks in enumerate(per_minibatch):
+        in_minibatch = minibatch_of == k
+        local_tokens = (batch.response_mask[in_minibatch].sum(-1) * weights[in_minibatch]).sum()
+        n_tokens = float(all_sum(local_tokens))
+        if n_tokens == 0:  # no process has a row in this mini-batch
+            continue
+        optimizer.zero_grad(set_to_none=True)
+        for rows in in_lockstep(policy, chunks, accumulate=True):
+            if rows is None:  # no rows left here: a zero-gradient pass in step with the others
+                (idle_pass(policy, cfg, device).sum() * 0.0).backward()
+                continue
+            loss_sum, sums = micro_batch_loss(policy, batch, rows, weights, old_logprobs,
+                                              ref_logprobs, cfg, device)
+            token_mean = loss_sum * processes / n_tokens  # over the whole mini-batch
+            token_mean.backward()
+            for key, value in sums.items():
+                stats[key] += value
+        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
+            grad_norm = grad_norm.full_tensor()
+        if not torch.isfinite(grad_norm):  # the same norm on every process (all-reduced)
+            raise FloatingPointError(f"mini-batch {k + 1} of {len(per_minibatch)}: the gradient "
+                                     f"norm is {float(grad_norm)}, not applied")
+        stats["grad_norm"] += float(grad_norm)
+        optimizer.step()
+        tokens_seen, steps = tokens_seen + float(local_tokens), steps + 1
+    optimizer.zero_grad(set_to_none=True)  # the gradients' memory goes to the sampler, not idle
+    policy.eval()
+    # token means over every process's tokens, as the loss is (each holds a different number)
+    token_means = ("loss", "clip_frac", "kl", "entropy")
+    *sums, tokens_seen = all_sum(torch.tensor([*(stats[key] for key in token_means), tokens_seen],
+                                              dtype=torch.float64)).tolist()
+    for key, total in zip(token_means, sums):
+        stats[key] = total / max(tokens_seen, 1)
+    stats["grad_norm"] /= max(steps, 1)  # the mean over the optimizer steps taken
+    return stats
+
+
+# TRY NOT TO MODIFY: log-probs without padding (packed rows, varlen attention) ---------------------
 
 
 def _chunk_logprobs(hidden: torch.Tensor, lm_head_weight: torch.Tensor, targets: torch.Tensor,
@@ -527,193 +837,27 @@ class Policy(torch.nn.Module):
         return token_logprobs(self.model, pack, temperature, chunk_tokens)
 
 
-# ALGO LOGIC: loss ---------------------------------------------------------------------------------
+# TRY NOT TO MODIFY: the processes of `accelerate launch` (reductions, the rows dealt by cost;
+# one process: the tensor itself) ------------------------------------------------------------------
 
 
-def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: str) -> torch.Tensor:
-    """Per-token KL penalty to the reference policy on tokens sampled from π_θ (Schulman,
-    "Approximating KL Divergence", 2020).
-
-    With log-ratio l = log π_θ - log π_ref, clamped to [-10, 10] as in ProRLv2:
-    k1 = l, k2 = l²/2 (ProRLv2's choice), k3 = exp(-l) - 1 + l (GRPO's).
-
-    As values, k1 and k3 are unbiased estimates of KL(π_θ || π_ref) and k2 a biased one. As losses,
-    what matters is their gradient with the samples held fixed, and in expectation over y ~ π_θ:
-      k1: E[∇ log π_θ(y)] = 0, zero expected gradient: it only adds noise;
-      k2: E[l · ∇ log π_θ(y)] = ∇ KL(π_θ || π_ref), the gradient of the KL it estimates;
-      k3: E[(1 - π_ref/π_θ) · ∇ log π_θ(y)] = ∇ KL(π_ref || π_θ), the other direction's gradient.
-    (tests/test_update.py checks all three on a small categorical distribution.)
-    """
-    log_ratio = (logprobs - ref_logprobs).clamp(-10.0, 10.0)
-    if estimator == "k1":
-        return log_ratio
-    if estimator == "k2":
-        return 0.5 * log_ratio**2
-    if estimator == "k3":
-        return torch.exp(-log_ratio) - 1.0 + log_ratio
-    raise ValueError(f"unknown KL estimator '{estimator}' (k1, k2 or k3)")
+def _all_reduce(tensor: torch.Tensor, op) -> torch.Tensor:
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return tensor
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    reduced = tensor.to(device, copy=True)
+    dist.all_reduce(reduced, op=op)
+    return reduced.cpu()
 
 
-def sampler_mismatch(old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor,
-                     mask: torch.Tensor) -> dict:
-    """How far the inference engine's log-probs are from the trainer's on the sampled tokens: mean
-    and max |Δ| with Δ = log π_old - log π_sampler, and the implied KL(π_sampler || π_old),
-    estimated from the sampler's own samples with k3 = exp(Δ) - 1 - Δ (Schulman's low-variance
-    estimator), in float64 with expm1: for an fp32 engine |Δ| is ~1e-6 and k3 ~1e-12, below
-    float32's rounding of exp(Δ) - 1, which would give k3 a random sign."""
-    live = mask.bool()
-    delta = (old_logprobs - sampler_logprobs)[live].double()
-    # over every process's tokens (each holds a different number after deal_rows)
-    abs_sum, kl_sum, tokens = all_sum(torch.stack([
-        delta.abs().sum(), (torch.expm1(delta) - delta).sum(),
-        torch.tensor(delta.numel(), dtype=torch.float64)])).tolist()
-    largest = float(all_max(torch.cat([delta.abs(), delta.new_zeros(1)]).max()))  # 0: no token
-    tokens = max(tokens, 1.0)
-    return {"mismatch_abs_mean": abs_sum / tokens, "mismatch_abs_max": largest,
-            "mismatch_kl": kl_sum / tokens}
+def all_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """The sum of `tensor` over every process."""
+    return _all_reduce(tensor, dist.ReduceOp.SUM)
 
 
-def per_token_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                   mask: torch.Tensor, cfg: UpdateConfig,
-                   sampler_logprobs: torch.Tensor | None = None,
-                   ref_logprobs: torch.Tensor | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The loss of each response token (arXiv 2510.01180 Sec. 3; DAPO, arXiv 2503.14476, eq. 8):
-
-        loss_t = -min(r_t·A, clip(r_t, 1 - ε_low, 1 + ε_high)·A) · w_t + β·KL_t,
-        r_t = π_θ(y_t) / π_old(y_t),   w_t = min(π_old(y_t) / π_sampler(y_t), C)  (TIS)
-
-    logprobs (with gradient), old_logprobs, sampler_logprobs, ref_logprobs, mask: [B, R];
-    advantages: [B], one per rollout, shared by its tokens. `mask` is 0 on padding and may carry row
-    weights (`merge_duplicates`). TIS applies when cfg.tis_cap > 0 and sampler log-probs are given,
-    the KL term when cfg.kl_coef > 0 and reference log-probs are given. `ppo_update` sums the result
-    and divides by the mini-batch's token count (the token mean).
-
-    Returns the loss [B, R], where the clipped branch is the active minimum [B, R] (bool), and the
-    masked KL_t [B, R] (zeros without a KL term).
-    """
-    ratio = torch.exp(logprobs - old_logprobs)
-    adv = advantages[:, None]
-    unclipped = ratio * adv
-    # clip-higher: ε_high > ε_low
-    clipped = ratio.clamp(1.0 - cfg.eps_low, 1.0 + cfg.eps_high) * adv
-    loss = -torch.minimum(unclipped, clipped) * mask
-    was_clipped = (clipped < unclipped) & mask.bool()
-    if cfg.tis_cap > 0 and sampler_logprobs is not None:
-        # no gradient
-        tis_weight = torch.exp(old_logprobs - sampler_logprobs).clamp(max=cfg.tis_cap)
-        loss = loss * tis_weight
-    kl = torch.zeros_like(loss)
-    if cfg.kl_coef > 0 and ref_logprobs is not None:
-        kl = kl_penalty(logprobs, ref_logprobs, cfg.kl_estimator) * mask
-        loss = loss + cfg.kl_coef * kl
-    return loss, was_clipped, kl
-
-
-# ALGO LOGIC: the update ---------------------------------------------------------------------------
-
-
-def split_minibatches(weights: torch.Tensor, minibatches: int,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
-    """[B] mini-batch index of each row: the rows in a random order, cut into `minibatches` runs of
-    about equal total weight (equal row counts when every weight is 1).
-
-    >>> split_minibatches(torch.ones(6), 2, torch.Generator().manual_seed(0)).bincount().tolist()
-    [3, 3]
-    """
-    perm = torch.randperm(len(weights), generator=generator)
-    # float64: in float32 the 1e-9 below vanishes next to 1
-    cumulative = weights.double()[perm].cumsum(0)
-    share = torch.floor(cumulative * minibatches / cumulative[-1:].clamp(min=1e-9) - 1e-9)
-    index = torch.empty(len(weights), dtype=torch.long)
-    index[perm] = share.long().clamp(min=0, max=minibatches - 1)
-    return index
-
-
-def row_weights_and_minibatches(batch: TrainBatch, minibatches: int,
-                                generator: torch.Generator | None = None
-                                ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's weight (1 where the batch records none) and its PPO mini-batch (the split
-    `merge_duplicates` recorded, or a fresh `split_minibatches` draw): one rule for both callers,
-    since merging is exact only when it splits as the update does."""
-    weights = torch.ones(len(batch.advantages)) if batch.weights is None else batch.weights.float()
-    if batch.minibatch is not None:
-        if len(batch.minibatch) and int(batch.minibatch.max()) >= minibatches:
-            raise ValueError(f"the batch records {int(batch.minibatch.max()) + 1} mini-batches, "
-                             f"the update was asked for {minibatches}")
-        return weights, batch.minibatch
-    return weights, split_minibatches(weights, minibatches, generator)
-
-
-def merge_duplicates(batch: TrainBatch, minibatches: int = 1,
-                     generator: torch.Generator | None = None) -> TrainBatch:
-    """Keep one row per distinct (prompt, response, advantage) within each PPO mini-batch, weighted
-    by how often it occurred there.
-
-    The rows are first split into `minibatches` mini-batches exactly as `ppo_update` would split
-    the unmerged batch (`split_minibatches` with the same generator), then merged within each, and
-    the result records each row's mini-batch. Exact: identical rows have identical log-probs and
-    advantages, so k copies in one mini-batch contribute k times one copy's gradient to that
-    mini-batch's optimizer step. (Merging first and splitting afterwards would put all k copies in
-    one mini-batch, a different update as soon as there are two.) With hundreds of rollouts per
-    prompt and short answers many responses repeat, and the update then costs what the distinct
-    responses cost. Rows keep the order of their first occurrence.
-    """
-    n_rows = len(batch.advantages)
-    weights, minibatch = row_weights_and_minibatches(batch, minibatches, generator)
-    prompt_length = batch.prompt_mask.sum(-1, keepdim=True)
-    response_length = batch.response_mask.sum(-1, keepdim=True)
-    # exact, as integers
-    advantage_bits = batch.advantages.float().view(torch.int32).long()[:, None]
-    key = torch.cat([batch.prompt_ids, batch.response_ids, prompt_length, response_length,
-                     advantage_bits, minibatch[:, None]], dim=-1)
-    unique, inverse = torch.unique(key, dim=0, return_inverse=True)
-    n_unique = len(unique)  # 0 when dynamic sampling kept no group
-    first = torch.full((n_unique,), n_rows).scatter_reduce_(0, inverse, torch.arange(n_rows),
-                                                            "amin")
-    counts = torch.zeros(n_unique).scatter_add_(0, inverse, weights)
-    order = first.argsort()
-    rows = first[order]
-    return TrainBatch(batch.prompt_ids[rows], batch.prompt_mask[rows], batch.response_ids[rows],
-                      batch.response_mask[rows], batch.advantages[rows], counts[order],
-                      None if batch.sampler_logprobs is None else batch.sampler_logprobs[rows],
-                      minibatch[rows])
-
-
-def row_lengths(batch: TrainBatch) -> torch.Tensor:
-    """[B] each row's real tokens: its prompt's and its response's."""
-    return batch.prompt_mask.sum(-1) + batch.response_mask.sum(-1)
-
-
-def micro_batches(batch: TrainBatch, rows: list[int], max_tokens: int) -> list[list[int]]:
-    """Split `rows` into micro-batches of at most `max_tokens` real tokens (prompt + response: a
-    micro-batch is one `Pack`, so nothing is padded), first-fit decreasing: rows longest first, each
-    into the first micro-batch with room; a row longer than the budget goes alone. Micro-batches
-    come in the order they were opened, the longest rows' first. A row without a response token is
-    left out: it has no log-prob and no loss (and a pack of such rows, nothing to backpropagate)."""
-    lengths = row_lengths(batch).tolist()
-    answered = batch.response_mask.any(-1).tolist()
-    batches, loads = [], []
-    # stable: equal lengths keep their order
-    for i in sorted((i for i in rows if answered[i]), key=lambda i: -lengths[i]):
-        fits = next((b for b, load in enumerate(loads) if load + lengths[i] <= max_tokens), None)
-        if fits is None:
-            batches.append([i])
-            loads.append(lengths[i])
-        else:
-            batches[fits].append(i)
-            loads[fits] += lengths[i]
-    return batches
-
-
-def minibatch_micro_batches(batch: TrainBatch, minibatch_of: torch.Tensor, minibatches: int,
-                            max_tokens: int) -> list[list[list[int]]]:
-    """[k]: the micro-batches of PPO mini-batch k (the rows with minibatch_of == k). The update
-    runs them, and π_old and π_ref are computed in the same ones, so that the first mini-batch's
-    ratio is exactly 1 (the same kernels on the same shapes) rather than off by what the batch's
-    shape moves (in bf16, ~1e-2)."""
-    return [micro_batches(batch, (minibatch_of == k).nonzero().squeeze(-1).tolist(), max_tokens)
-            for k in range(minibatches)]
+def all_max(tensor: torch.Tensor) -> torch.Tensor:
+    """The largest value of `tensor` over every process."""
+    return _all_reduce(tensor, dist.ReduceOp.MAX)
 
 
 def row_costs(batch: TrainBatch, linear_cost: float) -> torch.Tensor:
@@ -788,150 +932,6 @@ def _concat_rows(pieces: list, name: str) -> torch.Tensor | None:
     return torch.cat([torch.nn.functional.pad(piece, (width - piece.shape[1], 0) if left
                                               else (0, width - piece.shape[1]))
                       for piece in pieces])
-
-
-def lockstep_passes(local_passes: int) -> int:
-    """How many forward (and backward) passes every process runs: the most that any process needs.
-
-    Under FSDP every pass gathers each layer's shards from all processes, so a process that ran
-    fewer passes than another would leave it waiting in a collective until the process-group
-    timeout; the processes with fewer rows pad with `idle_pass`."""
-    return int(all_max(torch.tensor(local_passes)))
-
-
-def in_lockstep(policy, chunks: list[list[int]], accumulate: bool = False):
-    """This process's micro-batches (row lists), then None for each pass it pads with (`idle_pass`)
-    up to `lockstep_passes`. `accumulate`: under DDP, all but the last pass in `no_sync`, so that
-    the gradients are all-reduced once, after the last."""
-    passes = lockstep_passes(len(chunks))
-    for i in range(passes):
-        no_sync = accumulate and i < passes - 1 and hasattr(policy, "no_sync")
-        with policy.no_sync() if no_sync else contextlib.nullcontext():
-            yield chunks[i] if i < len(chunks) else None
-
-
-def idle_pass(policy, cfg: UpdateConfig, device) -> torch.Tensor:
-    """A forward over two placeholder tokens (id 0), for a process that has no rows left but must
-    take part in the other processes' collectives. Returns the log-prob [1, 1]; times 0 it gives a
-    backward with zero gradient that still runs DDP's all-reduce / FSDP's reduce-scatter."""
-    placeholder = torch.zeros(1, 1, dtype=torch.long)
-    pack = pack_rows(TrainBatch(placeholder, torch.ones_like(placeholder), placeholder,
-                                torch.ones_like(placeholder), torch.zeros(1)), [0])
-    return policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)[0]
-
-
-def batch_logprobs(policy, batch: TrainBatch, cfg: UpdateConfig) -> torch.Tensor:
-    """No-grad log-probs [B, R] (for π_old, π_ref and the shrinkage monitor), in the update's
-    micro-batches (`minibatch_micro_batches` of the split `merge_duplicates` recorded; all rows
-    together when none is).
-
-    policy: a `Policy` (or its DDP/FSDP wrapper). Several processes: every process runs as many
-    passes as the one with the most (padded with `idle_pass`), also a process with no rows at
-    all."""
-    out = torch.zeros(batch.response_ids.shape, dtype=torch.float32)
-    device = next(policy.parameters()).device
-    minibatch_of = (torch.zeros(len(batch.advantages), dtype=torch.long)
-                    if batch.minibatch is None else batch.minibatch)
-    minibatches = int(minibatch_of.max()) + 1 if len(minibatch_of) else 0
-    chunks = [mb for per_minibatch in minibatch_micro_batches(batch, minibatch_of, minibatches,
-                                                              cfg.micro_batch_tokens)
-              for mb in per_minibatch]
-    with torch.no_grad():
-        for rows in in_lockstep(policy, chunks):
-            if rows is None:
-                idle_pass(policy, cfg, device)
-                continue
-            pack = pack_rows(batch, rows)
-            logprobs, _ = policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)
-            out[rows, : pack.live.shape[1]] = logprobs.float().cpu()
-    return out
-
-
-def micro_batch_loss(policy, batch: TrainBatch, rows: list[int], weights: torch.Tensor,
-                     old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None,
-                     cfg: UpdateConfig, device) -> tuple[torch.Tensor, dict]:
-    """`per_token_loss` summed over one micro-batch's tokens (a row of weight w counted w times),
-    and the sums of the statistics over them."""
-    pack = pack_rows(batch, rows)
-    r = pack.live.shape[1]
-    mask = batch.response_mask[rows, :r].to(device).float() * weights[rows, None].to(device)
-    logprobs, entropy = policy(pack.to(device), cfg.temperature, cfg.logprob_chunk_tokens)
-    old = old_logprobs[rows, :r].to(device)
-    # copied to the device only for the terms that are on (TIS, KL)
-    sampler = batch.sampler_logprobs if cfg.tis_cap > 0 else None
-    sampler = None if sampler is None else sampler[rows, :r].to(device)
-    ref = ref_logprobs if cfg.kl_coef > 0 else None
-    ref = None if ref is None else ref[rows, :r].to(device)
-    loss_tok, was_clipped, kl = per_token_loss(logprobs, old, batch.advantages[rows].to(device),
-                                               mask, cfg, sampler, ref)
-    sums = {"loss": float(loss_tok.detach().sum()), "clip_frac": float((was_clipped * mask).sum()),
-            "entropy": float((entropy * mask).sum()),
-            "kl": float(kl.detach().sum()) if ref is not None else 0.0}
-    return loss_tok.sum(), sums
-
-
-UPDATE_STATS = ("loss", "clip_frac", "kl", "entropy", "grad_norm")  # what ppo_update returns
-
-
-def ppo_update(policy, optimizer, batch: TrainBatch, old_logprobs: torch.Tensor, cfg: UpdateConfig,
-               ref_logprobs: torch.Tensor | None = None, generator: torch.Generator | None = None
-               ) -> dict:
-    """One BroRL step: `cfg.minibatches` optimizer steps over a random split of the batch (the paper
-    keeps the number of mini-batches per step fixed when N grows), or over the split that
-    `merge_duplicates` recorded. Rows of weight w count w times (in the token mean and the
-    statistics alike); a mini-batch holds about 1/minibatches of the total weight. Returns
-    token-mean statistics (over every process's tokens) and the mean gradient norm.
-
-    policy: a `Policy`, or its DDP/FSDP wrapper with this process's share of the batch (token counts
-    are then summed over processes). Every process runs the same number of optimizer steps and,
-    in each mini-batch, the same number of forward/backward passes: as many as the process with the
-    most micro-batches, the others padding with zero-gradient passes (`in_lockstep`), also when
-    they have no rows in the mini-batch."""
-    device = next(policy.parameters()).device
-    weights, minibatch_of = row_weights_and_minibatches(batch, cfg.minibatches, generator)
-    # DDP averages gradients over processes; undo it
-    processes = dist.get_world_size() if dist.is_initialized() else 1
-    stats = dict.fromkeys(UPDATE_STATS, 0.0)
-    tokens_seen, steps = 0.0, 0
-    per_minibatch = minibatch_micro_batches(batch, minibatch_of, cfg.minibatches,
-                                            cfg.micro_batch_tokens)
-    policy.train()
-    for k, chunks in enumerate(per_minibatch):
-        in_minibatch = minibatch_of == k
-        local_tokens = (batch.response_mask[in_minibatch].sum(-1) * weights[in_minibatch]).sum()
-        n_tokens = float(all_sum(local_tokens))
-        if n_tokens == 0:  # no process has a row in this mini-batch
-            continue
-        optimizer.zero_grad(set_to_none=True)
-        for rows in in_lockstep(policy, chunks, accumulate=True):
-            if rows is None:  # no rows left here: a zero-gradient pass in step with the others
-                (idle_pass(policy, cfg, device).sum() * 0.0).backward()
-                continue
-            loss_sum, sums = micro_batch_loss(policy, batch, rows, weights, old_logprobs,
-                                              ref_logprobs, cfg, device)
-            token_mean = loss_sum * processes / n_tokens  # over the whole mini-batch
-            token_mean.backward()
-            for key, value in sums.items():
-                stats[key] += value
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-        if hasattr(grad_norm, "full_tensor"):  # FSDP2: a DTensor
-            grad_norm = grad_norm.full_tensor()
-        if not torch.isfinite(grad_norm):  # the same norm on every process (all-reduced)
-            raise FloatingPointError(f"mini-batch {k + 1} of {len(per_minibatch)}: the gradient "
-                                     f"norm is {float(grad_norm)}, not applied")
-        stats["grad_norm"] += float(grad_norm)
-        optimizer.step()
-        tokens_seen, steps = tokens_seen + float(local_tokens), steps + 1
-    optimizer.zero_grad(set_to_none=True)  # the gradients' memory goes to the sampler, not idle
-    policy.eval()
-    # token means over every process's tokens, as the loss is (each holds a different number)
-    token_means = ("loss", "clip_frac", "kl", "entropy")
-    *sums, tokens_seen = all_sum(torch.tensor([*(stats[key] for key in token_means), tokens_seen],
-                                              dtype=torch.float64)).tolist()
-    for key, total in zip(token_means, sums):
-        stats[key] = total / max(tokens_seen, 1)
-    stats["grad_norm"] /= max(steps, 1)  # the mean over the optimizer steps taken
-    return stats
 
 
 def main(argv: list[str] | None = None) -> None:
