@@ -1,7 +1,7 @@
 """BroRL: RL with verifiable rewards, scaled by broadening exploration (many rollouts per prompt).
 
 Hu et al., "BroRL: Scaling Reinforcement Learning via Broadened Exploration", arXiv 2510.01180.
-One step, top to bottom in `train()` at the end of this file, its helpers right above it:
+One step, top to bottom in `train()`, its helpers right above it (the command line below it):
 
     prompts -> N rollouts each (rollout.py) -> rewards (reward.py) -> dynamic sampling (drop groups
     whose N rewards are all equal) -> group-relative advantages -> clipped policy-gradient update
@@ -302,136 +302,6 @@ PRESETS["prorl-paper"] = dict(PAPER_RECIPE, n_rollouts=N_PRORL, prompts_per_step
 PRESETS["brorl-1gpu"] = dict(PAPER_RECIPE, n_rollouts=N_BRORL, prompts_per_step=16, lr=LR_PRORL,
                              total_steps=200, gpu_memory_utilization=0.6, verify_workers=8,
                              micro_batch_tokens=16384, checkpoint_every=2, compile_layers=True)
-
-
-def validate(cfg: Config) -> None:
-    """One clear line per bad value, before any work starts."""
-    # within float32's range, where the update computes
-    not_finite = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
-                  if isinstance(value, float) and not abs(value) <= torch.finfo().max]
-    too_large = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
-                 if type(value) is int and not -2**63 <= value < 2**63]
-    checks = [
-        (not not_finite, f"settings must be finite float32 numbers, got {', '.join(not_finite)}"),
-        (not too_large, f"whole-number settings must be below 2^63, got {', '.join(too_large)}"),
-        (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
-        (cfg.n_rollouts >= 2,
-         f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
-        (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
-        (cfg.n_rollouts * cfg.prompts_per_step <= 2**24,
-         f"a step of {cfg.n_rollouts} x {cfg.prompts_per_step} samples is over 2^24 (the paper's "
-         "is 512 x 128 = 2^16)"),
-        (1 <= cfg.minibatches <= cfg.n_rollouts * cfg.prompts_per_step,
-         f"minibatches must be in [1, the {cfg.n_rollouts * cfg.prompts_per_step} rollouts of a "
-         f"step], got {cfg.minibatches}"),
-        (cfg.checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {cfg.checkpoint_every}"),
-        (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
-        (0 <= cfg.eps_low < 1, f"eps_low must be in [0, 1), got {cfg.eps_low}"),
-        (cfg.eps_high >= 0, f"eps_high must be >= 0, got {cfg.eps_high}"),
-        (cfg.temperature >= rollout.MIN_TEMPERATURE
-         and cfg.eval_temperature >= rollout.MIN_TEMPERATURE,
-         f"temperatures must be >= {rollout.MIN_TEMPERATURE} (vLLM samples any lower one at "
-         f"{rollout.MIN_TEMPERATURE})"),
-        (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
-        (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
-        (cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay}"),
-        (cfg.max_grad_norm > 0, f"max_grad_norm must be > 0, got {cfg.max_grad_norm}"),
-        (0 <= cfg.seed < 2**32, f"seed must be in [0, 2^32), got {cfg.seed}"),
-        (0 <= cfg.threads <= 2**16,
-         f"threads must be in [0, 2^16] (0: torch's default), got {cfg.threads}"),
-        (min(cfg.ref_reset_every, cfg.shrink_monitor_samples, cfg.eval_max_problems) >= 0,
-         "ref_reset_every, shrink_monitor_samples and eval_max_problems must be >= 0 (0: off, "
-         "off, all)"),
-        (cfg.kl_coef >= 0, f"kl_coef must be >= 0, got {cfg.kl_coef}"),
-        (0 < cfg.gpu_memory_utilization <= 1,
-         f"gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"),
-        (cfg.tis_cap == 0 or cfg.tis_cap >= 1,
-         f"tis_cap must be 0 (off) or >= 1, got {cfg.tis_cap}"),
-        (cfg.vllm_max_model_len >= 0,
-         f"vllm_max_model_len must be >= 0, got {cfg.vllm_max_model_len}"),
-        (min(cfg.max_new_tokens, cfg.gen_batch_seqs, cfg.micro_batch_tokens,
-             cfg.logprob_chunk_tokens) >= 1,
-         "max_new_tokens, gen_batch_seqs, micro_batch_tokens and logprob_chunk_tokens must be "
-         ">= 1"),
-        (cfg.total_steps >= 0 and min(cfg.eval_every, cfg.save_every, cfg.keep_checkpoints) >= 1,
-         "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
-        (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
-        (1 <= cfg.verify_workers < sandbox.PROBE_SLOT,
-         f"verify_workers must be in [1, {sandbox.PROBE_SLOT}), got {cfg.verify_workers}"),
-        (0 < cfg.process_group_timeout_min <= 60 * 24 * 7,
-         f"process_group_timeout_min must be in (0, a week], got {cfg.process_group_timeout_min}"),
-        (min(cfg.verify_timeout, cfg.code_test_timeout) > 0 and cfg.verify_step_timeout >= 1,
-         "verify_timeout and code_test_timeout must be > 0, verify_step_timeout >= 1 (seconds; "
-         "checks past it score 0)"),
-        (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
-        (cfg.output_dir != "", "--output-dir must not be empty (it would be this folder)"),
-        (not cfg.eval_data_dir or Path(cfg.eval_data_dir).is_dir(),
-         f"--eval-data-dir is not a folder: {cfg.eval_data_dir}"),
-        (cfg.probe_prompts >= 0 and cfg.probe_samples >= 1,
-         "probe_prompts must be >= 0 and probe_samples >= 1"),
-        (not cfg.init_from or (Path(cfg.init_from) / "trainer_state.pt").is_file(),
-         "--init-from needs a complete checkpoint folder (with trainer_state.pt), "
-         f"e.g. RUN/checkpoints/step_000150: {cfg.init_from}"),
-        (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
-         f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its "
-         "ProRLv2 commit, and the repository's main branch later received the BroRL checkpoint "
-         "(see docs/scaling.md)"),
-        *allocation_checks(cfg),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise InputError(message)
-    if cfg.eval_benchmarks:
-        benchmarks.select(names=list(cfg.eval_benchmarks))
-    if cfg.model != "tiny":
-        rollout.check_model_path(cfg.model)
-    for path in (cfg.train_data, cfg.test_data):
-        if not Path(path).is_file():
-            paper_mix = Path(path).name.startswith("paper_mix")
-            hint = " (build it: python data/make_paper_mix.py)" if paper_mix else ""
-            raise InputError(f"data file not found: {path}{hint}")
-
-
-# --help's description: the docstring's first line and its commands (the rest is for readers)
-HELP = "\n\n".join([__doc__.splitlines()[0],
-                     *[p for p in __doc__.split("\n\n") if p.startswith("    python")],
-                     "The step, the theory and the options: docs/brorl.md, docs/theory.md."])
-
-
-def parse_config(argv: list[str] | None = None) -> Config:
-    """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's
-    own config.json is the default instead, and a flag may change it only if it is in
-    RESUME_MAY_CHANGE: resuming without retyping the flags continues the same run, never another
-    preset's."""
-    argv = sys.argv[1:] if argv is None else argv
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--preset", default=Config.preset)
-    pre.add_argument("--output-dir", "--output_dir")
-    pre.add_argument("--resume", action="store_true")
-    pre.add_argument("--dtype")
-    known = pre.parse_known_args(argv)[0]
-    if known.dtype:
-        raise InputError("--dtype: the trainer keeps fp32 master weights (AdamW's small steps "
-                         "round away in bf16); compute in bf16 with --mixed-precision bf16, "
-                         "sample in bf16 with --vllm-dtype bfloat16")
-    saved = (saved_config(Path(known.output_dir), Config) if known.resume and known.output_dir
-             else None)
-    if saved is None and known.preset not in PRESETS:
-        raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
-    defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
-    cfg = tyro.cli(Config, default=defaults, args=argv, description=HELP)
-    if saved is not None:
-        refused = resume_changes(saved, cfg)
-        if refused:
-            raise InputError(f"--resume continues the run in {known.output_dir} with its "
-                             f"config.json, and these flags change what it is: "
-                             f"{'; '.join(refused)} (drop them, or start a new --output-dir)")
-    validate(cfg)
-    # named here, so config.json and an interrupted run's message name it
-    if cfg.output_dir is None:
-        cfg = dataclasses.replace(cfg,
-                                  output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
-    return cfg
 
 
 def component_configs(cfg: Config) -> tuple[rollout.SamplingParams, update.UpdateConfig,
@@ -780,6 +650,139 @@ def train(cfg: Config) -> Path:
             run.save(step, cfg)
     run.close()
     return run.output_dir
+
+
+# ---- the command line: presets and flags into a checked Config, --resume's own config.json ---
+
+
+def validate(cfg: Config) -> None:
+    """One clear line per bad value, before any work starts."""
+    # within float32's range, where the update computes
+    not_finite = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
+                  if isinstance(value, float) and not abs(value) <= torch.finfo().max]
+    too_large = [f"{name} {value}" for name, value in dataclasses.asdict(cfg).items()
+                 if type(value) is int and not -2**63 <= value < 2**63]
+    checks = [
+        (not not_finite, f"settings must be finite float32 numbers, got {', '.join(not_finite)}"),
+        (not too_large, f"whole-number settings must be below 2^63, got {', '.join(too_large)}"),
+        (cfg.preset in PRESETS, f"unknown preset '{cfg.preset}' (known: {', '.join(PRESETS)})"),
+        (cfg.n_rollouts >= 2,
+         f"n_rollouts must be >= 2 (a group baseline needs two rollouts), got {cfg.n_rollouts}"),
+        (cfg.prompts_per_step >= 1, f"prompts_per_step must be >= 1, got {cfg.prompts_per_step}"),
+        (cfg.n_rollouts * cfg.prompts_per_step <= 2**24,
+         f"a step of {cfg.n_rollouts} x {cfg.prompts_per_step} samples is over 2^24 (the paper's "
+         "is 512 x 128 = 2^16)"),
+        (1 <= cfg.minibatches <= cfg.n_rollouts * cfg.prompts_per_step,
+         f"minibatches must be in [1, the {cfg.n_rollouts * cfg.prompts_per_step} rollouts of a "
+         f"step], got {cfg.minibatches}"),
+        (cfg.checkpoint_every >= 1, f"checkpoint_every must be >= 1, got {cfg.checkpoint_every}"),
+        (0 <= cfg.refill_rounds <= 8, f"refill_rounds must be in [0, 8], got {cfg.refill_rounds}"),
+        (0 <= cfg.eps_low < 1, f"eps_low must be in [0, 1), got {cfg.eps_low}"),
+        (cfg.eps_high >= 0, f"eps_high must be >= 0, got {cfg.eps_high}"),
+        (cfg.temperature >= rollout.MIN_TEMPERATURE
+         and cfg.eval_temperature >= rollout.MIN_TEMPERATURE,
+         f"temperatures must be >= {rollout.MIN_TEMPERATURE} (vLLM samples any lower one at "
+         f"{rollout.MIN_TEMPERATURE})"),
+        (0 < cfg.top_p <= 1 and 0 < cfg.eval_top_p <= 1, "top_p values must be in (0, 1]"),
+        (cfg.lr > 0, f"lr must be > 0, got {cfg.lr}"),
+        (cfg.weight_decay >= 0, f"weight_decay must be >= 0, got {cfg.weight_decay}"),
+        (cfg.max_grad_norm > 0, f"max_grad_norm must be > 0, got {cfg.max_grad_norm}"),
+        (0 <= cfg.seed < 2**32, f"seed must be in [0, 2^32), got {cfg.seed}"),
+        (0 <= cfg.threads <= 2**16,
+         f"threads must be in [0, 2^16] (0: torch's default), got {cfg.threads}"),
+        (min(cfg.ref_reset_every, cfg.shrink_monitor_samples, cfg.eval_max_problems) >= 0,
+         "ref_reset_every, shrink_monitor_samples and eval_max_problems must be >= 0 (0: off, "
+         "off, all)"),
+        (cfg.kl_coef >= 0, f"kl_coef must be >= 0, got {cfg.kl_coef}"),
+        (0 < cfg.gpu_memory_utilization <= 1,
+         f"gpu_memory_utilization must be in (0, 1], got {cfg.gpu_memory_utilization}"),
+        (cfg.tis_cap == 0 or cfg.tis_cap >= 1,
+         f"tis_cap must be 0 (off) or >= 1, got {cfg.tis_cap}"),
+        (cfg.vllm_max_model_len >= 0,
+         f"vllm_max_model_len must be >= 0, got {cfg.vllm_max_model_len}"),
+        (min(cfg.max_new_tokens, cfg.gen_batch_seqs, cfg.micro_batch_tokens,
+             cfg.logprob_chunk_tokens) >= 1,
+         "max_new_tokens, gen_batch_seqs, micro_batch_tokens and logprob_chunk_tokens must be "
+         ">= 1"),
+        (cfg.total_steps >= 0 and min(cfg.eval_every, cfg.save_every, cfg.keep_checkpoints) >= 1,
+         "total_steps must be >= 0; eval_every, save_every and keep_checkpoints >= 1"),
+        (cfg.eval_samples >= 1, f"eval_samples must be >= 1, got {cfg.eval_samples}"),
+        (1 <= cfg.verify_workers < sandbox.PROBE_SLOT,
+         f"verify_workers must be in [1, {sandbox.PROBE_SLOT}), got {cfg.verify_workers}"),
+        (0 < cfg.process_group_timeout_min <= 60 * 24 * 7,
+         f"process_group_timeout_min must be in (0, a week], got {cfg.process_group_timeout_min}"),
+        (min(cfg.verify_timeout, cfg.code_test_timeout) > 0 and cfg.verify_step_timeout >= 1,
+         "verify_timeout and code_test_timeout must be > 0, verify_step_timeout >= 1 (seconds; "
+         "checks past it score 0)"),
+        (not cfg.resume or cfg.output_dir, "--resume needs --output-dir (the run to continue)"),
+        (cfg.output_dir != "", "--output-dir must not be empty (it would be this folder)"),
+        (not cfg.eval_data_dir or Path(cfg.eval_data_dir).is_dir(),
+         f"--eval-data-dir is not a folder: {cfg.eval_data_dir}"),
+        (cfg.probe_prompts >= 0 and cfg.probe_samples >= 1,
+         "probe_prompts must be >= 0 and probe_samples >= 1"),
+        (not cfg.init_from or (Path(cfg.init_from) / "trainer_state.pt").is_file(),
+         "--init-from needs a complete checkpoint folder (with trainer_state.pt), "
+         f"e.g. RUN/checkpoints/step_000150: {cfg.init_from}"),
+        (cfg.model != PAPER_RECIPE["model"] or cfg.model_revision,
+         f"--model-revision is required with {PAPER_RECIPE['model']}: the paper starts from its "
+         "ProRLv2 commit, and the repository's main branch later received the BroRL checkpoint "
+         "(see docs/scaling.md)"),
+        *allocation_checks(cfg),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InputError(message)
+    if cfg.eval_benchmarks:
+        benchmarks.select(names=list(cfg.eval_benchmarks))
+    if cfg.model != "tiny":
+        rollout.check_model_path(cfg.model)
+    for path in (cfg.train_data, cfg.test_data):
+        if not Path(path).is_file():
+            paper_mix = Path(path).name.startswith("paper_mix")
+            hint = " (build it: python data/make_paper_mix.py)" if paper_mix else ""
+            raise InputError(f"data file not found: {path}{hint}")
+
+
+# --help's description: the docstring's first line and its commands (the rest is for readers)
+HELP = "\n\n".join([__doc__.splitlines()[0],
+                     *[p for p in __doc__.split("\n\n") if p.startswith("    python")],
+                     "The step, the theory and the options: docs/brorl.md, docs/theory.md."])
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's
+    own config.json is the default instead, and a flag may change it only if it is in
+    RESUME_MAY_CHANGE: resuming without retyping the flags continues the same run, never another
+    preset's."""
+    argv = sys.argv[1:] if argv is None else argv
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--preset", default=Config.preset)
+    pre.add_argument("--output-dir", "--output_dir")
+    pre.add_argument("--resume", action="store_true")
+    pre.add_argument("--dtype")
+    known = pre.parse_known_args(argv)[0]
+    if known.dtype:
+        raise InputError("--dtype: the trainer keeps fp32 master weights (AdamW's small steps "
+                         "round away in bf16); compute in bf16 with --mixed-precision bf16, "
+                         "sample in bf16 with --vllm-dtype bfloat16")
+    saved = (saved_config(Path(known.output_dir), Config) if known.resume and known.output_dir
+             else None)
+    if saved is None and known.preset not in PRESETS:
+        raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
+    defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
+    cfg = tyro.cli(Config, default=defaults, args=argv, description=HELP)
+    if saved is not None:
+        refused = resume_changes(saved, cfg)
+        if refused:
+            raise InputError(f"--resume continues the run in {known.output_dir} with its "
+                             f"config.json, and these flags change what it is: "
+                             f"{'; '.join(refused)} (drop them, or start a new --output-dir)")
+    validate(cfg)
+    # named here, so config.json and an interrupted run's message name it
+    if cfg.output_dir is None:
+        cfg = dataclasses.replace(cfg,
+                                  output_dir=f"runs/{cfg.preset}__{cfg.seed}__{int(time.time())}")
+    return cfg
 
 
 def main() -> None:
