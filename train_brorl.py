@@ -520,7 +520,7 @@ THROUGHPUTS = ("samples_per_s", "gen_samples_per_s", "gen_tokens_per_s", "kept_g
 
 
 def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
-                 batch: update.TrainBatch, kept_rows: int, update_stats: dict, shrink: dict,
+                 batch: update.TrainBatch, n_kept_rows: int, update_stats: dict, shrink: dict,
                  n_per_prompt: dict, step_time: float) -> dict[str, float]:
     """The step's row of metrics.jsonl (this process's values, but for `n_per_prompt`, the
     allocation's: over every process)."""
@@ -542,7 +542,7 @@ def step_metrics(groups: Groups, informative: torch.Tensor, kept: torch.Tensor,
         "gen_tokens_per_s": float(lengths.sum()) / groups.gen_time,
         **monitor.correct_fraction_histogram(rewards, rollouts.group),
         **shrink,
-        "distinct_frac": len(batch.advantages) / max(kept_rows, 1),
+        "distinct_frac": len(batch.advantages) / max(n_kept_rows, 1),
         "gen_rounds": groups.rounds,
         "gen_preemptions": groups.preemptions,
         "kept_groups": float(kept.sum()),
