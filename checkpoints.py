@@ -4,6 +4,7 @@ A run folder holds checkpoints/step_NNNNNN/ (model/ as save_pretrained, state/, 
 written last). A run folder may come from someone else, so its .pt files load as plain data only.
 """
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -26,8 +27,16 @@ def read_plain_data(path: Path):
         raise InputError(f"{path} does not load as plain data ({error_line(e)})") from None
 
 
-# what run.py writes into every checkpoint's trainer_state.pt (files: name -> size, taken last)
+# what run.py writes into every checkpoint's trainer_state.pt (files: name -> size, taken last;
+# and digests: name -> sha256 of each file up to DIGEST_MAX_BYTES, absent from older checkpoints)
 TRAINER_STATE_KEYS = ("step", "data_position", "config", "reference_step", "allocation", "files")
+# The small files (RNG states, configs, the tokenizer) carry a checksum: damaged at their size they
+# would load, and a resume would silently differ; hashing the weights would cost seconds per check.
+DIGEST_MAX_BYTES = 2**20
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def read_trainer_state(checkpoint: Path) -> dict:
@@ -41,7 +50,8 @@ def read_trainer_state(checkpoint: Path) -> dict:
         raise InputError(f"{path} is not a trainer state (no {', '.join(missing)})")
     wrong = [key for key in ("step", "data_position", "reference_step")
              if type(state[key]) is not int or state[key] < 0]
-    wrong += [key for key in ("config", "allocation", "files") if not isinstance(state[key], dict)]
+    wrong += [key for key in ("config", "allocation", "files", "digests")
+              if not isinstance(state.get(key, {}), dict)]
     if wrong:
         raise InputError(f"{path} is not a trainer state ({', '.join(wrong)}: not a count, or not "
                          "a dict)")
@@ -51,18 +61,22 @@ def read_trainer_state(checkpoint: Path) -> dict:
 def checkpoint_problem(checkpoint: Path) -> str | None:
     """Why a saved checkpoint can't be resumed from (None when it can): its trainer_state.pt does
     not load as a trainer state, or a file it lists (name and size, taken when the checkpoint was
-    written) is missing or changed size. A file this user may not read raises PermissionError: not
-    the checkpoint's fault, so never a reason to pass it over."""
+    written) is missing or changed size, or a small one its content (its digest). A file this user
+    may not read raises PermissionError: not the checkpoint's fault, so never a reason to pass it
+    over."""
     try:
-        files = read_trainer_state(checkpoint)["files"]
+        state = read_trainer_state(checkpoint)
     except InputError as e:
         return str(e)
-    for name, size in files.items():
+    digests = state.get("digests", {})
+    for name, size in state["files"].items():
         path = checkpoint / name
         if not path.is_file():
             return f"{name} is missing"
         if path.stat().st_size != size:
             return f"{name} is {path.stat().st_size} bytes, {size} when saved"
+        if name in digests and file_digest(path) != digests[name]:
+            return f"{name} changed since it was saved (its sha256)"
         open(path, "rb").close()
     return None
 

@@ -45,8 +45,8 @@ import reward
 import rollout
 import update
 from allocation import ALLOCATIONS, Fixed
-from checkpoints import (CHECKPOINT, checkpoint_folders, checkpoint_problem, latest_checkpoint,
-                         read_trainer_state)
+from checkpoints import (CHECKPOINT, DIGEST_MAX_BYTES, checkpoint_folders, checkpoint_problem,
+                         file_digest, latest_checkpoint, read_trainer_state)
 from tasks import InputError, check_answers, error_line, first_of, load_tasks
 from tiny_model import ensure_tiny_model
 
@@ -828,10 +828,12 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
 
         dcp.save(sharded, checkpoint_id=tmp / "state" / SHARDED)
     accelerator.wait_for_everyone()
-    # the size of every file, so a damaged checkpoint is recognised on resume
+    # the size of every file and the digest of the small ones: a damaged checkpoint is recognised
     if accelerator.is_main_process:
         sizes = {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*") if f.is_file()}
-        state = {**state, "files": sizes}
+        digests = {name: file_digest(tmp / name) for name, size in sizes.items()
+                   if size <= DIGEST_MAX_BYTES}
+        state = {**state, "files": sizes, "digests": digests}
         torch.save(state, tmp / "trainer_state.pt")
         fsync_tree(tmp)
         if final.exists():  # damaged, since the resume passed over it: kept for its owner

@@ -28,7 +28,7 @@ import rollout
 import run
 import tasks
 import train_brorl
-from checkpoints import checkpoint_problem, latest_checkpoint
+from checkpoints import checkpoint_problem, file_digest, latest_checkpoint
 from conftest import NO_BWRAP, ROOT, a_trainer_state, accelerate_launch, run_script
 from tiny_model import ensure_tiny_model
 
@@ -550,6 +550,18 @@ def test_a_torn_metrics_line_half_written_and_damaged_checkpoints_and_leftovers_
     assert sorted(p for p in checkpoints.rglob("*")) == before  # none overwritten or pruned
 
 
+def test_a_small_checkpoint_file_changed_at_its_saved_size_is_damage(smoke_run):
+    """An RNG state (or a config) changed inside, its size kept, would load: its digest tells."""
+    newest = latest_checkpoint(smoke_run)
+    rng = newest / "state" / "random_states_0.pkl"
+    changed = bytearray(rng.read_bytes())
+    changed[len(changed) // 2] ^= 0xFF
+    rng.write_bytes(changed)
+    assert checkpoint_problem(newest) == ("state/random_states_0.pkl changed since it was saved "
+                                          "(its sha256)")
+    assert latest_checkpoint(smoke_run, say=lambda message: None).name == "step_000001"
+
+
 def test_the_verifier_settings_reach_the_verifier_under_their_own_names():
     cfg = train_brorl.parse_config(["--verify-timeout", "2", "--code-test-timeout", "1",
                                     "--verify-step-timeout", "30", "--verify-workers", "3"])
@@ -787,11 +799,14 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert (state / "random_states_0.pkl").is_file() and (state / "random_states_1.pkl").is_file()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2, 2]  # one writer: the main process
-    # one process's own RNG file damaged at its saved size (accelerate alone would pass over it):
-    # both processes stop with its line, nothing rewritten
+    # one process's own RNG file written wrong before its digest was taken (accelerate alone would
+    # pass over it): both processes stop with its line, nothing rewritten
     rng, config = state / "random_states_1.pkl", (out / "config.json").read_text()
-    intact = rng.read_bytes()
+    intact, saved = rng.read_bytes(), (state.parent / "trainer_state.pt").read_bytes()
     rng.write_bytes(bytes(len(intact)))
+    trainer_state = torch.load(state.parent / "trainer_state.pt", weights_only=True)
+    trainer_state["digests"]["state/random_states_1.pkl"] = file_digest(rng)
+    torch.save(trainer_state, state.parent / "trainer_state.pt")
     refused = accelerate_launch("train_brorl.py", "--output-dir", str(out), "--resume",
                                 "--total-steps", "3", check=False)
     refusal = f"error: {state.parent}/state does not load ("
@@ -800,6 +815,7 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert "[rank1]: Traceback" not in refused.stderr
     assert (out / "config.json").read_text() == config
     rng.write_bytes(intact)
+    (state.parent / "trainer_state.pt").write_bytes(saved)
     accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume",
                       "--total-steps", "3")
     assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
