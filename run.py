@@ -247,42 +247,42 @@ def remove_if_empty(output_dir: Path) -> None:
         output_dir.rmdir()
 
 
-def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -> Run:
-    """The run in its folder (on the main process, locked): the data, the policy (and the reference
-    policy for the KL term), the optimizer, the engine, the checkpoint resumed from."""
-    main_process = accelerator.is_main_process
-    rank, processes = accelerator.process_index, accelerator.num_processes
-    sharding, output_dir = wants_fsdp(), Path(cfg.output_dir)
+def resume_point(cfg, output_dir: Path, sharding: bool, main_process: bool
+                 ) -> tuple[Path | None, dict | None]:
+    """The checkpoint this run continues from and its trainer state (None, None: a new run), or
+    one line saying why the folder's checkpoints cannot be continued by these settings."""
     checkpoint = latest_checkpoint(output_dir, say=print if main_process else lambda message: None)
     saved = checkpoint_folders(output_dir)
     if checkpoint is None and saved:  # a new run would overwrite and prune them
         raise InputError(f"{output_dir} holds checkpoints and none is complete (the newest, "
                          f"{saved[-1].name}: {checkpoint_problem(saved[-1]) or 'not one'}): move "
                          "them away to start over, or pass another --output-dir")
-    if checkpoint and not cfg.resume:
+    if checkpoint is None:
+        if cfg.resume and main_process:
+            print(f"--resume: no checkpoint in {output_dir} yet, starting from scratch")
+        return None, None
+    if not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or "
                          "another --output-dir")
-    if checkpoint and (checkpoint / "state" / SHARDED).is_dir() != sharding:
+    if (checkpoint / "state" / SHARDED).is_dir() != sharding:
         saved_by, launched = ("a plain", "with FSDP2") if sharding else ("an FSDP2", "without FSDP")
         raise InputError(f"{checkpoint} was saved by {saved_by} run and this one is launched "
                          f"{launched}: resume it with the accelerate config it was started with")
-    state = read_trainer_state(checkpoint) if checkpoint else None
-    changed = resume_changes(state["config"], cfg) if state is not None else []
+    state = read_trainer_state(checkpoint)
+    changed = resume_changes(state["config"], cfg)
     if changed:  # config.json edited or lost since: the run would go on as another
         raise InputError(f"{checkpoint} was trained with other settings than these: "
                          f"{first_of(changed, 3, '; ')} (config.json edited or lost? restore it, "
                          "or start a new --output-dir)")
-    if state is not None and state["step"] > cfg.total_steps:
+    if state["step"] > cfg.total_steps:
         raise InputError(f"--total-steps {cfg.total_steps} is below the step of {checkpoint}: "
                          "nothing to run (a larger one continues the run)")
-    if cfg.resume and checkpoint is None and main_process:
-        print(f"--resume: no checkpoint in {output_dir} yet, starting from scratch")
-    if cfg.prompts_per_step % processes:
-        raise InputError(f"prompts_per_step ({cfg.prompts_per_step}) must be divisible by the "
-                         f"{processes} processes")
-    engine_name = rollout.default_engine() if cfg.engine == "auto" else cfg.engine
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    return checkpoint, state
+
+
+def load_data(cfg) -> tuple[list[dict], list[dict]]:
+    """The training and held-out tasks, their answers checked, and the code sandbox when a task or
+    an in-training benchmark runs programs."""
     train_tasks, test_tasks = load_tasks(cfg.train_data), load_tasks(cfg.test_data)
     test_tasks = test_tasks[: cfg.eval_max_problems] if cfg.eval_max_problems else test_tasks
     check_answers(train_tasks, cfg.train_data)
@@ -292,6 +292,23 @@ def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -
     eval_suites = {b.suite for b in eval_benchmarks}
     reward.require_sandbox({t["task"] for t in train_tasks + test_tasks} | eval_suites,
                            cfg.unsafe_no_sandbox)
+    return train_tasks, test_tasks
+
+
+def load_run(cfg, accelerator: Accelerator, folder_lock: io.TextIOBase | None) -> Run:
+    """The run in its folder (on the main process, locked): the data, the policy (and the reference
+    policy for the KL term), the optimizer, the engine, the checkpoint resumed from."""
+    main_process = accelerator.is_main_process
+    rank, processes = accelerator.process_index, accelerator.num_processes
+    sharding, output_dir = wants_fsdp(), Path(cfg.output_dir)
+    checkpoint, state = resume_point(cfg, output_dir, sharding, main_process)
+    if cfg.prompts_per_step % processes:
+        raise InputError(f"prompts_per_step ({cfg.prompts_per_step}) must be divisible by the "
+                         f"{processes} processes")
+    engine_name = rollout.default_engine() if cfg.engine == "auto" else cfg.engine
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    train_tasks, test_tasks = load_data(cfg)
     with accelerator.main_process_first():  # the main process builds the tiny model's cache entry
         model_path = (str(checkpoint / "model") if checkpoint
                       else str(Path(cfg.init_from) / "model") if cfg.init_from
