@@ -460,7 +460,7 @@ def plot_pass_at_k(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d = EvalSettings()
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -519,110 +519,124 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, help="write pass@k curves as a PNG here")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("A", "B"),
                         help="print two result files side by side")
-    args = parser.parse_args()
-    try:
-        if args.compare:
-            # under accelerate launch, one table (from the main process)
-            if PartialState(cpu=True).is_main_process:
-                print(compare(*args.compare))
-            return
-        if not args.model:
-            raise InputError("--model is required (or --compare A.json B.json)")
-        bounds = [
-            (1 <= args.samples <= MAX_SAMPLES, f"--samples must be in [1, {MAX_SAMPLES}]"),
-            (rollout.MIN_TEMPERATURE <= args.temperature < math.inf,
-             f"--temperature must be finite and >= {rollout.MIN_TEMPERATURE}"),
-            (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
-            (args.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
-            (0 <= args.seed < 2**32, "--seed must be in [0, 2^32)"),
-            (1 <= args.verify_workers < sandbox.PROBE_SLOT,
-             f"--verify-workers must be in [1, {sandbox.PROBE_SLOT})"),
-            (0 < args.verify_timeout < math.inf, "--verify-timeout must be finite and > 0"),
-            (args.problems_per_batch >= 0, "--problems-per-batch must be >= 0"),
-            (args.max_batch_seqs >= 1, "--max-batch-seqs must be >= 1"),
-            (args.process_group_timeout_min > 0, "--process-group-timeout-min must be > 0"),
-            (args.max_problems >= 0, "--max-problems must be >= 0 (0: all)")]
-        refused = [message for holds, message in bounds if not holds]
-        if refused:
-            raise InputError("; ".join(refused))
-        if args.data_dir is not None and not args.data_dir.is_dir():
-            raise InputError(f"--data-dir is not a directory: {args.data_dir}")
-        earlier = None  # the result already at --out
-        if args.out and (args.out.is_dir() or args.out.is_file()):
-            try:
-                earlier = read_result(args.out)
-            except InputError:
-                raise InputError(f"--out {args.out} exists and is not an eval.py result: it would "
-                                 "be written over; pass another --out") from None
-        if args.model == "tiny":
-            import tiny_model  # 1 s of imports that only this model needs
+    return parser.parse_args(argv)
 
-            model = str(tiny_model.ensure_tiny_model())
-        else:
-            model = resolve_model_dir(args.model)
-        extra = {}
-        if args.data:
-            tasks = load_tasks(args.data)
-            extra[Path(args.data).stem] = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
-        selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
-                    benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
-        if earlier is not None:  # its results would be replaced by others
-            held = sorted({*earlier["benchmarks"], *earlier.get("skipped", {})})
-            asked = sorted({*extra, *(b.name for b in selected)})
-            if held != asked:
-                raise InputError(f"--out {args.out} holds results of {first_of(held, 4)}, not of "
-                                 f"{first_of(asked, 4)}: pass another --out")
-        task_kinds = {b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts}
-        reward.require_sandbox(task_kinds, args.unsafe_no_sandbox)
-        if args.device == "auto":
-            rollout.check_gpus_usable()
-        engine = args.engine or ("hf" if args.device == "cpu" else rollout.default_engine())
-        if engine == "vllm" and args.device == "cpu" and torch.cuda.is_available():
-            raise InputError("--engine vllm runs on the GPU here: pass --engine hf with "
-                             "--device cpu")
-        if engine == "hf":
-            # before any process group: under the FSDP configs (cpu_ram_efficient_loading)
-            # transformers would load the weights on rank 0 only and zeros elsewhere
-            policy, tokenizer = load_policy(model)
-        # a process group only under accelerate launch; each process on its own device
-        state = PartialState(cpu=args.device == "cpu" or not torch.cuda.is_available(),
-                             timeout=timedelta(minutes=args.process_group_timeout_min))
-        shard = Shard.of_processes(state)
-        # the checkpoint's own dtype; every k samples of a problem in one request
-        if engine == "vllm":
-            tokenizer = load_tokenizer(model)
-            policy = rollout.VLLMEngine(model, dtype="auto",
-                                        max_num_seqs=max(args.max_batch_seqs, args.samples),
-                                        gpu_memory_utilization=args.gpu_memory_utilization,
-                                        seed=args.seed + state.process_index)
-        else:
-            policy.to(state.device)
-        verify_config = reward.VerifyConfig(timeout=args.verify_timeout,
-                                            unsafe_no_sandbox=args.unsafe_no_sandbox)
-        settings = EvalSettings(samples=args.samples, temperature=args.temperature,
-                                top_p=args.top_p, max_new_tokens=args.max_new_tokens,
-                                seed=args.seed, chat_template=not args.no_chat_template,
-                                max_batch_seqs=args.max_batch_seqs,
-                                problems_per_batch=args.problems_per_batch,
-                                verify_workers=args.verify_workers,
-                                verify_config=verify_config)
-        samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
-        result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir,
-                                args.max_problems, samples_path, extra,
-                                progress=print if state.is_main_process else lambda message: None,
-                                model=model_fingerprint(model), shard=shard)
-        if state.num_processes > 1:
-            print(f"process {state.process_index} of {state.num_processes} generated "
-                  f"{shard.generated} problems")
-        if not state.is_main_process:
-            return
-        result["model"] = model
-        print(format_table(result))
-        print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")
-        if args.out:
-            args.out.write_text(json.dumps(result, indent=2))
-        if args.plot:
-            plot_pass_at_k(result, args.plot)
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every flag out of its bounds named, in one line."""
+    bounds = [
+        (1 <= args.samples <= MAX_SAMPLES, f"--samples must be in [1, {MAX_SAMPLES}]"),
+        (rollout.MIN_TEMPERATURE <= args.temperature < math.inf,
+         f"--temperature must be finite and >= {rollout.MIN_TEMPERATURE}"),
+        (0 < args.top_p <= 1, "--top-p must be in (0, 1]"),
+        (args.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
+        (0 <= args.seed < 2**32, "--seed must be in [0, 2^32)"),
+        (1 <= args.verify_workers < sandbox.PROBE_SLOT,
+         f"--verify-workers must be in [1, {sandbox.PROBE_SLOT})"),
+        (0 < args.verify_timeout < math.inf, "--verify-timeout must be finite and > 0"),
+        (args.problems_per_batch >= 0, "--problems-per-batch must be >= 0"),
+        (args.max_batch_seqs >= 1, "--max-batch-seqs must be >= 1"),
+        (args.process_group_timeout_min > 0, "--process-group-timeout-min must be > 0"),
+        (args.max_problems >= 0, "--max-problems must be >= 0 (0: all)")]
+    refused = [message for holds, message in bounds if not holds]
+    if refused:
+        raise InputError("; ".join(refused))
+    if args.data_dir is not None and not args.data_dir.is_dir():
+        raise InputError(f"--data-dir is not a directory: {args.data_dir}")
+
+
+def run_eval(args: argparse.Namespace) -> None:
+    """What the command line asks: a comparison of two results, or an evaluation."""
+    if args.compare:
+        # under accelerate launch, one table (from the main process)
+        if PartialState(cpu=True).is_main_process:
+            print(compare(*args.compare))
+        return
+    if not args.model:
+        raise InputError("--model is required (or --compare A.json B.json)")
+    check_args(args)
+    earlier = None  # the result already at --out
+    if args.out and (args.out.is_dir() or args.out.is_file()):
+        try:
+            earlier = read_result(args.out)
+        except InputError:
+            raise InputError(f"--out {args.out} exists and is not an eval.py result: it would "
+                             "be written over; pass another --out") from None
+    if args.model == "tiny":
+        import tiny_model  # 1 s of imports that only this model needs
+
+        model = str(tiny_model.ensure_tiny_model())
+    else:
+        model = resolve_model_dir(args.model)
+    extra = {}
+    if args.data:
+        tasks = load_tasks(args.data)
+        extra[Path(args.data).stem] = [{**t, "id": str(i)} for i, t in enumerate(tasks)]
+    selected = (benchmarks.select(names=args.benchmarks) if args.benchmarks else
+                benchmarks.select(args.suite or "all") if args.suite or not args.data else [])
+    if earlier is not None:  # its results would be replaced by others
+        held = sorted({*earlier["benchmarks"], *earlier.get("skipped", {})})
+        asked = sorted({*extra, *(b.name for b in selected)})
+        if held != asked:
+            raise InputError(f"--out {args.out} holds results of {first_of(held, 4)}, not of "
+                             f"{first_of(asked, 4)}: pass another --out")
+    task_kinds = {b.suite for b in selected} | {t["task"] for ts in extra.values() for t in ts}
+    reward.require_sandbox(task_kinds, args.unsafe_no_sandbox)
+    if args.device == "auto":
+        rollout.check_gpus_usable()
+    engine = args.engine or ("hf" if args.device == "cpu" else rollout.default_engine())
+    if engine == "vllm" and args.device == "cpu" and torch.cuda.is_available():
+        raise InputError("--engine vllm runs on the GPU here: pass --engine hf with "
+                         "--device cpu")
+    if engine == "hf":
+        # before any process group: under the FSDP configs (cpu_ram_efficient_loading)
+        # transformers would load the weights on rank 0 only and zeros elsewhere
+        policy, tokenizer = load_policy(model)
+    # a process group only under accelerate launch; each process on its own device
+    state = PartialState(cpu=args.device == "cpu" or not torch.cuda.is_available(),
+                         timeout=timedelta(minutes=args.process_group_timeout_min))
+    shard = Shard.of_processes(state)
+    # the checkpoint's own dtype; every k samples of a problem in one request
+    if engine == "vllm":
+        tokenizer = load_tokenizer(model)
+        policy = rollout.VLLMEngine(model, dtype="auto",
+                                    max_num_seqs=max(args.max_batch_seqs, args.samples),
+                                    gpu_memory_utilization=args.gpu_memory_utilization,
+                                    seed=args.seed + state.process_index)
+    else:
+        policy.to(state.device)
+    verify_config = reward.VerifyConfig(timeout=args.verify_timeout,
+                                        unsafe_no_sandbox=args.unsafe_no_sandbox)
+    settings = EvalSettings(samples=args.samples, temperature=args.temperature,
+                            top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                            seed=args.seed, chat_template=not args.no_chat_template,
+                            max_batch_seqs=args.max_batch_seqs,
+                            problems_per_batch=args.problems_per_batch,
+                            verify_workers=args.verify_workers,
+                            verify_config=verify_config)
+    samples_path = args.out.with_suffix(".samples.jsonl") if args.out else None
+    result = evaluate_suite(policy, tokenizer, selected, settings, args.data_dir,
+                            args.max_problems, samples_path, extra,
+                            progress=print if state.is_main_process else lambda message: None,
+                            model=model_fingerprint(model), shard=shard)
+    if state.num_processes > 1:
+        print(f"process {state.process_index} of {state.num_processes} generated "
+              f"{shard.generated} problems")
+    if not state.is_main_process:
+        return
+    result["model"] = model
+    print(format_table(result))
+    print(f"{result['problems_per_s']:.2f} problems/s ({args.samples} samples each)")
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+    if args.plot:
+        plot_pass_at_k(result, args.plot)
+
+
+def main() -> None:
+    args = parse_args()
+    try:
+        run_eval(args)
     except (InputError, rollout.EngineError, sandbox.SandboxUnavailable) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
