@@ -247,6 +247,15 @@ def remove_if_empty(output_dir: Path) -> None:
         output_dir.rmdir()
 
 
+def check_sharding(checkpoint: Path, sharded: bool, named: str, advice: str) -> None:
+    """A checkpoint loads into a run sharded as the one that saved it: FSDP2's shards, or
+    accelerate's whole state."""
+    if (checkpoint / "state" / SHARDED).is_dir() != sharded:
+        saved_by, launched = ("a plain", "with FSDP2") if sharded else ("an FSDP2", "without FSDP")
+        raise InputError(f"{named} was saved by {saved_by} run and this one is launched "
+                         f"{launched}: {advice}")
+
+
 def resume_point(cfg, output_dir: Path, sharding: bool, main_process: bool
                  ) -> tuple[Path | None, dict | None]:
     """The checkpoint this run continues from and its trainer state (None, None: a new run), or
@@ -264,10 +273,8 @@ def resume_point(cfg, output_dir: Path, sharding: bool, main_process: bool
     if not cfg.resume:
         raise InputError(f"{output_dir} already has checkpoints: pass --resume to continue it, or "
                          "another --output-dir")
-    if (checkpoint / "state" / SHARDED).is_dir() != sharding:
-        saved_by, launched = ("a plain", "with FSDP2") if sharding else ("an FSDP2", "without FSDP")
-        raise InputError(f"{checkpoint} was saved by {saved_by} run and this one is launched "
-                         f"{launched}: resume it with the accelerate config it was started with")
+    check_sharding(checkpoint, sharding, str(checkpoint),
+                   "resume it with the accelerate config it was started with")
     state = read_trainer_state(checkpoint)
     changed = resume_changes(state["config"], cfg)
     if changed:  # config.json edited or lost since: the run would go on as another
@@ -948,11 +955,8 @@ def start_from_checkpoint(accelerator: Accelerator, policy, optimizer, ref_polic
         raise InputError(f"--init-from {checkpoint}: its run {had} reference policy "
                          "(kl_coef > 0), and this run must match it")
     sharded = is_sharded(policy)
-    if (checkpoint / "state" / SHARDED).is_dir() != sharded:
-        kinds = ("an FSDP2 run", "a run without FSDP") if sharded else ("a run without FSDP",
-                                                                        "an FSDP2 run")
-        raise InputError(f"--init-from {checkpoint}: {kinds[0]} starts only from {kinds[0]}'s "
-                         f"checkpoint, and this is {kinds[1]}'s")
+    check_sharding(checkpoint, sharded, f"--init-from {checkpoint}",
+                   "start from a checkpoint of a run launched as this one")
     load_training_state(accelerator, checkpoint, sharded, policy, optimizer,
                         "--init-from another checkpoint", rng=False)  # re-seeded below
     if ref_policy is not None:
