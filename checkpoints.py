@@ -55,6 +55,14 @@ def read_trainer_state(checkpoint: Path) -> dict:
     if wrong:
         raise InputError(f"{path} is not a trainer state ({', '.join(wrong)}: not a count, or not "
                          "a dict)")
+    # files: name -> size, digests: name -> hex, each name a path inside the checkpoint
+    for key, kind in (("files", int), ("digests", str)):
+        for name, value in state.get(key, {}).items():
+            if not (isinstance(name, str) and name and not Path(name).is_absolute()
+                    and ".." not in Path(name).parts and type(value) is kind
+                    and (kind is str or value >= 0)):
+                raise InputError(f"{path} is not a trainer state ({key}: {repr(name)[:80]} -> "
+                                 f"{repr(value)[:80]})")
     return state
 
 

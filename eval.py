@@ -536,7 +536,9 @@ def check_args(args: argparse.Namespace) -> None:
         (0 < args.verify_timeout < math.inf, "--verify-timeout must be finite and > 0"),
         (args.problems_per_batch >= 0, "--problems-per-batch must be >= 0"),
         (args.max_batch_seqs >= 1, "--max-batch-seqs must be >= 1"),
-        (args.process_group_timeout_min > 0, "--process-group-timeout-min must be > 0"),
+        (0 < args.process_group_timeout_min <= 60 * 24 * 7,
+         "--process-group-timeout-min must be in (0, a week]"),
+        (0 < args.gpu_memory_utilization <= 1, "--gpu-memory-utilization must be in (0, 1]"),
         (args.max_problems >= 0, "--max-problems must be >= 0 (0: all)")]
     refused = [message for holds, message in bounds if not holds]
     if refused:

@@ -634,7 +634,10 @@ def load_reference(run_dir: Path, step: int, ref_policy) -> None:
 def prune_references(output_dir: Path) -> None:
     """Remove the reference/ versions that no kept checkpoint uses (a damaged one, which a resume
     passes over, uses none)."""
-    checkpoints = [p for p in checkpoint_folders(output_dir) if checkpoint_problem(p) is None]
+    try:
+        checkpoints = [p for p in checkpoint_folders(output_dir) if checkpoint_problem(p) is None]
+    except PermissionError:  # a checkpoint this user may not read may use any of them: keep all
+        return
     used = {f"step_{read_trainer_state(p)['reference_step']:06d}"
             for p in checkpoints}
     for folder in (output_dir / REFERENCE).iterdir():
@@ -872,11 +875,19 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
     return final
 
 
+def intact(checkpoint: Path) -> bool:
+    """No `checkpoint_problem`; one this user may not read is not judged (pruning leaves it)."""
+    try:
+        return checkpoint_problem(checkpoint) is None
+    except PermissionError:
+        return False
+
+
 def prune_checkpoints(root: Path, keep: int) -> None:
     """Delete all but the newest `keep` complete checkpoints in `root`; a folder that is not a
     complete checkpoint is not this run's to delete."""
     complete = [p for p in sorted(root.iterdir())
-                if CHECKPOINT.match(p.name) and checkpoint_problem(p) is None]
+                if CHECKPOINT.match(p.name) and intact(p)]
     for old in complete[:-keep]:
         doomed = root / f".{old.name}.deleting"  # renamed first: a kill leaves no half checkpoint
         shutil.rmtree(doomed, ignore_errors=True)

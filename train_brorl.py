@@ -64,6 +64,7 @@ import rollout
 import sandbox
 import update
 from allocation import ALLOCATIONS, checks as allocation_checks
+from checkpoints import checkpoint_folders
 from run import (Run, file_failure, remove_leftovers, resume_changes, saved_config, setup,
                  where_to_resume)
 from tasks import InputError
@@ -751,9 +752,9 @@ HELP = "\n\n".join([__doc__.splitlines()[0],
 
 def parse_config(argv: list[str] | None = None) -> Config:
     """`--preset NAME` picks the defaults; every other flag overrides them. With --resume, the run's
-    own config.json is the default instead, and a flag may change it only if it is in
-    RESUME_MAY_CHANGE: resuming without retyping the flags continues the same run, never another
-    preset's."""
+    own config.json is the default instead, and once the run has a checkpoint a flag may change it
+    only if it is in RESUME_MAY_CHANGE: resuming without retyping the flags continues the same run,
+    never another preset's."""
     argv = sys.argv[1:] if argv is None else argv
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--preset", default=Config.preset)
@@ -771,7 +772,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
         raise InputError(f"unknown preset '{known.preset}' (known: {', '.join(PRESETS)})")
     defaults = saved or dataclasses.replace(Config(preset=known.preset), **PRESETS[known.preset])
     cfg = tyro.cli(Config, default=defaults, args=argv, description=HELP)
-    if saved is not None:
+    if saved is not None and checkpoint_folders(Path(known.output_dir)):  # a run to continue
         refused = resume_changes(saved, cfg)
         if refused:
             raise InputError(f"--resume continues the run in {known.output_dir} with its "
@@ -795,7 +796,8 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(f"\ninterrupted: {where_to_resume(cfg and cfg.output_dir)}")
     except FloatingPointError as e:  # nothing of this step was saved
-        sys.exit(f"error: {e} (a lower --lr or --max-grad-norm?); "
+        sys.exit(f"error: {e} (a lower --lr or --max-grad-norm? a resume keeps the run's; "
+                 "--init-from a checkpoint starts a new run with others); "
                  f"{where_to_resume(cfg and cfg.output_dir)}")
     except (OSError, RuntimeError) as e:
         failure = file_failure(e)

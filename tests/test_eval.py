@@ -384,7 +384,10 @@ def test_an_out_that_is_not_an_eval_result_of_these_benchmarks_and_bad_counts_ar
                         (["--seed", str(2**44)], "--seed must be in [0, 2^32)"),
                         (["--verify-workers", "300"], "--verify-workers must be in [1, 255)"),
                         (["--top-p", "0", "--max-batch-seqs", "0"],
-                         "--top-p must be in (0, 1]; --max-batch-seqs must be >= 1")]:
+                         "--top-p must be in (0, 1]; --max-batch-seqs must be >= 1"),
+                        (["--process-group-timeout-min", "inf", "--gpu-memory-utilization", "nan"],
+                         "--process-group-timeout-min must be in (0, a week]; "
+                         "--gpu-memory-utilization must be in (0, 1]")]:
         monkeypatch.setattr(sys, "argv", ["eval.py", "--model", "tiny", "--data",
                                           "data/arith_test.jsonl", *flags])
         with pytest.raises(SystemExit) as refused:

@@ -231,6 +231,10 @@ def test_resume_restores_the_runs_config_and_refuses_flags_that_would_change_the
     longer = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume",
                                        "--total-steps", "9", "--preset", "smoke"])
     assert longer.total_steps == 9 and run.config_changes(smoke, longer) == ["total_steps 2 -> 9"]
+    # before a first checkpoint there is nothing to continue: flags change config.json's settings
+    fresh = train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--lr", "1e-5"])
+    assert run.config_changes(smoke, fresh) == ["lr 0.0001 -> 1e-05"]
+    (tmp_path / "checkpoints" / "step_000001").mkdir(parents=True)
     with pytest.raises(tasks.InputError, match=r"change what it is: preset 'smoke' -> 'cpu-demo'; "
                                                r"n_rollouts 16 -> 32 "):
         train_brorl.parse_config(["--output-dir", str(tmp_path), "--resume", "--n-rollouts", "32",
@@ -560,6 +564,33 @@ def test_a_small_checkpoint_file_changed_at_its_saved_size_is_damage(smoke_run):
     assert checkpoint_problem(newest) == ("state/random_states_0.pkl changed since it was saved "
                                           "(its sha256)")
     assert latest_checkpoint(smoke_run, say=lambda message: None).name == "step_000001"
+
+
+def test_a_trainer_state_listing_files_it_cannot_hold_is_damage(smoke_run):
+    newest = latest_checkpoint(smoke_run)
+    intact = torch.load(newest / "trainer_state.pt", weights_only=True)
+    config = "model/config.json"
+    for key, name, value in [("files", 1, 5), ("files", "/etc/passwd", 1),
+                             ("files", "../../config.json", 1), ("files", config, "9"),
+                             ("files", config, -1), ("digests", config, 7)]:
+        torch.save({**intact, key: {**intact[key], name: value}}, newest / "trainer_state.pt")
+        assert checkpoint_problem(newest).endswith(
+            f"is not a trainer state ({key}: {name!r} -> {value!r})")
+        assert latest_checkpoint(smoke_run, say=lambda message: None).name == "step_000001"
+
+
+def test_pruning_leaves_a_checkpoint_this_user_cannot_read(smoke_run):
+    """Not the run's to judge: neither deleted nor counted, and the run goes on saving."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bwrap is needed to drop root's right to read every file")
+    checkpoints = smoke_run / "checkpoints"
+    (checkpoints / "step_000001" / "model" / "config.json").chmod(0)
+    prune = ("import sys, pathlib, run; out = pathlib.Path(sys.argv[1]); "
+             "run.prune_checkpoints(out / 'checkpoints', 1); run.prune_references(out)")
+    subprocess.run(["bwrap", "--dev-bind", "/", "/", "--unshare-user", "--uid", "1234",
+                    sys.executable, "-c", prune, str(smoke_run)], cwd=ROOT, check=True,
+                   capture_output=True, timeout=600)
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["step_000001", "step_000002"]
 
 
 def test_the_verifier_settings_reach_the_verifier_under_their_own_names():
