@@ -219,25 +219,33 @@ def setup(cfg) -> Run:
         raise
 
 
-def one_line(e: InputError | OSError) -> str:
+class WriteFailure(Exception):
+    """A file of the run that some process could not write, in one line (main() adds where the run
+    resumes from)."""
+
+
+def one_line(e: InputError | OSError | RuntimeError) -> str:
     """A refusal's line: bad input, or a file of the run that cannot be read or written."""
     return str(e) if isinstance(e, InputError) else file_failure(e) or f"{e.strerror}: {e.filename}"
 
 
 @contextlib.contextmanager
-def refused_together(accelerator: Accelerator):
-    """Every process stops with one line (InputError) when the block refuses (InputError, OSError)
-    on any (the first process's line): a process stopping alone would leave the others to die in
-    their next collective. Every process runs the block's end."""
+def refused_together(accelerator: Accelerator, error: type[Exception] = InputError):
+    """Every process stops with one line (as `error`) when the block refuses (InputError, OSError,
+    a file torch could not write) on any (the first process's line): a process stopping alone
+    would leave the others to die in their next collective. Every process runs the block's end,
+    which is a barrier."""
     refusal = None
     try:
         yield
-    except (InputError, OSError) as e:
+    except (InputError, OSError, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and file_failure(e) is None:
+            raise
         refusal = one_line(e)
     if accelerator.num_processes > 1:
         refusal = next(filter(None, gather_object([refusal])), None)
     if refusal:
-        raise InputError(refusal)
+        raise error(refusal)
 
 
 def remove_if_empty(output_dir: Path) -> None:
@@ -830,10 +838,11 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
     data position, written last. Every process calls this."""
     root = output_dir / "checkpoints"
     final, tmp = root / f"step_{step:06d}", root / f".step_{step:06d}.tmp"
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-        (tmp / "state").mkdir(parents=True)  # before any process writes its RNG state there
-    accelerator.wait_for_everyone()
+    # each part every process writes ends together: a process that cannot write stops them all
+    with refused_together(accelerator, WriteFailure):
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+            (tmp / "state").mkdir(parents=True)  # before any process writes its RNG state there
     if sharded is None:
         weights = accelerator.get_state_dict(policy)
     else:  # gathered on the main process
@@ -844,34 +853,34 @@ def save_checkpoint(output_dir: Path, step: int, accelerator: Accelerator, polic
         # a tied weight once, under the name its module registered first (as without sharding)
         names = {name for name, _ in [*policy.named_parameters(), *policy.named_buffers()]}
         weights = {name: tensor for name, tensor in weights.items() if name in names}
-    if accelerator.is_main_process:
-        accelerator.unwrap_model(policy).model.save_pretrained(
-            tmp / "model",
-            state_dict={name.removeprefix("model."): tensor for name, tensor in weights.items()})
-        tokenizer.save_pretrained(tmp / "model")
-    accelerator.save_state(tmp / "state")
+    with refused_together(accelerator, WriteFailure):
+        if accelerator.is_main_process:
+            plain = {name.removeprefix("model."): tensor for name, tensor in weights.items()}
+            accelerator.unwrap_model(policy).model.save_pretrained(tmp / "model", state_dict=plain)
+            tokenizer.save_pretrained(tmp / "model")
+        accelerator.save_state(tmp / "state")
     if sharded is not None:
         import torch.distributed.checkpoint as dcp
 
-        dcp.save(sharded, checkpoint_id=tmp / "state" / SHARDED)
-    accelerator.wait_for_everyone()
+        with refused_together(accelerator, WriteFailure):
+            dcp.save(sharded, checkpoint_id=tmp / "state" / SHARDED)
     # the size of every file and the digest of the small ones: a damaged checkpoint is recognised
-    if accelerator.is_main_process:
-        sizes = {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*") if f.is_file()}
-        digests = {name: file_digest(tmp / name) for name, size in sizes.items()
-                   if size <= DIGEST_MAX_BYTES}
-        state = {**state, "files": sizes, "digests": digests}
-        torch.save(state, tmp / "trainer_state.pt")
-        fsync_tree(tmp)
-        if final.exists():  # damaged, since the resume passed over it: kept for its owner
-            names = (root / f"{final.name}.damaged{i or ''}" for i in itertools.count())
-            aside = next(name for name in names if not name.exists())
-            print(f"keeping the damaged {final} as {aside.name}")
-            os.replace(final, aside)
-        os.replace(tmp, final)
-        fsync_dir(root)
-        prune_checkpoints(root, keep)
-    accelerator.wait_for_everyone()
+    with refused_together(accelerator, WriteFailure):
+        if accelerator.is_main_process:
+            sizes = {str(f.relative_to(tmp)): f.stat().st_size for f in tmp.rglob("*")
+                     if f.is_file()}
+            digests = {name: file_digest(tmp / name) for name, size in sizes.items()
+                       if size <= DIGEST_MAX_BYTES}
+            torch.save({**state, "files": sizes, "digests": digests}, tmp / "trainer_state.pt")
+            fsync_tree(tmp)
+            if final.exists():  # damaged, since the resume passed over it: kept for its owner
+                names = (root / f"{final.name}.damaged{i or ''}" for i in itertools.count())
+                aside = next(name for name in names if not name.exists())
+                print(f"keeping the damaged {final} as {aside.name}")
+                os.replace(final, aside)
+            os.replace(tmp, final)
+            fsync_dir(root)
+            prune_checkpoints(root, keep)
     return final
 
 

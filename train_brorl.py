@@ -65,8 +65,8 @@ import sandbox
 import update
 from allocation import ALLOCATIONS, checks as allocation_checks
 from checkpoints import checkpoint_folders
-from run import (Run, file_failure, remove_leftovers, resume_changes, saved_config, setup,
-                 where_to_resume)
+from run import (Run, WriteFailure, file_failure, remove_leftovers, resume_changes, saved_config,
+                 setup, where_to_resume)
 from tasks import InputError
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -799,8 +799,8 @@ def main() -> None:
         sys.exit(f"error: {e} (a lower --lr or --max-grad-norm? a resume keeps the run's; "
                  "--init-from a checkpoint starts a new run with others); "
                  f"{where_to_resume(cfg and cfg.output_dir)}")
-    except (OSError, RuntimeError) as e:
-        failure = file_failure(e)
+    except (OSError, RuntimeError, WriteFailure) as e:
+        failure = str(e) if isinstance(e, WriteFailure) else file_failure(e)
         if failure is None:
             raise
         if cfg is not None and cfg.output_dir and PartialState().is_main_process:

@@ -29,7 +29,8 @@ import run
 import tasks
 import train_brorl
 from checkpoints import checkpoint_problem, file_digest, latest_checkpoint
-from conftest import NO_BWRAP, ROOT, a_trainer_state, accelerate_launch, run_script
+from conftest import (NO_BWRAP, ROOT, a_trainer_state, accelerate_launch, free_port,
+                      run_script)
 from tiny_model import ensure_tiny_model
 
 SMOKE_KEYS = {"step", "reward_mean", "pass_rate", "samples_per_s", "shrink_frac", "shrink_worst",
@@ -699,11 +700,13 @@ def test_ctrl_c_stops_with_one_line_saying_where_the_run_resumes_from(tmp_path):
         f"python train_brorl.py --output-dir {out} --resume")
 
 
-DISK_FULL_AT_STEP_2 = """
-import errno, sys, torch, train_brorl
+DISK_FULL_AT_STEP_2 = f"""
+import errno, os, sys
+sys.path.insert(0, {str(ROOT)!r})
+import torch, train_brorl
 save = torch.save
-def save_or_fail(obj, path, *args, **kwargs):
-    if isinstance(obj, dict) and obj.get("step") == 2:
+def save_or_fail(obj, path, *args, **kwargs):  # the trainer state, which the main process writes
+    if isinstance(obj, dict) and obj.get("step") == int(os.environ.get("FULL_AT_STEP", 2)):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
     return save(obj, path, *args, **kwargs)
 torch.save = save_or_fail
@@ -847,9 +850,19 @@ def test_smoke_run_on_two_processes_saves_every_processes_state_and_resumes(tmp_
     assert (out / "config.json").read_text() == config
     rng.write_bytes(intact)
     (state.parent / "trainer_state.pt").write_bytes(saved)
-    accelerate_launch("train_brorl.py", "--preset", "smoke", "--output-dir", str(out), "--resume",
-                      "--total-steps", "3")
-    assert (out / "checkpoints" / "step_000003" / "model" / "config.json").is_file()
+    # resumed, then the disk full while the main process writes the step-3 checkpoint: the other
+    # process, waiting for it, stops with the same line
+    script = out.parent / "disk_full.py"
+    script.write_text(DISK_FULL_AT_STEP_2)
+    full = run_script("-m", "accelerate.commands.launch", "--config_file", "configs/ddp_cpu.yaml",
+                      "--main_process_port", str(free_port()), str(script), "--output-dir",
+                      str(out), "--resume", "--total-steps", "3", env={"FULL_AT_STEP": "3"},
+                      check=False)
+    line = (f"error: no space left on device writing {out}/checkpoints/.step_000003.tmp/"
+            f"trainer_state.pt; the last complete checkpoint is {state.parent}")
+    assert "resumed from" in full.stdout and full.stderr.count(line) == 2, full.stderr
+    assert "[rank1]: Traceback" not in full.stderr
+    assert latest_checkpoint(out) == state.parent and not list(out.glob("checkpoints/.step_*"))
 
 
 @pytest.mark.parametrize("distributed_type, processes, environ, message", [
