@@ -28,6 +28,7 @@ import stat
 import types
 import typing
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -133,6 +134,18 @@ class Run:
         means = dict(zip(scalars, self.accelerator.reduce(values, "mean").cpu().tolist()))
         return {key: value * self.processes if key in summed else value
                 for key, value in means.items()}
+
+    def log(self, step: int, scalars: dict, prefix: str) -> None:
+        """A row of metrics.jsonl and tensorboard, which the main process writes. Every process
+        calls this: a write that fails stops them all with its line."""
+        self.on_main(lambda: self.metrics.log(step, scalars, prefix))
+
+    def on_main(self, write: Callable[[], object]) -> None:
+        """`write` (of the run's files) on the main process; every process calls this, and a write
+        that fails stops them all with its line."""
+        with refused_together(self.accelerator, WriteFailure):
+            if self.main_process:
+                write()
 
     def save(self, step: int, cfg) -> None:
         """An atomic checkpoint of this step (every process calls this)."""

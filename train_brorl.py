@@ -570,15 +570,13 @@ def evaluate(run: Run, cfg: Config, settings: evaluation.EvalSettings, probes: d
                                        cfg.eval_max_problems, samples_path,
                                        extra={"test_data": held_out_tasks},
                                        progress=lambda message: None, shard=shard)
-    if run.main_process:
-        run.metrics.log(step, evaluation.training_scalars(result), prefix="eval")
-        if final:
-            result["model"] = str(run.output_dir)
-            (run.output_dir / "eval.json").write_text(json.dumps(result, indent=2))
+    run.log(step, evaluation.training_scalars(result), prefix="eval")
+    if final:
+        result["model"] = str(run.output_dir)
+        run.on_main(lambda: (run.output_dir / "eval.json").write_text(json.dumps(result, indent=2)))
     if probes is not None:  # every process: the passes run in lockstep
         now = monitor.probe_logprobs(run.policy, probes, update_cfg)
-        if run.main_process:
-            run.metrics.log(step, monitor.probe_report(probes, now, sampled_prompts), prefix="eval")
+        run.log(step, monitor.probe_report(probes, now, sampled_prompts), prefix="eval")
     if run.main_process:
         protocol = evaluation.sampling_protocol(dataclasses.asdict(settings))
         say(f"step {step}: eval_pass1 {result['benchmarks']['test_data']['pass1']:.3f} "
@@ -639,10 +637,9 @@ def train(cfg: Config) -> Path:
                                shrink, run.allocation.metrics(group, kept),
                                time.time() - step_start)
         scalars = run.mean_over_processes(scalars, summed=THROUGHPUTS)
-        if run.main_process:
-            run.metrics.log(step, scalars, prefix="train")
-            progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}",
-                                 pass_rate=f"{scalars['pass_rate']:.2f}")
+        run.log(step, scalars, prefix="train")
+        progress.set_postfix(reward=f"{scalars['reward_mean']:.3f}",
+                             pass_rate=f"{scalars['pass_rate']:.2f}")
         if step % cfg.eval_every == 0 or step == cfg.total_steps:
             evaluate(run, cfg, eval_settings, probes, update_cfg, step, groups.prompts,
                      progress.write)

@@ -752,6 +752,33 @@ def test_a_process_other_than_the_main_one_leaves_the_checkpoint_in_progress_on_
         assert in_progress.is_dir() != main_process
 
 
+METRICS_DISK_FULL_AT_STEP_2 = f"""
+import errno, sys
+sys.path.insert(0, {str(ROOT)!r})
+import run, train_brorl
+log = run.MetricsLog.log
+def log_or_fail(self, step, scalars, prefix):  # the main process alone writes metrics.jsonl
+    if step == 2:
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+    return log(self, step, scalars, prefix)
+run.MetricsLog.log = log_or_fail
+sys.argv[0] = "train_brorl.py"
+train_brorl.main()
+"""
+
+
+def test_a_metrics_write_that_fails_on_the_main_process_stops_every_process_with_its_line(
+        tmp_path):
+    script, out = tmp_path / "metrics_full.py", tmp_path / "run"
+    script.write_text(METRICS_DISK_FULL_AT_STEP_2)
+    full = accelerate_launch(str(script), "--preset", "smoke", "--output-dir", str(out),
+                             check=False)
+    line = (f"error: no space left on device writing {out / 'metrics.jsonl'}; the last complete "
+            f"checkpoint is {out / 'checkpoints' / 'step_000001'}")
+    assert full.returncode != 0 and full.stderr.count(line) == 2, full.stderr
+    assert "[rank1]: Traceback" not in full.stderr
+
+
 def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("")
