@@ -237,7 +237,7 @@ class WriteFailure(Exception):
     resumes from)."""
 
 
-def one_line(e: InputError | OSError | RuntimeError) -> str:
+def one_line(e: InputError | OSError) -> str:
     """A refusal's line: bad input, or a file of the run that cannot be read or written."""
     return str(e) if isinstance(e, InputError) else file_failure(e) or f"{e.strerror}: {e.filename}"
 
@@ -251,10 +251,12 @@ def refused_together(accelerator: Accelerator, error: type[Exception] = InputErr
     refusal = None
     try:
         yield
-    except (InputError, OSError, RuntimeError) as e:
-        if isinstance(e, RuntimeError) and file_failure(e) is None:
-            raise
+    except (InputError, OSError) as e:
         refusal = one_line(e)
+    except BaseException as e:  # a file a library could not write (file_failure), else not ours
+        refusal = file_failure(e)
+        if refusal is None:
+            raise
     if accelerator.num_processes > 1:
         refusal = next(filter(None, gather_object([refusal])), None)
     if refusal:
@@ -621,19 +623,19 @@ def save_reference(output_dir: Path, step: int, ref_policy, accelerator: Acceler
 
     final = output_dir / REFERENCE / f"step_{step:06d}"
     tmp = final.with_name(f".{final.name}.tmp")
-    if accelerator.is_main_process:
-        shutil.rmtree(tmp, ignore_errors=True)
-    accelerator.wait_for_everyone()
+    with refused_together(accelerator, WriteFailure):  # each part ends together, as a checkpoint's
+        if accelerator.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
     if is_sharded(ref_policy):
         reshard(ref_policy)
-    dcp.save(get_model_state_dict(ref_policy), checkpoint_id=tmp)
-    accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        fsync_tree(tmp)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        fsync_dir(final.parent)
-    accelerator.wait_for_everyone()
+    with refused_together(accelerator, WriteFailure):
+        dcp.save(get_model_state_dict(ref_policy), checkpoint_id=tmp)
+    with refused_together(accelerator, WriteFailure):
+        if accelerator.is_main_process:
+            fsync_tree(tmp)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            fsync_dir(final.parent)
 
 
 def load_reference(run_dir: Path, step: int, ref_policy) -> None:
@@ -1027,11 +1029,16 @@ ONE_LINE_OS_ERRORS = {errno.ENOSPC: "no space left on device writing",
                       errno.EACCES: "permission denied on", errno.EPERM: "not permitted on"}
 
 
-def file_failure(e: Exception) -> str | None:
+def file_failure(e: BaseException) -> str | None:
     """The one-line name of a failed write or read of the run's files, or None for any other
     error. Python reports a full disk as an OSError with errno ENOSPC; torch.save as a RuntimeError
     from its zip writer, with no errno (on a full device: "unexpected pos 704 vs 598", or
-    "PytorchStreamWriter failed writing file ...")."""
+    "PytorchStreamWriter failed writing file ..."); safetensors as its own error with the OS's
+    message; torch.distributed.checkpoint wraps each process's error in a CheckpointException."""
+    if type(e).__name__ == "CheckpointException" and getattr(e, "failures", None):
+        e = next(iter(e.failures.values()))[0]  # (the first process's error, its traceback)
+    if type(e).__name__ == "SafetensorError" and "os error 28" in str(e):
+        return "no space left on device writing the model's weights (safetensors)"
     if isinstance(e, OSError) and e.errno in ONE_LINE_OS_ERRORS:
         return f"{ONE_LINE_OS_ERRORS[e.errno]} {e.filename or 'a file'}"
     if isinstance(e, RuntimeError) and any(sign in str(e) for sign in ("PytorchStreamWriter",

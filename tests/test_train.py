@@ -779,6 +779,28 @@ def test_a_metrics_write_that_fails_on_the_main_process_stops_every_process_with
     assert "[rank1]: Traceback" not in full.stderr
 
 
+def test_a_full_disk_is_one_line_whichever_library_was_writing():
+    from safetensors import SafetensorError
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    full = OSError(errno.ENOSPC, "No space left on device", "/run/state/__1_0.distcp")
+    weights = SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, "
+                              'message: "No space left on device" }) (os error 28)')
+    for error, line in [(weights, "no space left on device writing the model's weights "
+                                  "(safetensors)"),
+                        (CheckpointException("save", {1: (full, None)}),  # FSDP2's shards
+                         "no space left on device writing /run/state/__1_0.distcp"),
+                        (RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos "
+                                      "704 vs 598"),
+                         "a checkpoint file could not be written (no space left on device?)")]:
+        with pytest.raises(run.WriteFailure, match=re.escape(line)):
+            with run.refused_together(types.SimpleNamespace(num_processes=1), run.WriteFailure):
+                raise error
+    with pytest.raises(ValueError):  # not a file's failure: not turned into a line
+        with run.refused_together(types.SimpleNamespace(num_processes=1), run.WriteFailure):
+            raise ValueError("a bug")
+
+
 def test_an_output_dir_that_is_a_file_or_read_only_is_one_line(tmp_path):
     a_file = tmp_path / "taken"
     a_file.write_text("")
