@@ -520,7 +520,8 @@ def read_results(path: Path) -> dict:
     try:
         results = json.loads(path.read_bytes())
     except (OSError, ValueError, RecursionError) as e:  # ValueError: not JSON, or not UTF-8
-        raise InputError(f"cannot read results from {path}: {e or 'nested too deep'}") from None
+        raise InputError(f"cannot read results from {path}: "
+                         f"{'nested too deep' if isinstance(e, RecursionError) else e}") from None
     if not isinstance(results, dict):
         raise InputError(f"cannot read results from {path}: not a JSON object")
     return results
